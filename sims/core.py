@@ -1,0 +1,276 @@
+"""The simulation contract: one object steps N environments at once, tensors in and out.
+
+Isaac-Gym style. Every backend (``mujoco``, ``mujoco_gpu``, ``maniskill``) implements
+:class:`VecEnv`; users build one with :func:`make`.
+
+Conventions
+-----------
+- Batch first: observations are a dict of tensors ``[N, ...]`` on ``env.device``.
+- Actions are float32 ``[N, A]`` in ``[-1, 1]``.
+- ``step`` resets every env whose episode ended (automatic reset). The returned observation is
+  then the first observation of the new episode; the last observation of the old one is in
+  ``info["final_obs"]`` (rows valid where ``info["done"]``).
+- ``terminated`` means the task reached a terminal state (success by default); ``truncated``
+  means the step limit was hit or the physics diverged (``info["diverged"]``): do not treat a
+  truncation as terminal when bootstrapping values.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+Obs = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Shape and dtype of one per-env observation or action entry (batch dimension excluded)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    low: float | None = None
+    high: float | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task is, independent of the backend that simulates it.
+
+    Attributes:
+        name: unique task name within its suite (``pick_cube``).
+        suite: suite name, or ``""`` for a stand-alone task.
+        instruction: the language instruction given to the policy.
+        max_steps: episode step limit in control steps.
+        privileged_keys: names of the entries of ``obs["privileged"]``, in order, with sizes.
+        extras: anything backend- or suite-specific (placement regions, predicates ...).
+    """
+
+    name: str
+    suite: str
+    instruction: str
+    max_steps: int
+    privileged_keys: tuple[tuple[str, int], ...] = ()
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+class VecEnv(abc.ABC):
+    """N environments stepped together. See the module docstring for conventions.
+
+    Attributes:
+        num_envs: N.
+        device: where observation and reward tensors live.
+        tasks: the tasks this env can run; ``obs["task_id"]`` indexes into it.
+        control_hz: control rate of one ``step``.
+        observation_spec: per-env spec of each observation key.
+        action_spec: per-env action spec, ``(A,)`` float32 in ``[-1, 1]``.
+    """
+
+    num_envs: int
+    device: torch.device
+    tasks: Sequence[TaskSpec]
+    control_hz: float
+    observation_spec: dict[str, Spec]
+    action_spec: Spec
+
+    @abc.abstractmethod
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        task_ids: Sequence[int] | torch.Tensor | None = None,
+        init_ids: Sequence[int] | torch.Tensor | None = None,
+    ) -> Obs:
+        """Reset every env.
+
+        Args:
+            seed: reseeds env i's random stream with ``(seed, i)``; None keeps the streams.
+            task_ids: ``[N]`` task index per env (default: keep the current ones).
+            init_ids: ``[N]`` fixed initial-state ids; the initial state is then a pure function
+                of (task, init id), the same on every machine, independent of ``seed``.
+        """
+
+    @abc.abstractmethod
+    def step(
+        self, actions: torch.Tensor, *, active: torch.Tensor | None = None
+    ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Advance the envs one control step.
+
+        Args:
+            actions: ``[N, A]`` in ``[-1, 1]``.
+            active: optional bool ``[N]``; envs where it is False are not advanced (their
+                observation is returned unchanged, reward 0, not done).
+
+        Returns:
+            obs, reward ``[N]`` float32, terminated ``[N]`` bool, truncated ``[N]`` bool, info with
+            ``success`` ``[N]`` bool, ``done`` ``[N]`` bool, ``diverged`` ``[N]`` bool,
+            ``final_obs`` (Obs, rows valid where done) and ``episode`` (``return``/``length``
+            ``[N]``, valid where done).
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release native resources (renderers, thread pools)."""
+
+    def __enter__(self) -> "VecEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def step_chunk(self, actions: torch.Tensor) -> "ChunkResult":
+        """Execute an action chunk ``[N, H, A]``; see :func:`step_chunk`."""
+        return step_chunk(self, actions)
+
+
+@dataclass
+class ChunkResult:
+    """Outcome of executing one action chunk ``[N, H, A]``.
+
+    Attributes:
+        obs: observation after the chunk (first observation of a new episode where one ended).
+        reward: ``[N]`` sum of rewards of the executed steps.
+        terminated: ``[N]`` the episode terminated inside the chunk.
+        truncated: ``[N]`` the episode was truncated inside the chunk.
+        step_done: ``[N, H]`` bool, True at the step where the env's episode ended.
+        executed: ``[N, H]`` bool, which steps were executed (False after the env's end).
+        success: ``[N]`` bool, success reached inside the chunk.
+        final_obs: rows valid where ``terminated | truncated``: the last observation of the
+            episode that ended.
+        episode: ``return``/``length`` ``[N]`` of the episodes that ended.
+    """
+
+    obs: Obs
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    step_done: torch.Tensor
+    executed: torch.Tensor
+    success: torch.Tensor
+    final_obs: Obs
+    episode: dict[str, torch.Tensor]
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+
+def step_chunk(env: VecEnv, actions: torch.Tensor) -> ChunkResult:
+    """Execute ``actions`` ``[N, H, A]`` step by step; each env stops at its own episode end.
+
+    An env whose episode ends at step h is reset (automatic reset) and is not advanced for the
+    remaining H-1-h steps of the chunk, so the chunk never leaks into the next episode.
+    """
+    if actions.ndim != 3 or actions.shape[0] != env.num_envs:
+        raise ValueError(
+            f"step_chunk expects actions [N={env.num_envs}, H, A], got {tuple(actions.shape)}"
+        )
+    n, horizon = actions.shape[:2]
+    dev = env.device
+    reward = torch.zeros(n, dtype=torch.float32, device=dev)
+    terminated = torch.zeros(n, dtype=torch.bool, device=dev)
+    truncated = torch.zeros(n, dtype=torch.bool, device=dev)
+    success = torch.zeros(n, dtype=torch.bool, device=dev)
+    step_done = torch.zeros(n, horizon, dtype=torch.bool, device=dev)
+    executed = torch.zeros(n, horizon, dtype=torch.bool, device=dev)
+    final_obs: Obs | None = None
+    episode: dict[str, torch.Tensor] = {}
+    active = torch.ones(n, dtype=torch.bool, device=dev)
+    obs: Obs = {}
+    for h in range(horizon):
+        obs, r, term, trunc, info = env.step(actions[:, h], active=active)
+        executed[:, h] = active
+        reward += torch.where(active, r, torch.zeros_like(r))
+        success |= info["success"] & active
+        done = (term | trunc) & active
+        terminated |= term & active
+        truncated |= trunc & active
+        step_done[:, h] = done
+        if done.any():
+            if final_obs is None:
+                final_obs = {k: v.clone() for k, v in info["final_obs"].items()}
+                episode = {k: v.clone() for k, v in info["episode"].items()}
+            else:
+                for k, v in info["final_obs"].items():
+                    final_obs[k][done] = v[done]
+                for k, v in info["episode"].items():
+                    episode[k][done] = v[done]
+        active = active & ~done
+        if not active.any():
+            break
+    if final_obs is None:
+        final_obs = {k: v.clone() for k, v in obs.items()}
+        episode = {
+            "return": torch.zeros(n, device=dev),
+            "length": torch.zeros(n, dtype=torch.int64, device=dev),
+        }
+    return ChunkResult(
+        obs, reward, terminated, truncated, step_done, executed, success, final_obs, episode
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Registry of backends. Backends are imported lazily: ``import sims`` loads no simulator.
+
+_BACKENDS: dict[str, str] = {}
+
+
+def register_backend(name: str, factory: str | Callable[..., VecEnv]) -> None:
+    """Register a backend under ``name``: a callable, or ``"module:attr"`` imported on use."""
+    if name in _BACKENDS:
+        raise ValueError(f"backend {name!r} is already registered")
+    _BACKENDS[name] = factory  # type: ignore[assignment]
+
+
+def backends() -> list[str]:
+    """Names of the registered backends."""
+    return sorted(_BACKENDS)
+
+
+def _resolve(factory: str | Callable[..., VecEnv]) -> Callable[..., VecEnv]:
+    if callable(factory):
+        return factory
+    module, _, attr = factory.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make(
+    backend: str = "mujoco",
+    *,
+    task: str | None = None,
+    suite: str | None = None,
+    num_envs: int = 1,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    **kwargs: Any,
+) -> VecEnv:
+    """Build a :class:`VecEnv`.
+
+    Args:
+        backend: ``"mujoco"`` (CPU, default), ``"mujoco_gpu"``, ``"maniskill"``.
+        task: one task name (``"pick_cube"``), or None with ``suite``.
+        suite: a task suite; every env runs one of its tasks.
+        num_envs: N.
+        seed: seed of the per-env random streams (env i uses ``(seed, i)``).
+        device: where tensors are returned.
+        **kwargs: backend options (``cameras``, ``image_size``, ``num_threads``, ...).
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(
+            f"unknown simulation backend {backend!r}; choose one of {backends()}"
+        )
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if (task is None) == (suite is None):
+        raise ValueError("give exactly one of task=... or suite=...")
+    return _resolve(_BACKENDS[backend])(
+        task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs
+    )
+
+
+register_backend("mujoco", "sims.mujoco.env:make_mujoco_env")

@@ -1,0 +1,381 @@
+"""``MujocoVecEnv``: N tabletop envs on one ``MjModel``, stepped by ``mujoco.batch`` C threads.
+
+Per control step: the controller turns actions into servo targets (batched numpy), one
+``Batch.step(nstep=substeps)`` call advances every active env on MuJoCo's thread pool, then
+success, reward, divergence and observations are computed from arrays bound to the batch.
+Results are bit-identical at any thread count (each env is its own state row).
+
+Observation keys (per env):
+- ``state`` float32 ``[15]``: TCP position (3), TCP quaternion w,x,y,z (4), gripper width in
+  metres (1), arm joint angles in the real Panda convention (7);
+- ``rgb`` uint8 ``[V, H, W, 3]`` for the requested cameras (absent when ``cameras=()``);
+- ``task_id`` int64 scalar;
+- ``privileged`` float32 ``[P]``: object poses and goals, named by ``TaskSpec.privileged_keys``
+  (for scripted experts, critics and state-only RL; a VLA must not read it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import mujoco
+import numpy as np
+import torch
+from mujoco import batch as mjbatch
+
+from sims.core import Obs, Spec, VecEnv
+from sims.mujoco import controller as ctl
+from sims.mujoco.robot import (
+    ARM_JOINTS,
+    FINGER_JOINTS,
+    FINGER_MAX,
+    TCP_SITE,
+    home_qpos_sim,
+    to_real_joints,
+)
+from sims.mujoco.scene import CAMERAS, SceneOptions, build_tabletop
+from sims.mujoco.tasks import make_task
+from sims.mujoco.tasks.base import MujocoTask
+
+STATE_DIM = 15
+#: a joint speed above this (rad/s or m/s) is treated as a diverged simulation.
+MAX_QVEL = 200.0
+ACTION_MODES = ("ee_delta", "joint_pos")
+
+
+def _as_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str) -> np.ndarray | None:
+    if values is None:
+        return None
+    arr = np.asarray(values.cpu() if isinstance(values, torch.Tensor) else values, dtype=np.int64)
+    if arr.ndim == 0:
+        arr = np.full(n, int(arr))
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape [{n}], got {arr.shape}")
+    return arr
+
+
+class MujocoVecEnv(VecEnv):
+    """Batched tabletop envs on CPU MuJoCo. Build with ``sims.make("mujoco", task=...)``."""
+
+    def __init__(
+        self,
+        tasks: Sequence[MujocoTask],
+        num_envs: int,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+        cameras: Sequence[str] = CAMERAS,
+        image_size: int = 128,
+        control_hz: float = 20.0,
+        physics_dt: float = 0.002,
+        action_mode: str = "ee_delta",
+        reward_type: str = "sparse",
+        num_threads: int | None = None,
+        controller: ctl.EEDeltaConfig = ctl.EEDeltaConfig(),
+        init_noise: float = 0.02,
+    ):
+        if len(tasks) != 1:
+            raise NotImplementedError("multi-task scenes come with the task suites")
+        if action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
+        if reward_type not in ("sparse", "dense"):
+            raise ValueError(f"reward_type must be 'sparse' or 'dense', got {reward_type!r}")
+        substeps = round(1.0 / (control_hz * physics_dt))
+        if substeps < 1 or abs(substeps * physics_dt * control_hz - 1.0) > 1e-6:
+            raise ValueError(
+                f"control period 1/{control_hz} s is not a whole number of physics steps of {physics_dt} s"
+            )
+        unknown = [c for c in cameras if c not in CAMERAS]
+        if unknown:
+            raise ValueError(f"unknown camera(s) {unknown}; available: {list(CAMERAS)}")
+        self.task = tasks[0]
+        self.tasks = [t.spec for t in tasks]
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.control_hz = control_hz
+        self.substeps = substeps
+        self.action_mode = action_mode
+        self.reward_type = reward_type
+        self.cameras = tuple(cameras)
+        self.image_size = image_size
+        self.controller = controller
+        self.init_noise = init_noise
+
+        spec = build_tabletop(SceneOptions(image_size=image_size, timestep=physics_dt))
+        self.task.build(spec)
+        self.model = spec.compile()
+        threads = num_threads if num_threads is not None else (os.cpu_count() or 1)
+        self.num_threads = max(1, min(int(threads), num_envs))
+        self.sim = mjbatch.Batch(self.model, num_envs, nthread=self.num_threads)
+        self._bind()
+        self.task.bind(self)
+
+        action_dim = 7 if action_mode == "ee_delta" else 8
+        self.action_spec = Spec((action_dim,), torch.float32, -1.0, 1.0,
+                                "ee_delta: dx,dy,dz,droll,dpitch,dyaw,gripper" if action_dim == 7
+                                else "joint_pos: 7 real-convention joints, gripper")
+        self.observation_spec = {
+            "state": Spec((STATE_DIM,), torch.float32, doc="tcp pos 3, tcp quat 4, gripper 1, joints 7"),
+            "task_id": Spec((), torch.int64),
+            "privileged": Spec((self.task.privileged_dim,), torch.float32,
+                               doc=str(self.task.privileged_keys)),
+        }
+        if self.cameras:
+            self.observation_spec["rgb"] = Spec(
+                (len(self.cameras), image_size, image_size, 3), torch.uint8, 0, 255
+            )
+            from sims.mujoco.render import BatchRenderer
+
+            self._renderer = BatchRenderer(self.model, self.cameras, image_size, image_size)
+            self._rgb = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
+        else:
+            self._renderer = None
+
+        self._task_ids = np.zeros(num_envs, np.int64)
+        self._elapsed = np.zeros(num_envs, np.int64)
+        self._return = np.zeros(num_envs, np.float64)
+        self._init_ids = np.full(num_envs, -1, np.int64)
+        self.num_diverged = 0
+        self._rngs = self._make_rngs(seed)
+        self._closed = False
+        self.reset()
+
+    # ------------------------------------------------------------------ binding and accessors
+    def _bind(self) -> None:
+        m, sim = self.model, self.sim
+        self.qpos = sim.bind("qpos")
+        self.qvel = sim.bind("qvel")
+        self.ctrl = sim.bind("ctrl")
+        self.time = sim.bind("time")
+        self.mocap_pos = sim.bind("mocap_pos") if m.nmocap else np.zeros((self.num_envs, 0, 3))
+        self.site_xpos = sim.bind("site_xpos")
+        self.site_xmat = sim.bind("site_xmat")
+        self.xanchor = sim.bind("xanchor")
+        self.xaxis = sim.bind("xaxis")
+        self.arm_qpos = np.array([m.joint(j).qposadr[0] for j in ARM_JOINTS])
+        self.arm_qvel = np.array([m.joint(j).dofadr[0] for j in ARM_JOINTS])
+        self.arm_jnt = np.array([m.joint(j).id for j in ARM_JOINTS])
+        self.finger_qpos = np.array([m.joint(j).qposadr[0] for j in FINGER_JOINTS])
+        self.arm_act = np.array([m.actuator(j).id for j in ARM_JOINTS])
+        self.grip_act = m.actuator("gripper").id
+        self.tcp_site = m.site(TCP_SITE).id
+        self.q_low = m.jnt_range[self.arm_jnt, 0] + 1e-3
+        self.q_high = m.jnt_range[self.arm_jnt, 1] - 1e-3
+        self.q_home = home_qpos_sim()
+
+    def tcp_pos(self) -> np.ndarray:
+        """``[N, 3]`` TCP position (world)."""
+        return self.site_xpos[:, self.tcp_site]
+
+    def tcp_mat(self) -> np.ndarray:
+        """``[N, 9]`` TCP orientation matrix (row-major)."""
+        return self.site_xmat[:, self.tcp_site]
+
+    def gripper_width(self) -> np.ndarray:
+        """``[N]`` distance between the fingers (m)."""
+        return self.qpos[:, self.finger_qpos].sum(axis=1)
+
+    def arm_joints_real(self) -> np.ndarray:
+        """``[N, 7]`` arm angles in the real Panda convention."""
+        return to_real_joints(self.qpos[:, self.arm_qpos])
+
+    # ------------------------------------------------------------------ reset
+    def _make_rngs(self, seed: int) -> list[np.random.Generator]:
+        return [np.random.default_rng([seed, i]) for i in range(self.num_envs)]
+
+    def _reset_envs(self, ids: np.ndarray) -> None:
+        """Reset envs ``ids`` to a fresh initial state (their own random stream or init id)."""
+        if len(ids) == 0:
+            return
+        self.sim.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        inits = []
+        for i in ids:
+            init_id = int(self._init_ids[i])
+            rng = self._rngs[i] if init_id < 0 else self.task.init_rng(init_id)
+            q = self.q_home + rng.uniform(-self.init_noise, self.init_noise, size=7)
+            self.qpos[i, self.arm_qpos] = q
+            self.qpos[i, self.finger_qpos] = FINGER_MAX
+            self.ctrl[i, self.arm_act] = q
+            self.ctrl[i, self.grip_act] = FINGER_MAX
+            inits.append(self.task.sample_init(rng))
+        self.task.apply_init(ids, inits)
+        self.sim.warning[ids] = 0
+        self.sim.forward(ids, stage=mujoco.mjtStage.mjSTAGE_POS)
+        self._elapsed[ids] = 0
+        self._return[ids] = 0.0
+
+    def reset(self, *, seed=None, task_ids=None, init_ids=None) -> Obs:
+        self._check_open()
+        if seed is not None:
+            self._rngs = self._make_rngs(int(seed))
+        tids = _as_index_array(task_ids, self.num_envs, "task_ids")
+        if tids is not None:
+            if (tids < 0).any() or (tids >= len(self.tasks)).any():
+                raise ValueError(f"task_ids must be in [0, {len(self.tasks)}), got {tids.tolist()}")
+            self._task_ids[:] = tids
+        iids = _as_index_array(init_ids, self.num_envs, "init_ids")
+        self._init_ids[:] = -1 if iids is None else iids
+        all_ids = np.arange(self.num_envs)
+        self._reset_envs(all_ids)
+        return self._observe(all_ids)
+
+    # ------------------------------------------------------------------ step
+    def _apply_actions(self, actions: np.ndarray, ids: np.ndarray) -> None:
+        q = self.qpos[ids][:, self.arm_qpos]
+        if self.action_mode == "ee_delta":
+            jac = ctl.geometric_jacobian(
+                self.xaxis[ids][:, self.arm_jnt], self.xanchor[ids][:, self.arm_jnt],
+                self.site_xpos[ids, self.tcp_site],
+            )
+            target = ctl.ee_delta_targets(
+                actions, q, jac, self.q_home, self.q_low, self.q_high, self.controller
+            )
+            grip = actions[:, 6]
+        else:
+            target = np.clip(ctl.joint_position_targets(actions), self.q_low, self.q_high)
+            grip = actions[:, 7]
+        ctrl = self.ctrl
+        ctrl[np.ix_(ids, self.arm_act)] = target
+        ctrl[ids, self.grip_act] = ctl.gripper_target(grip)
+
+    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None):
+        self._check_open()
+        n = self.num_envs
+        if not isinstance(actions, torch.Tensor):
+            actions = torch.as_tensor(actions)
+        if tuple(actions.shape) != (n, *self.action_spec.shape):
+            raise ValueError(
+                f"actions must have shape [{n}, {self.action_spec.shape[0]}], got {tuple(actions.shape)}"
+            )
+        act = actions.detach().to("cpu", torch.float64).numpy()
+        if not np.isfinite(act).all():
+            raise ValueError("actions contain NaN or inf")
+        act = np.clip(act, -1.0, 1.0)
+        ids = np.arange(n)
+        if active is not None:
+            mask = active.detach().cpu().numpy().astype(bool)
+            ids = ids[mask]
+        reward = np.zeros(n)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        diverged = np.zeros(n, bool)
+        success = np.zeros(n, bool)
+        if len(ids):
+            self._apply_actions(act[ids], ids)
+            warn_before = self.sim.warning[ids, :, 0].sum(axis=1)
+            try:
+                self.sim.step(ids, nstep=self.substeps, stage=mujoco.mjtStage.mjSTAGE_POS)
+                failed = np.zeros(0, np.int64)
+            except mjbatch.SimulationError as err:  # an env raised: treat as diverged
+                failed = np.asarray(err.ids)
+            qv = self.qvel[ids]
+            bad = (
+                (self.sim.warning[ids, :, 0].sum(axis=1) > warn_before)
+                | ~np.isfinite(self.qpos[ids]).all(axis=1)
+                | ~np.isfinite(qv).all(axis=1)
+                | (np.abs(np.nan_to_num(qv, nan=np.inf)) > MAX_QVEL).any(axis=1)
+            )
+            diverged[ids[bad]] = True
+            diverged[failed] = True
+            self.num_diverged += int(diverged.sum())
+            self._elapsed[ids] += 1
+            success[ids] = self.task.success()[ids] & ~diverged[ids]
+            r = success.astype(np.float64) if self.reward_type == "sparse" else self.task.dense_reward()
+            reward[ids] = np.nan_to_num(r[ids])
+            self._return[ids] += reward[ids]
+            if self.task.terminate_on_success:
+                terminated[ids] = success[ids]
+            limit = self.task.max_steps
+            truncated[ids] = ((self._elapsed[ids] >= limit) | diverged[ids]) & ~terminated[ids]
+        done = terminated | truncated
+        done_ids = np.flatnonzero(done)
+        # Observe every active env; for the ones that ended this is the final observation.
+        obs = self._observe(ids) if len(ids) else self._last_obs
+        final_obs = {k: v.clone() for k, v in obs.items()}
+        episode = {
+            "return": torch.as_tensor(self._return.astype(np.float32), device=self.device),
+            "length": torch.as_tensor(self._elapsed.copy(), device=self.device),
+        }
+        if len(done_ids):
+            self._reset_envs(done_ids)
+            obs = self._observe(done_ids)
+        to_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=self.device)  # noqa: E731
+        info: dict[str, Any] = {
+            "success": to_t(success, torch.bool),
+            "done": to_t(done, torch.bool),
+            "diverged": to_t(diverged, torch.bool),
+            "final_obs": final_obs,
+            "episode": episode,
+            "elapsed": to_t(self._elapsed.copy(), torch.int64),
+        }
+        return (obs, to_t(reward, torch.float32), to_t(terminated, torch.bool),
+                to_t(truncated, torch.bool), info)
+
+    # ------------------------------------------------------------------ observations
+    def _observe(self, ids: np.ndarray) -> Obs:
+        """Refresh the cached observation rows of envs ``ids`` and return a copy of all rows."""
+        if not hasattr(self, "_state"):
+            self._state = np.zeros((self.num_envs, STATE_DIM), np.float32)
+        mat = self.tcp_mat()[ids]
+        self._state[ids] = np.concatenate(
+            [
+                self.tcp_pos()[ids],
+                ctl.mat_to_quat(mat),
+                self.gripper_width()[ids, None],
+                self.arm_joints_real()[ids],
+            ],
+            axis=1,
+        )
+        dev = self.device
+        obs = {
+            "state": torch.from_numpy(self._state.copy()).to(dev),
+            "task_id": torch.from_numpy(self._task_ids.copy()).to(dev),
+            "privileged": torch.from_numpy(self.task.privileged().astype(np.float32)).to(dev),
+        }
+        if self._renderer is not None:
+            self._renderer.render(self.sim, ids, self._rgb)
+            obs["rgb"] = torch.from_numpy(self._rgb.copy()).to(dev)
+        self._last_obs = obs
+        return obs
+
+    def render(self, env_id: int = 0, camera: str = "agentview") -> np.ndarray:
+        """An ``[H, W, 3]`` uint8 frame of one env (for videos); works without obs cameras."""
+        if not hasattr(self, "_video_renderer") or self._video_renderer.cameras != (camera,):
+            from sims.mujoco.render import BatchRenderer
+
+            self._video_renderer = BatchRenderer(self.model, (camera,), self.image_size, self.image_size)
+            self._video_buf = np.zeros((self.num_envs, 1, self.image_size, self.image_size, 3), np.uint8)
+        self._video_renderer.render(self.sim, np.array([env_id]), self._video_buf)
+        return self._video_buf[env_id, 0].copy()
+
+    def set_state(self, env_id: int, *, qpos: np.ndarray | None = None, qvel: np.ndarray | None = None) -> None:
+        """Overwrite one env's physics state (tests, fault injection, replay)."""
+        if qpos is not None:
+            self.qpos[env_id] = qpos
+        if qvel is not None:
+            self.qvel[env_id] = qvel
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this env is closed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for r in (self._renderer, getattr(self, "_video_renderer", None)):
+            if r is not None:
+                r.close()
+
+
+def make_mujoco_env(
+    *, task: str | None, suite: str | None, num_envs: int, seed: int, device, **kwargs: Any
+) -> MujocoVecEnv:
+    """Factory registered as backend ``"mujoco"`` in :mod:`sims.core`."""
+    if suite is not None:
+        raise NotImplementedError(
+            f"suite {suite!r}: the LIBERO-style suites are not built yet; use task=... "
+            f"(available: {__import__('sims.mujoco.tasks', fromlist=['task_names']).task_names()})"
+        )
+    return MujocoVecEnv([make_task(task)], num_envs, seed=seed, device=device, **kwargs)

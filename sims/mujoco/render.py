@@ -1,0 +1,47 @@
+"""Offscreen rendering of the envs of a ``mujoco.batch.Batch`` with ``mujoco.Renderer``.
+
+One renderer per process: OpenGL renderers in threads of one process do not scale, so parallel
+rendering comes from processes (env-runner workers) or a batched renderer (GPU backends).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mujoco
+import numpy as np
+from mujoco import batch as mjbatch
+
+
+class BatchRenderer:
+    """Renders cameras of selected envs into a uint8 buffer ``[N, V, H, W, 3]``."""
+
+    def __init__(self, model: mujoco.MjModel, cameras: Sequence[str], height: int, width: int):
+        missing = [c for c in cameras if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, c) < 0]
+        if missing:
+            raise ValueError(f"unknown camera(s) {missing}; the scene has "
+                             f"{[model.camera(i).name for i in range(model.ncam)]}")
+        self.model = model
+        self.cameras = tuple(cameras)
+        self.camera_ids = [model.camera(c).id for c in cameras]
+        self._renderer = mujoco.Renderer(model, height, width)
+        flags = self._renderer.scene.flags
+        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
+        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
+        flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
+        self._data = mujoco.MjData(model)
+        self._option = mujoco.MjvOption()
+
+    def render(self, sim: mjbatch.Batch, ids: np.ndarray, out: np.ndarray) -> None:
+        """Render every camera of envs ``ids`` into ``out[ids]`` (``[N, V, H, W, 3]`` uint8)."""
+        data, model = self._data, self.model
+        for i in ids:
+            sim.get_data(int(i), data)
+            mujoco.mj_kinematics(model, data)
+            mujoco.mj_camlight(model, data)
+            for v, cam in enumerate(self.camera_ids):
+                self._renderer.update_scene(data, camera=cam, scene_option=self._option)
+                self._renderer.render(out=out[i, v])
+
+    def close(self) -> None:
+        self._renderer.close()

@@ -1,0 +1,116 @@
+"""A MuJoCo task: the objects it adds to the tabletop, how it places them, when it succeeds.
+
+A task object is shared by all envs of a :class:`~sims.mujoco.env.MujocoVecEnv`; everything it
+computes is batched over envs (arrays ``[N, ...]`` bound to the env's ``mujoco.batch.Batch``).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import mujoco
+import numpy as np
+
+from sims.core import TaskSpec
+
+if TYPE_CHECKING:
+    from sims.mujoco.env import MujocoVecEnv
+
+#: default seed of the fixed evaluation initial states; with init_ids the initial state is a
+#: pure function of (this seed, task name, init id).
+EVAL_SEED = 20260101
+
+
+@dataclass(frozen=True)
+class Region:
+    """Axis-aligned placement region on the table top (metres, world frame)."""
+
+    x: tuple[float, float]
+    y: tuple[float, float]
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        return np.array([rng.uniform(*self.x), rng.uniform(*self.y)])
+
+
+class MujocoTask(abc.ABC):
+    """Base class of tabletop tasks.
+
+    Subclasses set ``name``, ``instruction``, ``max_steps``, ``privileged_keys`` and implement
+    ``build``, ``sample_init``, ``apply_init``, ``success`` and ``privileged``.
+    """
+
+    name: str = ""
+    suite: str = ""
+    instruction: str = ""
+    max_steps: int = 100
+    privileged_keys: tuple[tuple[str, int], ...] = ()
+    #: end the episode when the success predicate holds.
+    terminate_on_success: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not getattr(cls, "__abstractmethods__", None) and not cls.name:
+            raise TypeError(f"task class {cls.__name__} must set a 'name'")
+
+    @property
+    def spec(self) -> TaskSpec:
+        return TaskSpec(
+            name=self.name,
+            suite=self.suite,
+            instruction=self.instruction,
+            max_steps=self.max_steps,
+            privileged_keys=self.privileged_keys,
+        )
+
+    @property
+    def privileged_dim(self) -> int:
+        return sum(size for _, size in self.privileged_keys)
+
+    @abc.abstractmethod
+    def build(self, spec: mujoco.MjSpec) -> None:
+        """Add this task's objects to the tabletop spec."""
+
+    def bind(self, env: "MujocoVecEnv") -> None:
+        """Cache ids and views once the model is compiled and the batch exists."""
+        self.env = env
+
+    @abc.abstractmethod
+    def sample_init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Draw one env's initial object placement from ``rng``."""
+
+    @abc.abstractmethod
+    def apply_init(self, ids: np.ndarray, inits: list[dict[str, np.ndarray]]) -> None:
+        """Write the initial placements of envs ``ids`` into the batch state."""
+
+    @abc.abstractmethod
+    def success(self) -> np.ndarray:
+        """bool ``[N]``: the success predicate at the current state."""
+
+    @abc.abstractmethod
+    def privileged(self) -> np.ndarray:
+        """float ``[N, P]``: object poses and goals (for experts, critics, state-only RL)."""
+
+    def dense_reward(self) -> np.ndarray:
+        """float ``[N]`` shaped reward in [0, 1] (used when ``reward_type="dense"``)."""
+        return self.success().astype(np.float64)
+
+    def init_rng(self, init_id: int, seed: int = EVAL_SEED) -> np.random.Generator:
+        """Random stream of fixed initial state ``init_id`` (machine independent)."""
+        key = [seed, init_id] + [ord(c) for c in f"{self.suite}/{self.name}"]
+        return np.random.default_rng(key)
+
+
+def free_joint_qpos(model: mujoco.MjModel, joint: str) -> slice:
+    adr = model.joint(joint).qposadr[0]
+    return slice(adr, adr + 7)
+
+
+def free_joint_qvel(model: mujoco.MjModel, joint: str) -> slice:
+    adr = model.joint(joint).dofadr[0]
+    return slice(adr, adr + 6)
+
+
+def yaw_quat(yaw: float) -> np.ndarray:
+    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])

@@ -1,0 +1,113 @@
+"""Cube tasks: lift a cube, and pick a cube and place it on a target pad."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sims.mujoco.scene import add_box, add_marker
+from sims.mujoco.tasks.base import MujocoTask, Region, free_joint_qpos, free_joint_qvel, yaw_quat
+
+CUBE_HALF = 0.02
+
+
+class PickCube(MujocoTask):
+    """Pick up the cube and lift it ``lift_height`` metres above the table."""
+
+    name = "pick_cube"
+    instruction = "pick up the red cube"
+    max_steps = 80
+    privileged_keys = (("cube_pos", 3), ("cube_quat", 4), ("goal_pos", 3))
+    cube_region = Region(x=(-0.12, 0.12), y=(-0.15, 0.15))
+    lift_height = 0.1
+
+    def build(self, spec) -> None:
+        add_box(spec, "cube", (CUBE_HALF,) * 3, (0.85, 0.1, 0.1, 1.0))
+
+    def bind(self, env) -> None:
+        super().bind(env)
+        m = env.model
+        self.cube_qpos = free_joint_qpos(m, "cube_joint")
+        self.cube_qvel = free_joint_qvel(m, "cube_joint")
+        self.cube_body = m.body("cube").id
+
+    def sample_init(self, rng):
+        return {"cube_xy": self.cube_region.sample(rng), "cube_yaw": np.array(rng.uniform(-np.pi, np.pi))}
+
+    def apply_init(self, ids, inits):
+        qpos = self.env.qpos
+        for i, init in zip(ids, inits):
+            qpos[i, self.cube_qpos] = np.concatenate(
+                [init["cube_xy"], [CUBE_HALF], yaw_quat(float(init["cube_yaw"]))]
+            )
+        self.env.qvel[np.ix_(ids, np.arange(self.cube_qvel.start, self.cube_qvel.stop))] = 0.0
+
+    def cube_pos(self) -> np.ndarray:
+        return self.env.qpos[:, self.cube_qpos.start : self.cube_qpos.start + 3]
+
+    def goal_pos(self) -> np.ndarray:
+        goal = self.cube_pos().copy()
+        goal[:, 2] = CUBE_HALF + self.lift_height
+        return goal
+
+    def success(self):
+        return self.cube_pos()[:, 2] > CUBE_HALF + self.lift_height
+
+    def privileged(self):
+        q = self.env.qpos[:, self.cube_qpos]
+        return np.concatenate([q[:, :3], q[:, 3:7], self.goal_pos()], axis=1)
+
+    def dense_reward(self):
+        reach = np.linalg.norm(self.env.tcp_pos() - self.cube_pos(), axis=1)
+        lift = np.clip((self.cube_pos()[:, 2] - CUBE_HALF) / self.lift_height, 0.0, 1.0)
+        return 0.3 * (1.0 - np.tanh(10.0 * reach)) + 0.7 * lift
+
+
+class PlaceCube(PickCube):
+    """Pick up the cube and place it on the green pad, then let go."""
+
+    name = "place_cube"
+    instruction = "put the red cube on the green pad"
+    max_steps = 120
+    pad_radius = 0.04
+    cube_region = Region(x=(-0.12, 0.12), y=(-0.15, -0.02))
+    goal_region = Region(x=(-0.12, 0.12), y=(0.06, 0.15))
+
+    def build(self, spec) -> None:
+        super().build(spec)
+        add_marker(spec, "goal_pad", self.pad_radius, (0.1, 0.75, 0.2, 1.0), flat=True)
+
+    def bind(self, env) -> None:
+        super().bind(env)
+        self.mocap_id = env.model.body("goal_pad").mocapid[0]
+
+    def sample_init(self, rng):
+        init = super().sample_init(rng)
+        init["goal_xy"] = self.goal_region.sample(rng)
+        return init
+
+    def apply_init(self, ids, inits):
+        super().apply_init(ids, inits)
+        for i, init in zip(ids, inits):
+            self.env.mocap_pos[i, self.mocap_id] = [*init["goal_xy"], 0.0005]
+
+    def goal_pos(self):
+        goal = self.env.mocap_pos[:, self.mocap_id].copy()
+        goal[:, 2] = CUBE_HALF
+        return goal
+
+    def success(self):
+        cube = self.cube_pos()
+        on_pad = np.linalg.norm(cube[:, :2] - self.goal_pos()[:, :2], axis=1) < self.pad_radius
+        resting = cube[:, 2] < CUBE_HALF + 0.005
+        released = self.env.gripper_width() > 2 * CUBE_HALF + 0.01
+        return on_pad & resting & released
+
+    def dense_reward(self):
+        cube = self.cube_pos()
+        reach = np.linalg.norm(self.env.tcp_pos() - cube, axis=1)
+        to_goal = np.linalg.norm(cube[:, :2] - self.goal_pos()[:, :2], axis=1)
+        return (
+            0.2 * (1.0 - np.tanh(10.0 * reach))
+            + 0.5 * (1.0 - np.tanh(5.0 * to_goal))
+            + 0.3 * self.success()
+        )

@@ -1,0 +1,47 @@
+"""Reach: move the gripper's centre to a target in free space (a state-only sanity task)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sims.mujoco.scene import add_marker
+from sims.mujoco.tasks.base import MujocoTask, Region
+
+
+class Reach(MujocoTask):
+    """Bring the TCP within ``tolerance`` of the green sphere."""
+
+    name = "reach"
+    instruction = "move the gripper to the green ball"
+    max_steps = 50
+    privileged_keys = (("goal_pos", 3), ("tcp_to_goal", 3))
+    region = Region(x=(-0.2, 0.15), y=(-0.2, 0.2))
+    z_range = (0.08, 0.35)
+    tolerance = 0.03
+
+    def build(self, spec) -> None:
+        add_marker(spec, "reach_goal", 0.02, (0.1, 0.8, 0.2, 0.6))
+
+    def bind(self, env) -> None:
+        super().bind(env)
+        self.mocap_id = env.model.body("reach_goal").mocapid[0]
+
+    def sample_init(self, rng):
+        return {"goal": np.array([*self.region.sample(rng), rng.uniform(*self.z_range)])}
+
+    def apply_init(self, ids, inits):
+        for i, init in zip(ids, inits):
+            self.env.mocap_pos[i, self.mocap_id] = init["goal"]
+
+    def goal_pos(self) -> np.ndarray:
+        return self.env.mocap_pos[:, self.mocap_id]
+
+    def success(self):
+        return np.linalg.norm(self.env.tcp_pos() - self.goal_pos(), axis=1) < self.tolerance
+
+    def privileged(self):
+        goal = self.goal_pos()
+        return np.concatenate([goal, goal - self.env.tcp_pos()], axis=1)
+
+    def dense_reward(self):
+        return 1.0 - np.tanh(5.0 * np.linalg.norm(self.env.tcp_pos() - self.goal_pos(), axis=1))
