@@ -74,6 +74,7 @@ class MujocoVecEnv(VecEnv):
         num_threads: int | None = None,
         controller: ctl.EEDeltaConfig = ctl.EEDeltaConfig(),
         init_noise: float = 0.02,
+        max_steps: int | None = None,
     ):
         if len(tasks) != 1:
             raise NotImplementedError("multi-task scenes come with the task suites")
@@ -90,6 +91,10 @@ class MujocoVecEnv(VecEnv):
         if unknown:
             raise ValueError(f"unknown camera(s) {unknown}; available: {list(CAMERAS)}")
         self.task = tasks[0]
+        if max_steps is not None:
+            if max_steps < 1:
+                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+            self.task.max_steps = int(max_steps)
         self.tasks = [t.spec for t in tasks]
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -263,15 +268,15 @@ class MujocoVecEnv(VecEnv):
         success = np.zeros(n, bool)
         if len(ids):
             self._apply_actions(act[ids], ids)
-            warn_before = self.sim.warning[ids, :, 0].sum(axis=1)
+            warn_before = self.sim.warning[ids, :, 1].sum(axis=1)
             try:
-                self.sim.step(ids, nstep=self.substeps, stage=mujoco.mjtStage.mjSTAGE_POS)
+                self.sim.step(None if len(ids) == n else ids, nstep=self.substeps, stage=mujoco.mjtStage.mjSTAGE_POS)
                 failed = np.zeros(0, np.int64)
             except mjbatch.SimulationError as err:  # an env raised: treat as diverged
                 failed = np.asarray(err.ids)
             qv = self.qvel[ids]
             bad = (
-                (self.sim.warning[ids, :, 0].sum(axis=1) > warn_before)
+                (self.sim.warning[ids, :, 1].sum(axis=1) > warn_before)
                 | ~np.isfinite(self.qpos[ids]).all(axis=1)
                 | ~np.isfinite(qv).all(axis=1)
                 | (np.abs(np.nan_to_num(qv, nan=np.inf)) > MAX_QVEL).any(axis=1)
@@ -292,7 +297,7 @@ class MujocoVecEnv(VecEnv):
         done_ids = np.flatnonzero(done)
         # Observe every active env; for the ones that ended this is the final observation.
         obs = self._observe(ids) if len(ids) else self._last_obs
-        final_obs = {k: v.clone() for k, v in obs.items()}
+        final_obs = obs  # _observe builds fresh tensors, so the reset below leaves these intact
         episode = {
             "return": torch.as_tensor(self._return.astype(np.float32), device=self.device),
             "length": torch.as_tensor(self._elapsed.copy(), device=self.device),

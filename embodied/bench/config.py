@@ -1,0 +1,62 @@
+"""Typed schemas of ``embodied-bench`` (see :mod:`embodied.bench.cli`).
+
+The top-level schema :class:`BenchConfig` (ConfigStore name ``bench_schema``) holds the keys every
+benchmark shares; each benchmark extends it with its own keys in a subclass stored at the root of
+the ConfigStore as ``bench_<name>_schema``. ``configs/bench.yaml`` selects one option of the config
+group ``bench`` (``configs/bench/<name>.yaml``, package ``_global_``), which pulls in that subclass,
+so the benchmark's keys are top-level overrides: ``embodied-bench bench=sim out=DIR num_envs=[1,8]``.
+An unknown key or a value of the wrong type fails before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from omegaconf import MISSING
+
+from embodied.config import store
+
+
+@dataclass
+class BenchConfig:
+    """Keys shared by every benchmark (``configs/bench.yaml``)."""
+
+    out: str = MISSING  # run folder: <bench>.json, <bench>.csv and Hydra's .hydra/ go here
+    seed: int = 0  # seeds the random actions and the envs' streams
+    device: str = "cpu"  # where the env returns tensors
+
+
+@dataclass
+class SimBenchConfig(BenchConfig):
+    """``bench=sim``: our batched MuJoCo env against the raw library on the same physics.
+
+    Every case (num_envs N x thread count T) times, interleaved inside each repeat: our env
+    without cameras, ``mujoco.batch.Batch`` and ``mujoco.rollout`` stepping the env's compiled
+    model with the same substeps and threads, and our env rendering ``cameras``.
+    """
+
+    task: str = "pick_cube"  # a stand-alone task of the mujoco backend
+    num_envs: list[int] = field(default_factory=lambda: [1, 8, 64])  # batch sizes N
+    num_threads: list[int] = field(default_factory=lambda: [1, 2])  # MuJoCo C threads T
+    cameras: list[str] = field(default_factory=lambda: ["agentview", "wrist"])  # [] skips rendering
+    image_size: int = 128  # square camera images (pixels)
+    rollout: bool = True  # also time mujoco.rollout as a second raw baseline
+    repeats: int = 7  # timed repeats per case; medians are quoted
+    # Control steps per timed repeat. Unset: state_env_steps // N without cameras and
+    # rgb_env_steps // N with them, clamped to [min_steps, max_steps]; set: that many everywhere.
+    steps: Optional[int] = None
+    state_env_steps: int = 1600  # env-steps (control steps x N) per repeat, state-only cases
+    rgb_env_steps: int = 160  # env-steps per repeat, rendering cases
+    min_steps: int = 5
+    max_steps: int = 2000
+    warmup_steps: int = 5  # untimed control steps per variant before the first repeat
+    # Targets reported as booleans in sim.json (never asserted by tests).
+    target_env_vs_raw: float = 0.85  # our env / raw Batch, state-only, every N and T
+    target_thread_scaling: float = 1.7  # env-steps/s at 2 threads / 1 thread, state-only, N >= 8
+
+
+def register() -> None:
+    """Store the schemas in Hydra's ConfigStore (idempotent)."""
+    store("bench_schema", BenchConfig)
+    store("bench_sim_schema", SimBenchConfig)

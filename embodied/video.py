@@ -1,0 +1,67 @@
+"""MP4 videos of episodes with OpenCV: camera views side by side, instruction and step drawn on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+
+def annotate_frame(views: Sequence[np.ndarray], lines: Sequence[str], scale: int = 2) -> np.ndarray:
+    """Views ``[H, W, 3]`` RGB uint8 side by side, upscaled, with text lines in a bottom band.
+
+    Returns an ``[H*scale + band, W*V*scale, 3]`` RGB frame.
+    """
+    row = np.concatenate(list(views), axis=1)
+    row = cv2.resize(row, (row.shape[1] * scale, row.shape[0] * scale), interpolation=cv2.INTER_NEAREST)
+    band = np.full((18 * max(1, len(lines)) + 6, row.shape[1], 3), 24, np.uint8)
+    for k, text in enumerate(lines):
+        cv2.putText(band, text, (6, 18 * (k + 1)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (235, 235, 235), 1, cv2.LINE_AA)
+    return np.concatenate([row, band], axis=0)
+
+
+class VideoWriter:
+    """Writes RGB frames to an mp4 (codec mp4v); the file is complete once :meth:`close` returns."""
+
+    def __init__(self, path: str | os.PathLike, fps: float):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fps = fps
+        self._writer: cv2.VideoWriter | None = None
+        self.frames = 0
+
+    def write(self, frame: np.ndarray) -> None:
+        if self._writer is None:
+            h, w = frame.shape[:2]
+            self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h))
+            if not self._writer.isOpened():
+                raise RuntimeError(f"OpenCV could not open a video writer for {self.path}")
+        self._writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+
+    def __enter__(self) -> "VideoWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def count_frames(path: str | os.PathLike) -> int:
+    """Number of frames OpenCV can decode from a video file (0 if unreadable)."""
+    cap = cv2.VideoCapture(str(path))
+    n = 0
+    while cap.isOpened():
+        ok, _ = cap.read()
+        if not ok:
+            break
+        n += 1
+    cap.release()
+    return n
