@@ -18,6 +18,10 @@ from omegaconf import MISSING
 from embodied.config import store
 
 
+class BenchError(ValueError):
+    """A configuration a benchmark cannot run; ``embodied-bench`` prints it without a traceback."""
+
+
 @dataclass
 class BenchConfig:
     """Keys shared by every benchmark (``configs/bench.yaml``)."""

@@ -17,7 +17,7 @@ Observation keys (per env):
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import mujoco
 import numpy as np
@@ -75,9 +75,19 @@ class MujocoVecEnv(VecEnv):
         controller: ctl.EEDeltaConfig = ctl.EEDeltaConfig(),
         init_noise: float = 0.02,
         max_steps: int | None = None,
+        scene_builder: Callable[[mujoco.MjSpec], None] | None = None,
     ):
-        if len(tasks) != 1:
-            raise NotImplementedError("multi-task scenes come with the task suites")
+        """Args beyond :func:`sims.make`'s:
+
+        tasks: the tasks envs can run; env i starts on task ``i % len(tasks)``.
+        scene_builder: adds the objects of a scene shared by all ``tasks`` (a suite's scene);
+            None for one stand-alone task that builds its own.
+        max_steps: overrides every task's step limit.
+        """
+        if not tasks:
+            raise ValueError("at least one task is needed")
+        if scene_builder is None and len(tasks) != 1:
+            raise ValueError("several tasks need a shared scene_builder")
         if action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
         if reward_type not in ("sparse", "dense"):
@@ -90,12 +100,18 @@ class MujocoVecEnv(VecEnv):
         unknown = [c for c in cameras if c not in CAMERAS]
         if unknown:
             raise ValueError(f"unknown camera(s) {unknown}; available: {list(CAMERAS)}")
-        self.task = tasks[0]
+        dims = {t.privileged_dim for t in tasks}
+        if len(dims) != 1:
+            raise ValueError(f"tasks of one env must share the privileged layout, got sizes {dims}")
+        self.task_objs = list(tasks)
+        self.task = self.task_objs[0]
         if max_steps is not None:
             if max_steps < 1:
                 raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-            self.task.max_steps = int(max_steps)
-        self.tasks = [t.spec for t in tasks]
+            for t in self.task_objs:
+                t.max_steps = int(max_steps)
+        self.tasks = [t.spec for t in self.task_objs]
+        self._max_steps = np.array([t.max_steps for t in self.task_objs], np.int64)
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.control_hz = control_hz
@@ -108,13 +124,14 @@ class MujocoVecEnv(VecEnv):
         self.init_noise = init_noise
 
         spec = build_tabletop(SceneOptions(image_size=image_size, timestep=physics_dt))
-        self.task.build(spec)
+        (scene_builder or self.task.build)(spec)
         self.model = spec.compile()
         threads = num_threads if num_threads is not None else (os.cpu_count() or 1)
         self.num_threads = max(1, min(int(threads), num_envs))
         self.sim = mjbatch.Batch(self.model, num_envs, nthread=self.num_threads)
         self._bind()
-        self.task.bind(self)
+        for t in self.task_objs:
+            t.bind(self)
 
         action_dim = 7 if action_mode == "ee_delta" else 8
         self.action_spec = Spec((action_dim,), torch.float32, -1.0, 1.0,
@@ -137,7 +154,7 @@ class MujocoVecEnv(VecEnv):
         else:
             self._renderer = None
 
-        self._task_ids = np.zeros(num_envs, np.int64)
+        self._task_ids = np.arange(num_envs, dtype=np.int64) % len(self.task_objs)
         self._elapsed = np.zeros(num_envs, np.int64)
         self._return = np.zeros(num_envs, np.float64)
         self._init_ids = np.full(num_envs, -1, np.int64)
@@ -150,6 +167,8 @@ class MujocoVecEnv(VecEnv):
     def _bind(self) -> None:
         m, sim = self.model, self.sim
         self.qpos = sim.bind("qpos")
+        self.xpos = sim.bind("xpos")
+        self.xquat = sim.bind("xquat")
         self.qvel = sim.bind("qvel")
         self.ctrl = sim.bind("ctrl")
         self.time = sim.bind("time")
@@ -194,17 +213,20 @@ class MujocoVecEnv(VecEnv):
         if len(ids) == 0:
             return
         self.sim.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
-        inits = []
+        inits: dict[int, list[dict[str, np.ndarray]]] = {}
         for i in ids:
             init_id = int(self._init_ids[i])
-            rng = self._rngs[i] if init_id < 0 else self.task.init_rng(init_id)
+            task = self.task_objs[self._task_ids[i]]
+            rng = self._rngs[i] if init_id < 0 else task.init_rng(init_id)
             q = self.q_home + rng.uniform(-self.init_noise, self.init_noise, size=7)
             self.qpos[i, self.arm_qpos] = q
             self.qpos[i, self.finger_qpos] = FINGER_MAX
             self.ctrl[i, self.arm_act] = q
             self.ctrl[i, self.grip_act] = FINGER_MAX
-            inits.append(self.task.sample_init(rng))
-        self.task.apply_init(ids, inits)
+            inits.setdefault(int(self._task_ids[i]), []).append(task.sample_init(rng))
+        for t, task_inits in inits.items():
+            task_env_ids = ids[self._task_ids[ids] == t]
+            self.task_objs[t].apply_init(task_env_ids, task_inits)
         self.sim.warning[ids] = 0
         self.sim.forward(ids, stage=mujoco.mjtStage.mjSTAGE_POS)
         self._elapsed[ids] = 0
@@ -268,6 +290,9 @@ class MujocoVecEnv(VecEnv):
         success = np.zeros(n, bool)
         if len(ids):
             self._apply_actions(act[ids], ids)
+            groups = self._task_groups(ids)
+            for t, g in groups:
+                self.task_objs[t].before_step(g)
             warn_before = self.sim.warning[ids, :, 1].sum(axis=1)
             try:
                 self.sim.step(None if len(ids) == n else ids, nstep=self.substeps, stage=mujoco.mjtStage.mjSTAGE_POS)
@@ -285,13 +310,18 @@ class MujocoVecEnv(VecEnv):
             diverged[failed] = True
             self.num_diverged += int(diverged.sum())
             self._elapsed[ids] += 1
-            success[ids] = self.task.success()[ids] & ~diverged[ids]
-            r = success.astype(np.float64) if self.reward_type == "sparse" else self.task.dense_reward()
-            reward[ids] = np.nan_to_num(r[ids])
+            terminal_on_success = np.zeros(n, bool)
+            for t, g in groups:
+                task = self.task_objs[t]
+                success[g] = task.success(g) & ~diverged[g]
+                if self.reward_type == "dense":
+                    reward[g] = np.nan_to_num(task.dense_reward(g))
+                terminal_on_success[g] = task.terminate_on_success
+            if self.reward_type == "sparse":
+                reward[ids] = success[ids]
             self._return[ids] += reward[ids]
-            if self.task.terminate_on_success:
-                terminated[ids] = success[ids]
-            limit = self.task.max_steps
+            terminated[ids] = success[ids] & terminal_on_success[ids]
+            limit = self._max_steps[self._task_ids[ids]]
             truncated[ids] = ((self._elapsed[ids] >= limit) | diverged[ids]) & ~terminated[ids]
         done = terminated | truncated
         done_ids = np.flatnonzero(done)
@@ -317,6 +347,20 @@ class MujocoVecEnv(VecEnv):
         return (obs, to_t(reward, torch.float32), to_t(terminated, torch.bool),
                 to_t(truncated, torch.bool), info)
 
+    def _task_groups(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Envs ``ids`` grouped by the task they run: ``[(task index, env ids), ...]``."""
+        if len(self.task_objs) == 1:
+            return [(0, ids)]
+        tids = self._task_ids[ids]
+        return [(int(t), ids[tids == t]) for t in np.unique(tids)]
+
+    def success_mask(self) -> np.ndarray:
+        """bool ``[N]``: each env's task predicate at the current state."""
+        out = np.zeros(self.num_envs, bool)
+        for t, g in self._task_groups(np.arange(self.num_envs)):
+            out[g] = self.task_objs[t].success(g)
+        return out
+
     # ------------------------------------------------------------------ observations
     def _observe(self, ids: np.ndarray) -> Obs:
         """Refresh the cached observation rows of envs ``ids`` and return a copy of all rows."""
@@ -336,13 +380,19 @@ class MujocoVecEnv(VecEnv):
         obs = {
             "state": torch.from_numpy(self._state.copy()).to(dev),
             "task_id": torch.from_numpy(self._task_ids.copy()).to(dev),
-            "privileged": torch.from_numpy(self.task.privileged().astype(np.float32)).to(dev),
+            "privileged": torch.from_numpy(self._privileged()).to(dev),
         }
         if self._renderer is not None:
             self._renderer.render(self.sim, ids, self._rgb)
             obs["rgb"] = torch.from_numpy(self._rgb.copy()).to(dev)
         self._last_obs = obs
         return obs
+
+    def _privileged(self) -> np.ndarray:
+        out = np.zeros((self.num_envs, self.task.privileged_dim), np.float32)
+        for t, g in self._task_groups(np.arange(self.num_envs)):
+            out[g] = self.task_objs[t].privileged(g)
+        return out
 
     def render(self, env_id: int = 0, camera: str = "agentview") -> np.ndarray:
         """An ``[H, W, 3]`` uint8 frame of one env (for videos); works without obs cameras."""
@@ -379,8 +429,9 @@ def make_mujoco_env(
 ) -> MujocoVecEnv:
     """Factory registered as backend ``"mujoco"`` in :mod:`sims.core`."""
     if suite is not None:
-        raise NotImplementedError(
-            f"suite {suite!r}: the LIBERO-style suites are not built yet; use task=... "
-            f"(available: {__import__('sims.mujoco.tasks', fromlist=['task_names']).task_names()})"
-        )
+        from sims.suites import build_tasks
+
+        suite_tasks = build_tasks(suite)
+        return MujocoVecEnv(suite_tasks, num_envs, seed=seed, device=device,
+                            scene_builder=suite_tasks[0].scene.build, **kwargs)
     return MujocoVecEnv([make_task(task)], num_envs, seed=seed, device=device, **kwargs)

@@ -113,14 +113,15 @@ def build_panda(base_pos: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> mujoc
         act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
     for name in FINGER_JOINTS:
         joint = spec.joint(name)
-        joint.damping = [10.0, 0.0, 0.0]
-        joint.armature = 0.5
+        joint.damping = [5.0, 0.0, 0.0]
+        joint.armature = 0.1
         for geom in spec.body(name.replace("panda_finger_joint1", "panda_leftfinger").replace(
             "panda_finger_joint2", "panda_rightfinger"
         )).geoms:
             geom.rgba = [0.3, 0.3, 0.33, 1.0]
             geom.friction = [1.5, 0.05, 0.001]
             geom.condim = 4
+            geom.priority = 2  # finger friction rules every grasp
     # Both fingers follow one command: the second is tied to the first by an equality.
     spec.add_equality(
         type=mujoco.mjtEq.mjEQ_JOINT,
@@ -132,7 +133,7 @@ def build_panda(base_pos: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> mujoc
     grip = spec.add_actuator(
         name="gripper", target=FINGER_JOINTS[0], trntype=mujoco.mjtTrn.mjTRN_JOINT
     )
-    grip.set_to_position(kp=800.0, kv=40.0)
+    grip.set_to_position(kp=800.0, kv=20.0)
     grip.ctrlrange = [0.0, FINGER_MAX]
     grip.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
     grip.forcerange = [-60.0, 60.0]

@@ -51,7 +51,7 @@ class MujocoTask(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not getattr(cls, "__abstractmethods__", None) and not cls.name:
+        if not cls.__dict__.get("_declarative") and not getattr(cls, "__abstractmethods__", None) and not cls.name:
             raise TypeError(f"task class {cls.__name__} must set a 'name'")
 
     @property
@@ -68,9 +68,9 @@ class MujocoTask(abc.ABC):
     def privileged_dim(self) -> int:
         return sum(size for _, size in self.privileged_keys)
 
-    @abc.abstractmethod
     def build(self, spec: mujoco.MjSpec) -> None:
-        """Add this task's objects to the tabletop spec."""
+        """Add this task's objects to the tabletop spec (stand-alone tasks; suites share a scene)."""
+        raise NotImplementedError(f"task {self.name!r} builds no scene of its own")
 
     def bind(self, env: "MujocoVecEnv") -> None:
         """Cache ids and views once the model is compiled and the batch exists."""
@@ -85,16 +85,19 @@ class MujocoTask(abc.ABC):
         """Write the initial placements of envs ``ids`` into the batch state."""
 
     @abc.abstractmethod
-    def success(self) -> np.ndarray:
-        """bool ``[N]``: the success predicate at the current state."""
+    def success(self, ids: np.ndarray) -> np.ndarray:
+        """bool ``[len(ids)]``: the success predicate of envs ``ids`` at the current state."""
 
     @abc.abstractmethod
-    def privileged(self) -> np.ndarray:
-        """float ``[N, P]``: object poses and goals (for experts, critics, state-only RL)."""
+    def privileged(self, ids: np.ndarray) -> np.ndarray:
+        """float ``[len(ids), P]``: object poses and goals (for experts, critics, state-only RL)."""
 
-    def dense_reward(self) -> np.ndarray:
-        """float ``[N]`` shaped reward in [0, 1] (used when ``reward_type="dense"``)."""
-        return self.success().astype(np.float64)
+    def dense_reward(self, ids: np.ndarray) -> np.ndarray:
+        """float ``[len(ids)]`` shaped reward in [0, 1] (used when ``reward_type="dense"``)."""
+        return self.success(ids).astype(np.float64)
+
+    def before_step(self, ids: np.ndarray) -> None:
+        """Hook run before the physics of a control step (moving targets, conveyors)."""
 
     def init_rng(self, init_id: int, seed: int = EVAL_SEED) -> np.random.Generator:
         """Random stream of fixed initial state ``init_id`` (machine independent)."""

@@ -41,24 +41,24 @@ class PickCube(MujocoTask):
             )
         self.env.qvel[np.ix_(ids, np.arange(self.cube_qvel.start, self.cube_qvel.stop))] = 0.0
 
-    def cube_pos(self) -> np.ndarray:
-        return self.env.qpos[:, self.cube_qpos.start : self.cube_qpos.start + 3]
+    def cube_pos(self, ids) -> np.ndarray:
+        return self.env.qpos[ids, self.cube_qpos.start : self.cube_qpos.start + 3]
 
-    def goal_pos(self) -> np.ndarray:
-        goal = self.cube_pos().copy()
+    def goal_pos(self, ids) -> np.ndarray:
+        goal = self.cube_pos(ids).copy()
         goal[:, 2] = CUBE_HALF + self.lift_height
         return goal
 
-    def success(self):
-        return self.cube_pos()[:, 2] > CUBE_HALF + self.lift_height
+    def success(self, ids):
+        return self.cube_pos(ids)[:, 2] > CUBE_HALF + self.lift_height
 
-    def privileged(self):
-        q = self.env.qpos[:, self.cube_qpos]
-        return np.concatenate([q[:, :3], q[:, 3:7], self.goal_pos()], axis=1)
+    def privileged(self, ids):
+        q = self.env.qpos[ids][:, self.cube_qpos]
+        return np.concatenate([q[:, :3], q[:, 3:7], self.goal_pos(ids)], axis=1)
 
-    def dense_reward(self):
-        reach = np.linalg.norm(self.env.tcp_pos() - self.cube_pos(), axis=1)
-        lift = np.clip((self.cube_pos()[:, 2] - CUBE_HALF) / self.lift_height, 0.0, 1.0)
+    def dense_reward(self, ids):
+        reach = np.linalg.norm(self.env.tcp_pos()[ids] - self.cube_pos(ids), axis=1)
+        lift = np.clip((self.cube_pos(ids)[:, 2] - CUBE_HALF) / self.lift_height, 0.0, 1.0)
         return 0.3 * (1.0 - np.tanh(10.0 * reach)) + 0.7 * lift
 
 
@@ -90,24 +90,24 @@ class PlaceCube(PickCube):
         for i, init in zip(ids, inits):
             self.env.mocap_pos[i, self.mocap_id] = [*init["goal_xy"], 0.0005]
 
-    def goal_pos(self):
-        goal = self.env.mocap_pos[:, self.mocap_id].copy()
+    def goal_pos(self, ids):
+        goal = self.env.mocap_pos[ids, self.mocap_id].copy()
         goal[:, 2] = CUBE_HALF
         return goal
 
-    def success(self):
-        cube = self.cube_pos()
-        on_pad = np.linalg.norm(cube[:, :2] - self.goal_pos()[:, :2], axis=1) < self.pad_radius
+    def success(self, ids):
+        cube = self.cube_pos(ids)
+        on_pad = np.linalg.norm(cube[:, :2] - self.goal_pos(ids)[:, :2], axis=1) < self.pad_radius
         resting = cube[:, 2] < CUBE_HALF + 0.005
-        released = self.env.gripper_width() > 2 * CUBE_HALF + 0.01
+        released = self.env.gripper_width()[ids] > 2 * CUBE_HALF + 0.01
         return on_pad & resting & released
 
-    def dense_reward(self):
-        cube = self.cube_pos()
-        reach = np.linalg.norm(self.env.tcp_pos() - cube, axis=1)
-        to_goal = np.linalg.norm(cube[:, :2] - self.goal_pos()[:, :2], axis=1)
+    def dense_reward(self, ids):
+        cube = self.cube_pos(ids)
+        reach = np.linalg.norm(self.env.tcp_pos()[ids] - cube, axis=1)
+        to_goal = np.linalg.norm(cube[:, :2] - self.goal_pos(ids)[:, :2], axis=1)
         return (
             0.2 * (1.0 - np.tanh(10.0 * reach))
             + 0.5 * (1.0 - np.tanh(5.0 * to_goal))
-            + 0.3 * self.success()
+            + 0.3 * self.success(ids)
         )

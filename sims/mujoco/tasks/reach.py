@@ -33,15 +33,15 @@ class Reach(MujocoTask):
         for i, init in zip(ids, inits):
             self.env.mocap_pos[i, self.mocap_id] = init["goal"]
 
-    def goal_pos(self) -> np.ndarray:
-        return self.env.mocap_pos[:, self.mocap_id]
+    def goal_pos(self, ids) -> np.ndarray:
+        return self.env.mocap_pos[ids, self.mocap_id]
 
-    def success(self):
-        return np.linalg.norm(self.env.tcp_pos() - self.goal_pos(), axis=1) < self.tolerance
+    def success(self, ids):
+        return np.linalg.norm(self.env.tcp_pos()[ids] - self.goal_pos(ids), axis=1) < self.tolerance
 
-    def privileged(self):
-        goal = self.goal_pos()
-        return np.concatenate([goal, goal - self.env.tcp_pos()], axis=1)
+    def privileged(self, ids):
+        goal = self.goal_pos(ids)
+        return np.concatenate([goal, goal - self.env.tcp_pos()[ids]], axis=1)
 
-    def dense_reward(self):
-        return 1.0 - np.tanh(5.0 * np.linalg.norm(self.env.tcp_pos() - self.goal_pos(), axis=1))
+    def dense_reward(self, ids):
+        return 1.0 - np.tanh(5.0 * np.linalg.norm(self.env.tcp_pos()[ids] - self.goal_pos(ids), axis=1))

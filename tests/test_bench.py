@@ -1,0 +1,99 @@
+"""CLI smoke runs of ``embodied-bench`` at tiny sizes, through the real console script.
+
+Behaviour only: files, fields, error messages. Never timing values (DESIGN: tests never time).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [str(BIN / "embodied-bench"), *args], capture_output=True, text=True, env=env,
+        timeout=300, cwd=cwd,
+    )
+
+
+def test_bench_sim_writes_json_csv_and_table(tmp_path):
+    out = tmp_path / "run"
+    proc = _run("bench=sim", f"out={out}", "num_envs=[1,2]", "num_threads=[1,2]", "steps=3",
+                "repeats=1", "warmup_steps=1", "image_size=32", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Hydra's own files go to the run folder, not ./outputs
+    assert (out / ".hydra" / "config.yaml").is_file()
+    assert not (tmp_path / "outputs").exists()
+    assert "env/batch" in proc.stdout and "target" in proc.stdout
+
+    res = json.loads((out / "sim.json").read_text())
+    assert res["bench"] == "sim"
+    assert res["config"]["num_envs"] == [1, 2] and res["config"]["steps"] == 3
+    assert {"python", "cpu_count", "mujoco", "numpy", "torch"} <= set(res["machine"])
+    sizes = res["sizes"]
+    assert sizes["task"] == "pick_cube" and sizes["substeps"] >= 1 and sizes["nv"] > 0
+    assert sizes["views"] == 2 and sizes["image_size"] == 32
+    # N=1 runs one thread (the env clamps threads to N): cases (1,1), (2,1), (2,2)
+    assert [(c["num_envs"], c["threads"]) for c in res["cases"]] == [(1, 1), (2, 1), (2, 2)]
+    assert res["skipped"] == [{"num_envs": 1, "threads_requested": 2, "threads": 1}]
+    for case in res["cases"]:
+        for variant in ("env_state", "raw_batch", "raw_rollout", "env_rgb"):
+            rate = case[variant]["env_steps_per_s"]
+            assert rate["median"] > 0 and len(rate["samples"]) == 1
+            assert case[variant]["control_steps"] == 3
+            assert case[variant]["physics_steps_per_s"] > 0
+        assert case["env_rgb"]["frames_per_s"] > 0
+        for variant in ("env_state", "env_rgb"):  # our env's time split: physics/render/rest
+            split = case[variant]["time_split"]
+            assert 0 < split["physics_frac"] < 1 and split["overhead_ms_per_step"] > 0
+        assert case["env_state"]["time_split"]["render_frac"] == 0
+        assert case["env_rgb"]["time_split"]["render_frac"] > 0
+        assert "time_split" not in case["raw_batch"]
+        assert case["ratio_env_vs_raw_batch"] > 0 and case["ratio_env_vs_raw_rollout"] > 0
+    scaling = res["thread_scaling"]
+    assert [(r["num_envs"], r["threads"]) for r in scaling] == [(2, 2)]
+    assert scaling[0]["env_state"] > 0 and scaling[0]["cpu_util"]["raw_batch"] > 0
+    assert {"loadavg_end", "omp_num_threads"} <= set(res["runtime"])
+    targets = res["targets"]
+    assert set(targets["env_vs_raw_batch"]["by_num_envs"]) == {"1", "2"}
+    assert isinstance(targets["env_vs_raw_batch"]["pass"], bool)
+    # the thread-scaling target applies to N >= 8 only: nothing measured here
+    assert targets["thread_scaling"]["by_num_envs"] == {} and targets["thread_scaling"]["pass"] is None
+
+    with (out / "sim.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 * 4
+    assert {"num_envs", "threads", "variant", "env_steps_per_s_median", "physics_steps_per_s_median",
+            "ratio_vs_raw_batch", "speedup_vs_1_thread", "overhead_ms_per_step"} <= set(rows[0])
+    assert {r["variant"] for r in rows} == {"env_state", "raw_batch", "raw_rollout", "env_rgb"}
+    assert all(float(r["env_steps_per_s_median"]) > 0 for r in rows)
+
+
+def test_bench_state_only_without_rollout(tmp_path):
+    proc = _run("bench=sim", f"out={tmp_path}", "num_envs=[2]", "num_threads=[1]", "cameras=[]",
+                "rollout=false", "steps=2", "repeats=2", "warmup_steps=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "sim.json").read_text())
+    (case,) = res["cases"]
+    assert "env_rgb" not in case and "raw_rollout" not in case
+    assert len(case["env_state"]["env_steps_per_s"]["samples"]) == 2
+    assert res["thread_scaling"] == []
+
+
+def test_bench_errors_are_clear(tmp_path):
+    proc = _run("bench=nope", f"out={tmp_path}")
+    assert proc.returncode != 0
+    assert "bench/nope" in proc.stderr and "sim" in proc.stderr  # names the available ones
+    proc = _run("bench=sim")  # no out=
+    assert proc.returncode != 0 and "out=DIR is required" in proc.stderr
+    proc = _run("bench=sim", f"out={tmp_path}", "num_envs=[0]")
+    assert proc.returncode != 0 and "num_envs must be" in proc.stderr
+    proc = _run("bench=sim", f"out={tmp_path}", "bogus_key=1")
+    assert proc.returncode != 0 and "bogus_key" in proc.stderr
