@@ -6,6 +6,7 @@ rendering comes from processes (env-runner workers) or a batched renderer (GPU b
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import mujoco
@@ -24,7 +25,14 @@ class BatchRenderer:
         self.model = model
         self.cameras = tuple(cameras)
         self.camera_ids = [model.camera(c).id for c in cameras]
-        self._renderer = mujoco.Renderer(model, height, width)
+        try:
+            self._renderer = mujoco.Renderer(model, height, width)
+        except Exception as err:  # noqa: BLE001 - re-raised with the fix
+            raise RuntimeError(
+                f"offscreen rendering failed ({err}) with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. Install the "
+                "EGL/OSMesa packages (the README's set-up does), set MUJOCO_GL=egl or osmesa before anything "
+                "imports mujoco, or use cameras=() for state-only envs"
+            ) from err
         flags = self._renderer.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
         flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False

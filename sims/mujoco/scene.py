@@ -79,7 +79,8 @@ def build_tabletop(options: SceneOptions = SceneOptions()) -> mujoco.MjSpec:
                     diffuse=[0.6, 0.6, 0.6], specular=[0.1, 0.1, 0.1])
     world.add_geom(
         name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2.0, 2.0, 0.1],
-        pos=[0, 0, -0.75], rgba=[0.35, 0.37, 0.4, 1], contype=0, conaffinity=0,
+        pos=[0, 0, -0.75], rgba=[0.35, 0.37, 0.4, 1], contype=WORLD_CONTYPE,
+        conaffinity=WORLD_CONAFFINITY,  # what falls off the table lands here
     )
     world.add_geom(
         name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=list(TABLE_HALF),

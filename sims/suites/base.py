@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import sims.mujoco  # noqa: F401  (picks the offscreen GL platform before mujoco loads)
 import mujoco
 import numpy as np
 

@@ -14,7 +14,7 @@ CARRIAGE = Carriage(name="tray", x=0.02, half=(0.06, 0.06, 0.01), travel=0.16)
 
 def scene() -> SuiteScene:
     return SuiteScene(
-        [cube("slider", "red", friction=0.012), ball("ball", "orange", friction=1.0),
+        [cube("slider", "red", friction=0.02), ball("ball", "orange", friction=1.0),
          cube("cube", "blue"), plate(extra={})],
         carriages=[CARRIAGE],
     )

@@ -24,6 +24,11 @@ from sims.suites.base import OBJ_STRIDE, SuiteTask
 from sims.suites.objects import DRAWER_TRAVEL, HANDLE_OUT
 
 CARRY_Z = 0.2
+SETTLE_SPEED = 0.03  # m/s: an object slower than this is grasped right away
+SETTLE_STEPS = 40  # at most this many steps hovering over a moving object
+GRASP_OFFSET = 0.012  # TCP above an object's centre when grasping it
+DROP_CLEARANCE = 0.006  # gap under an object when the hand lets go of it
+DRAWER_FLOOR_TOP = 0.036  # height of a drawer's floor (cabinet on the table, see objects.py)
 PUSH_GAP = 0.035  # TCP distance behind the handle bar when pushing a drawer closed
 HANDLE_GRIP = -0.5  # gripper command while approaching a drawer handle (half open)
 GRASP_MIN_Z = 0.033  # the fingertips are 3 cm below the TCP: keep them off the table
@@ -80,6 +85,15 @@ class Context:
         row = self.priv[self.layout[name]]
         return row[:3] + lead * row[7:10]
 
+    def yaw_error(self) -> float:
+        """Angle (rad) between the hand's current and desired yaw."""
+        d = self.current_yaw() - self.yaw
+        return float(abs(np.arctan2(np.sin(d), np.cos(d))))
+
+    def speed(self, name: str) -> float:
+        """Horizontal speed (m/s) of an object."""
+        return float(np.linalg.norm(self.priv[self.layout[name]][7:9]))
+
     def quat(self, name: str) -> np.ndarray:
         return self.priv[self.layout[name]][3:7]
 
@@ -95,7 +109,7 @@ class Context:
     def drawer_inside(self, drawer: str) -> np.ndarray:
         d = self.scene.by_name[drawer]
         x, y = d.extra.get("pos", (0.2, 0.18))
-        return np.array([x - self.opening(drawer), y, 0.028])
+        return np.array([x - self.opening(drawer), y, DRAWER_FLOOR_TOP])
 
     def action(self, target: np.ndarray, grip: float, gain: float = 1.0) -> Action:
         err = target - self.tcp
@@ -112,13 +126,22 @@ class Context:
 
 
 # ------------------------------------------------------------------------------- primitives
-def goto(ctx: Context, target: Callable[[], np.ndarray], grip: float, tol: float, timeout: int) -> Script:
+def goto(ctx: Context, target: Callable[[], np.ndarray], grip: float, tol: float, timeout: int,
+         gain: float = 1.0) -> Script:
     """Move the TCP to ``target()`` (re-evaluated every step) until within ``tol`` metres."""
     for _ in range(timeout):
         goal = target()
         if np.linalg.norm(goal - ctx.tcp) < tol:
             return
-        yield ctx.action(goal, grip)
+        yield ctx.action(goal, grip, gain)
+
+
+def retreat(ctx: Context, grip: float) -> Script:
+    """Rise straight up: slowly out of the clutter (no sideways drag), then fast to carry height."""
+    spot = ctx.tcp.copy()
+    yield from goto(ctx, lambda: spot + [0.0, 0.0, 0.05], grip, 0.01, 12, gain=0.4)
+    spot[2] = CARRY_Z
+    yield from goto(ctx, lambda: spot, grip, 0.03, 25)
 
 
 def hold(ctx: Context, grip: float, steps: int, where: np.ndarray | None = None) -> Script:
@@ -136,24 +159,38 @@ def _face_yaw(ctx: Context, obj: str) -> float:
 
 
 def pick(ctx: Context, obj: str) -> Script:
+    """Approach above ``obj``, wait for it to (nearly) stop, align, descend, close, lift."""
     spec = ctx.scene.by_name[obj]
-    lead = 0.25
+    lead = 0.25  # seconds of look-ahead while approaching a moving object
 
     def grasp_point() -> np.ndarray:
         p = ctx.pos(obj, lead)
-        z = max(p[2] + (0.012 if spec.kind != "ball" else 0.004), GRASP_MIN_Z)
+        z = max(p[2] + (GRASP_OFFSET if spec.kind != "ball" else 0.004), GRASP_MIN_Z)
         return np.array([p[0], p[1], z])
+
+    def xy_error() -> float:
+        return float(np.linalg.norm(grasp_point()[:2] - ctx.tcp[:2]))
 
     if spec.kind == "cube":
         ctx.yaw = _face_yaw(ctx, obj)
     yield from goto(ctx, lambda: grasp_point() + [0, 0, 0.09], -1.0, 0.012, 60)
+    lead = 0.0
+    # a sliding object escapes the slightest touch: hover above it until it (nearly) stops,
+    # the hand is turned and the fingers are centred on it, then go straight down
+    for _ in range(SETTLE_STEPS):
+        if ctx.speed(obj) < SETTLE_SPEED:
+            break
+        yield ctx.action(grasp_point() + [0, 0, 0.09], -1.0)
     if spec.kind == "cube":
         ctx.yaw = _face_yaw(ctx, obj)
-    lead = 0.1
+    for _ in range(20):
+        if ctx.yaw_error() < 0.05 and xy_error() < 0.004:
+            break
+        yield ctx.action(grasp_point() + [0, 0, 0.05], -1.0)
     yield from goto(ctx, grasp_point, -1.0, 0.007, 30)
-    lead = 0.0
     for _ in range(8):
-        yield ctx.action(grasp_point() if np.linalg.norm(ctx.pos(obj)[:2] - ctx.tcp[:2]) < 0.02 else ctx.tcp, 1.0)
+        near = np.linalg.norm(ctx.pos(obj)[:2] - ctx.tcp[:2]) < 0.02
+        yield ctx.action(grasp_point() if near else ctx.tcp, 1.0)
     up = ctx.tcp.copy()
     up[2] = CARRY_Z
     yield from goto(ctx, lambda: up, 1.0, 0.02, 40)
@@ -167,8 +204,9 @@ def place(ctx: Context, obj: str, target: tuple) -> Script:
 
     def drop_point() -> np.ndarray:
         if where in ctx.scene.by_name and ctx.scene.by_name[where].kind == "drawer":
+            # front half of the drawer: the hand stays clear of the cabinet above the back half
             base = ctx.drawer_inside(where)
-            return base + [0.0, 0.0, spec.rest_z + 0.015] + offset
+            return base + [-0.02, 0.0, spec.rest_z + GRASP_OFFSET + DROP_CLEARANCE] + offset
         sup = ctx.scene.by_name.get(where)
         base = ctx.pos(where, lead)
         if sup is None:  # a carriage
@@ -178,15 +216,21 @@ def place(ctx: Context, obj: str, target: tuple) -> Script:
             top = base[2] + 0.01
         else:
             top = base[2] + sup.size[1]
-        return np.array([base[0], base[1], top + spec.rest_z + 0.012]) + offset
+        return np.array([base[0], base[1], top + spec.rest_z + GRASP_OFFSET + DROP_CLEARANCE]) + offset
 
+    container = ctx.scene.by_name.get(where)
+    if container is not None and container.kind == "drawer":
+        # fingers open along y, across the drawer's width, away from its front and back panels
+        ctx.yaw = float(np.pi / 2 + np.round((ctx.yaw - np.pi / 2) / np.pi) * np.pi)
+    elif container is not None and container.kind == "basket":
+        # fingers parallel to the basket's walls, so they can open inside it
+        wall_yaw = 2 * np.arctan2(ctx.quat(where)[3], ctx.quat(where)[0])
+        ctx.yaw = float(wall_yaw + np.round((ctx.yaw - wall_yaw) / (np.pi / 2)) * (np.pi / 2))
     yield from goto(ctx, lambda: np.array([*drop_point()[:2], CARRY_Z]), 1.0, 0.015, 80)
     lead = 0.1
     yield from goto(ctx, drop_point, 1.0, 0.008, 40)
     yield from release(ctx)
-    up = ctx.tcp.copy()
-    up[2] = CARRY_Z
-    yield from goto(ctx, lambda: up, -1.0, 0.03, 25)
+    yield from retreat(ctx, -1.0)
 
 
 def release(ctx: Context, min_steps: int = 4, max_steps: int = 20) -> Script:
@@ -219,9 +263,7 @@ def open_drawer(ctx: Context, drawer: str) -> Script:
         step = min(DRAWER_TRAVEL - opening, 0.04)
         yield ctx.action(ctx.handle(drawer) + [-step, 0.0, 0.0], 1.0)
     yield from release(ctx)
-    up = ctx.tcp.copy()
-    up[2] = CARRY_Z
-    yield from goto(ctx, lambda: up, -1.0, 0.03, 25)
+    yield from retreat(ctx, -1.0)
 
 
 def close_drawer(ctx: Context, drawer: str) -> Script:

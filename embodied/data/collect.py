@@ -1,0 +1,168 @@
+"""Collect demonstrations: scripted experts in parallel envs -> a v3.0 dataset.
+
+Episodes run in waves of N parallel envs: each env of a wave is reset to one (task, initial
+state) of the work list and runs until its episode ends. Demonstrations use the fixed training
+initial states ``TRAIN_INIT_OFFSET + k`` of each task, never the 50 evaluation states (0..49), so
+a policy is never evaluated on the layouts it was trained on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from embodied.data.lerobot_format import DatasetWriter, Episode
+
+TRAIN_INIT_OFFSET = 10_000
+STATE_NAMES = ["tcp_x", "tcp_y", "tcp_z", "tcp_qw", "tcp_qx", "tcp_qy", "tcp_qz", "gripper_width",
+               "joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "joint7"]
+ACTION_NAMES = ["dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper"]
+
+
+@dataclass
+class CollectResult:
+    """Per task: attempts, successes and kept episodes; plus totals."""
+
+    suite: str
+    tasks: list[dict[str, Any]]
+    episodes: int
+    frames: int
+    wall_s: float
+    root: Path
+
+
+def collect_suite(
+    suite: str,
+    out: str | Path,
+    *,
+    episodes_per_task: int,
+    task_ids: Sequence[int] | None = None,
+    num_envs: int = 8,
+    cameras: Sequence[str] = ("agentview", "wrist"),
+    image_size: int = 128,
+    keep_failures: bool = False,
+    max_attempts_per_task: int | None = None,
+    seed: int = 0,
+    num_threads: int | None = None,
+    on_episode: Callable[[dict[str, Any]], None] | None = None,
+) -> CollectResult:
+    """Run the suite's experts and write ``out`` (a v3.0 dataset). See the module docstring.
+
+    Args:
+        episodes_per_task: demonstrations to keep per task (successful ones unless
+            ``keep_failures``); failed attempts are retried on new initial states, up to
+            ``max_attempts_per_task`` (default 2x + 2).
+        task_ids: subset of the suite's task indices (default: all).
+        on_episode: called with each finished episode's summary (for videos, logging).
+    """
+    import sims
+
+    specs = sims.suites.tasks(suite)
+    ids = list(range(len(specs))) if task_ids is None else [int(t) for t in task_ids]
+    bad = [t for t in ids if not 0 <= t < len(specs)]
+    if bad:
+        raise ValueError(f"task ids {bad} out of range: suite {suite!r} has tasks 0..{len(specs) - 1}")
+    if episodes_per_task < 1:
+        raise ValueError(f"episodes_per_task must be >= 1, got {episodes_per_task}")
+    max_attempts = max_attempts_per_task or 2 * episodes_per_task + 2
+    n = max(1, min(num_envs, episodes_per_task * len(ids)))
+    env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
+                    image_size=image_size, num_threads=num_threads)
+    expert = sims.suites.expert(suite, num_envs=n)
+    writer = DatasetWriter(
+        out, fps=env.control_hz, cameras=cameras, image_size=image_size, state_names=STATE_NAMES,
+        action_names=ACTION_NAMES, privileged_dim=env.observation_spec["privileged"].shape[0],
+        extra_info={"suite": suite, "task_names": [s.name for s in specs], "control_hz": env.control_hz,
+                    "action_mode": env.action_mode, "init_ids_from": TRAIN_INIT_OFFSET},
+    )
+    stats = {t: {"attempts": 0, "successes": 0, "kept": 0} for t in ids}
+    next_init = {t: 0 for t in ids}
+    total = episodes_per_task * len(ids)
+    start = time.perf_counter()
+
+    def pending() -> list[int]:
+        """Tasks still needing episodes, with a free attempt."""
+        return [t for t in ids if stats[t]["kept"] < episodes_per_task and stats[t]["attempts"] < max_attempts]
+
+    try:
+        with tqdm(total=total, desc=f"collect {suite}", unit="ep") as bar:
+            while pending():
+                # one wave: fill the envs round-robin over tasks that still need episodes
+                wave: list[tuple[int, int]] = []
+                queue = pending()
+                need = {t: episodes_per_task - stats[t]["kept"] for t in queue}
+                while len(wave) < n and any(need.values()):
+                    for t in queue:
+                        if need[t] > 0 and len(wave) < n and stats[t]["attempts"] < max_attempts:
+                            wave.append((t, TRAIN_INIT_OFFSET + next_init[t]))
+                            next_init[t] += 1
+                            stats[t]["attempts"] += 1
+                            need[t] -= 1
+                    if all(stats[t]["attempts"] >= max_attempts for t in queue):
+                        break
+                count = len(wave)
+                task_col = [t for t, _ in wave] + [wave[0][0]] * (n - count)
+                init_col = [i for _, i in wave] + [wave[0][1]] * (n - count)
+                obs = env.reset(task_ids=task_col, init_ids=init_col)
+                expert.reset()
+                active = np.zeros(n, bool)
+                active[:count] = True
+                buffers: list[dict[str, list]] = [
+                    {k: [] for k in ("state", "privileged", "action", "reward", "done", "success", "rgb")}
+                    for _ in range(n)
+                ]
+                while active.any():
+                    actions = expert.act(obs)
+                    nxt, reward, term, trunc, info = env.step(actions, active=torch.as_tensor(active))
+                    done = info["done"].numpy()
+                    for i in np.flatnonzero(active):
+                        b = buffers[i]
+                        b["state"].append(obs["state"][i].numpy())
+                        b["privileged"].append(obs["privileged"][i].numpy())
+                        b["action"].append(actions[i].numpy())
+                        b["reward"].append(float(reward[i]))
+                        b["done"].append(bool(done[i]))
+                        b["success"].append(bool(info["success"][i]))
+                        if "rgb" in obs:
+                            b["rgb"].append(obs["rgb"][i].numpy())
+                    for i in np.flatnonzero(active & done):
+                        t, init_id = wave[i]
+                        b = buffers[i]
+                        ok = any(b["success"])
+                        stats[t]["successes"] += int(ok)
+                        summary = {"task": t, "name": specs[t].name, "init_id": init_id, "success": ok,
+                                   "length": len(b["action"]), "diverged": bool(info["diverged"][i])}
+                        if (ok or keep_failures) and stats[t]["kept"] < episodes_per_task:
+                            writer.add_episode(Episode(
+                                task_index=t, instruction=specs[t].instruction,
+                                state=np.stack(b["state"]), privileged=np.stack(b["privileged"]),
+                                action=np.stack(b["action"]), reward=np.asarray(b["reward"]),
+                                done=np.asarray(b["done"]), success=np.asarray(b["success"]),
+                                rgb=np.stack(b["rgb"]) if b["rgb"] else None,
+                                meta={"suite": suite, "suite_task_index": t, "task_name": specs[t].name,
+                                      "init_id": init_id},
+                            ))
+                            stats[t]["kept"] += 1
+                            bar.update(1)
+                        if on_episode is not None:
+                            summary["rgb"] = np.stack(b["rgb"]) if b["rgb"] else None
+                            on_episode(summary)
+                    active &= ~done
+                    obs = nxt
+    finally:
+        env.close()
+        root = writer.close()
+    tasks = [
+        {"suite": suite, "task": t, "name": specs[t].name, "instruction": specs[t].instruction,
+         "episodes": stats[t]["kept"], "attempts": stats[t]["attempts"],
+         "success_rate": stats[t]["successes"] / max(stats[t]["attempts"], 1)}
+        for t in ids
+    ]
+    return CollectResult(suite, tasks, writer.num_episodes, len(writer._rows["index"]),
+                         time.perf_counter() - start, root)
