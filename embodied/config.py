@@ -9,7 +9,7 @@ wrong type fails before anything runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -19,7 +19,8 @@ class SimConfig:
     """Which simulator and scene (config group ``sim``)."""
 
     backend: str = "mujoco"  # mujoco | mujoco_gpu | maniskill
-    task: str = "place_cube"  # a stand-alone task (see sims.tasks())
+    suite: Optional[str] = "spatial"  # a task suite (sims.suites.names()), or null with a task
+    task: Optional[str] = None  # a stand-alone task (sims.tasks()), used when suite is null
     num_envs: int = 8  # envs stepped together
     cameras: list[str] = field(default_factory=lambda: ["agentview", "wrist"])  # [] for state only
     image_size: int = 128  # square camera images (pixels)
@@ -43,7 +44,9 @@ def make_env(sim: SimConfig, *, seed: int = 0, device: str = "cpu", **overrides:
         reward_type=sim.reward_type,
     )
     kwargs.update(overrides)
-    return sims.make(sim.backend, task=sim.task, seed=seed, device=device, **kwargs)
+    if (sim.suite is None) == (sim.task is None):
+        raise ValueError("set exactly one of sim.suite and sim.task (the other to null)")
+    return sims.make(sim.backend, suite=sim.suite, task=sim.task, seed=seed, device=device, **kwargs)
 
 
 def store(name: str, node: Any, group: str | None = None) -> None:
