@@ -6,7 +6,7 @@
     env = sims.make("mujoco", task="pick_cube", num_envs=8, cameras=("agentview", "wrist"))
 """
 
-from sims import suites  # noqa: E402  (light: task definitions load on use)
+from sims import suites  # noqa: F401  (light: task definitions load on use)
 from sims.core import (
     ChunkResult,
     Obs,

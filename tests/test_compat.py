@@ -313,3 +313,18 @@ def test_rsl_rl_on_policy_runner_trains(tmp_path):
         assert act.shape == (4, 7) and torch.isfinite(act).all()
     finally:
         env.close()
+
+
+def test_suite_ids_build_a_multi_task_vector_env():
+    import gymnasium
+
+    import sims.compat  # noqa: F401
+
+    venv = gymnasium.make_vec("embodied/GoalSuite-v0", num_envs=3, cameras=(), seed=0)
+    try:
+        obs, infos = venv.reset(seed=0)
+        assert obs["task_id"].tolist() == [0, 1, 2]
+        obs, reward, term, trunc, infos = venv.step(np.zeros((3, 7), np.float32))
+        assert obs["state"].shape == (3, 15) and reward.dtype.kind == "f"
+    finally:
+        venv.close()

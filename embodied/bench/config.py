@@ -60,7 +60,19 @@ class SimBenchConfig(BenchConfig):
     target_thread_scaling: float = 1.7  # env-steps/s at 2 threads / 1 thread, state-only, N >= 8
 
 
+@dataclass
+class ExpertsBenchConfig(BenchConfig):
+    """``bench=experts``: each scripted expert on the fixed evaluation initial states of every task."""
+
+    suites: list[str] = field(default_factory=list)  # [] = every suite
+    init_states: int = 50  # evaluation initial states per task (the protocol's 50)
+    num_envs: int = 50  # parallel envs (one wave per task with the default)
+    num_threads: int = 0  # MuJoCo C threads; 0 = all cores
+    target_success: float = 0.95  # every task must reach this; reported, never asserted by tests
+
+
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent)."""
     store("bench_schema", BenchConfig)
     store("bench_sim_schema", SimBenchConfig)
+    store("bench_experts_schema", ExpertsBenchConfig)

@@ -327,7 +327,7 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
     views = len(cfg.cameras)
     torch.manual_seed(cfg.seed)
     load_start = _loadavg()
-    cpu_start = _machine_cpu()
+    cpu_start = _machine_cpu()  # with t_start: the machine's CPU use over the whole run
 
     # Effective thread counts per N (the env clamps T to N); duplicates are measured once.
     plan: list[tuple[int, list[int]]] = []
@@ -345,11 +345,13 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
     total = sum(len(ts) * per_repeat * cfg.repeats for _, ts in plan)
 
     series: dict[tuple[int, int, str], _Series] = {}
+    other_cores: dict[int, float | None] = {}  # per N: cores other processes used meanwhile
     sizes: dict[str, Any] = {}
     bar = tqdm(total=total, desc="bench sim", unit="run", disable=not progress, dynamic_ncols=True)
     try:
         for n, threads in plan:
             runners: list[tuple[int, _Runner]] = []
+            group_start = (time.perf_counter(), _machine_cpu())
             try:
                 for t in threads:
                     bar.set_postfix_str(f"N={n} T={t} building")
@@ -392,6 +394,7 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
                         wall, cpu = _time_steps(r, r.steps)
                         series[(n, t, r.name)].add(r, wall, cpu)
                         bar.update(1)
+                other_cores[n] = _other_cores(*group_start)
             finally:
                 for _, r in runners:
                     r.close()
@@ -400,21 +403,30 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
 
     wall_s = time.perf_counter() - t_start
     payload = _report(cfg, plan, series, sizes, skipped, views)
+    for case in payload["cases"]:
+        case["other_cores_avg"] = other_cores.get(case["num_envs"])
     payload["wall_s"] = wall_s
     payload["runtime"]["loadavg_start"] = load_start
     payload["runtime"]["loadavg_end"] = _loadavg()
-    cpu_end = _machine_cpu()
-    if cpu_start is not None and cpu_end is not None:
-        # CPU the rest of the machine used meanwhile, in cores: other processes competing for
-        # the cores make thread-scaling figures (and, less, all figures) unreliable.
-        ours = cpu_end[1] - cpu_start[1]
-        others = max(0.0, (cpu_end[0] - cpu_start[0]) - ours)
-        payload["runtime"]["process_cores_avg"] = ours / wall_s
-        payload["runtime"]["other_cores_avg"] = others / wall_s
+    payload["runtime"]["other_cores_avg"] = _other_cores(t_start, cpu_start)
     write_json(out / "sim.json", payload)
     _write_csv(out / "sim.csv", cfg, plan, series, payload, sizes, views)
     print(format_table(payload))
     return payload
+
+
+def _other_cores(t0: float, start: tuple[float, float] | None) -> float | None:
+    """Cores that *other* processes kept busy on average since ``(t0, start)``.
+
+    Other processes competing for the cores make the thread-scaling figures (and, less, all
+    figures) unreliable; the benchmark records this instead of pretending the machine was idle.
+    """
+    end = _machine_cpu()
+    wall = time.perf_counter() - t0
+    if start is None or end is None or wall <= 0:
+        return None
+    ours = end[1] - start[1]
+    return max(0.0, (end[0] - start[0]) - ours) / wall
 
 
 def _loadavg() -> list[float] | None:
@@ -608,6 +620,7 @@ def format_table(payload: dict[str, Any]) -> str:
         "overhead = our env's time outside Batch.step per control step (controller, checks, "
         "observations, resets); in-env phys = env-steps/s of the physics inside our env"
     )
+    others_by_n = {c["num_envs"]: c.get("other_cores_avg") for c in payload["cases"]}
     if payload["thread_scaling"]:
         lines += ["", "thread scaling (speedup vs 1 thread, paired medians):"]
         for r in payload["thread_scaling"]:
@@ -616,7 +629,8 @@ def format_table(payload: dict[str, Any]) -> str:
                 f"{_fmt(r['env_state'], '.2f')}x, raw batch {_fmt(r['raw_batch'], '.2f')}x, "
                 f"raw rollout {_fmt(r['raw_rollout'], '.2f')}x, env rgb {_fmt(r['env_rgb'], '.2f')}x"
                 f"  (cores busy: env {_fmt(r['cpu_util'].get('env_state'), '.2f')}, raw batch "
-                f"{_fmt(r['cpu_util'].get('raw_batch'), '.2f')})"
+                f"{_fmt(r['cpu_util'].get('raw_batch'), '.2f')}; other processes "
+                f"{_fmt(others_by_n.get(r['num_envs']), '.2f')})"
             )
     t = payload["targets"]
     verdict = lambda p: "n/a" if p is None else ("PASS" if p else "FAIL")  # noqa: E731
@@ -636,8 +650,13 @@ def format_table(payload: dict[str, Any]) -> str:
     lines.append(f"wall time {payload.get('wall_s', float('nan')):.1f} s; other processes used "
                  f"{_fmt(others, '.2f')} cores on average meanwhile (load avg at end "
                  f"{rt.get('loadavg_end')})")
-    if others is not None and others > 0.25:
-        lines.append("warning: the machine was not idle; multi-thread figures understate scaling")
+    busy = [n for n, o in others_by_n.items() if o is not None and o > 0.25]
+    if busy or (others is not None and others > 0.25):
+        lines.append(
+            "warning: the machine was not idle (other processes > 0.25 cores"
+            + (f" during N={', '.join(map(str, busy))}" if busy else "")
+            + "); multi-thread figures understate scaling"
+        )
     return "\n".join(lines)
 
 

@@ -7,7 +7,8 @@ Two classes:
 - :class:`GymEnv`: a single ``gymnasium.Env`` (``num_envs=1`` underneath); no autoreset.
 
 Registered ids (:func:`register_gymnasium_envs`, run when :mod:`sims.compat` is imported):
-``embodied/Reach-v0``, ``embodied/PickCube-v0``, ``embodied/PlaceCube-v0``. Each id has both an
+``embodied/Reach-v0``, ``embodied/PickCube-v0``, ``embodied/PlaceCube-v0`` and the suites
+``embodied/{Spatial,Object,Goal,Long,Dynamic}Suite-v0``. Each id has both an
 ``entry_point`` (:class:`GymEnv`, used by ``gymnasium.make`` and by ``make_vec`` in ``"sync"`` /
 ``"async"`` mode) and a ``vector_entry_point`` (:class:`GymVectorEnv`, the default of
 ``make_vec``)::
@@ -45,6 +46,14 @@ GYM_TASKS: dict[str, str] = {
     "Reach": "reach",
     "PickCube": "pick_cube",
     "PlaceCube": "place_cube",
+}
+#: gymnasium id suffix -> sims suite name (every env runs one of the suite's tasks).
+GYM_SUITES: dict[str, str] = {
+    "SpatialSuite": "spatial",
+    "ObjectSuite": "object",
+    "GoalSuite": "goal",
+    "LongSuite": "long",
+    "DynamicSuite": "dynamic",
 }
 GYM_NAMESPACE = "embodied"
 GYM_VERSION = "v0"
@@ -456,7 +465,9 @@ def register_gymnasium_envs() -> list[str]:
         the registered ids.
     """
     ids = []
-    for name, task in GYM_TASKS.items():
+    entries = [(name, {"task": task}) for name, task in GYM_TASKS.items()]
+    entries += [(name, {"suite": suite}) for name, suite in GYM_SUITES.items()]
+    for name, kwargs in entries:
         env_id = gym_id(name)
         ids.append(env_id)
         if env_id in gymnasium.registry:
@@ -465,7 +476,7 @@ def register_gymnasium_envs() -> list[str]:
             id=env_id,
             entry_point=f"{__name__}:GymEnv",
             vector_entry_point=f"{__name__}:GymVectorEnv",
-            kwargs={"task": task},
+            kwargs=kwargs,
         )
     return ids
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import torch
 from rsl_rl.env import VecEnv as RslVecEnv
 from tensordict import TensorDict
@@ -175,12 +174,6 @@ class RslRlVecEnv(RslVecEnv):
         setter = getattr(self.env, "set_elapsed", None)
         if callable(setter):
             setter(value)
-            return
-        # MujocoVecEnv keeps its counters in a numpy array ``_elapsed`` [N] and has no public
-        # setter yet; write it directly (truncation reads it on the next step).
-        elapsed = getattr(self.env, "_elapsed", None)
-        if isinstance(elapsed, np.ndarray) and elapsed.shape == (self.num_envs,):
-            elapsed[:] = value.cpu().numpy()
             return
         raise NotImplementedError(
             f"{type(self.env).__name__} cannot move its episode step counters; "

@@ -404,6 +404,14 @@ class MujocoVecEnv(VecEnv):
         self._video_renderer.render(self.sim, np.array([env_id]), self._video_buf)
         return self._video_buf[env_id, 0].copy()
 
+    def set_elapsed(self, steps: torch.Tensor | np.ndarray) -> None:
+        """Set each env's step counter ``[N]`` (e.g. random episode starts, as RSL-RL does)."""
+        arr = np.asarray(steps.cpu() if isinstance(steps, torch.Tensor) else steps, np.int64)
+        limits = self._max_steps[self._task_ids]
+        if arr.shape != (self.num_envs,) or (arr < 0).any() or (arr >= limits).any():
+            raise ValueError(f"steps must be [{self.num_envs}] values in [0, the task's max_steps)")
+        self._elapsed[:] = arr
+
     def set_state(self, env_id: int, *, qpos: np.ndarray | None = None, qvel: np.ndarray | None = None) -> None:
         """Overwrite one env's physics state (tests, fault injection, replay)."""
         if qpos is not None:

@@ -3,7 +3,6 @@ on a moving carriage). Solved well only by a policy that acts on fresh observati
 
 from __future__ import annotations
 
-import numpy as np
 
 from sims.suites.base import Carriage, SuiteScene, SuiteTask, lifted, on, place_apart
 from sims.suites.objects import ball, cube, plate

@@ -197,7 +197,8 @@ def pick(ctx: Context, obj: str) -> Script:
 
 
 def place(ctx: Context, obj: str, target: tuple) -> Script:
-    kind, where = target[0], target[1]
+    """Carry the held ``obj`` over ``target`` (``("on"|"in", where[, (dx, dy)])``), lower, release."""
+    where = target[1]
     offset = np.array([*target[2], 0.0]) if len(target) > 2 else np.zeros(3)
     spec = ctx.scene.by_name[obj]
     lead = 0.3

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 ROBOT_INIT_NOISE = 0.02  # rad, must match MujocoVecEnv's default init_noise
 
