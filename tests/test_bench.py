@@ -18,8 +18,8 @@ BIN = Path(sys.executable).parent
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(
-        [str(BIN / "embodied-bench"), *args], capture_output=True, text=True, env=env,
-        timeout=300, cwd=cwd,
+        [str(BIN / "embodied-bench"), *args], check=False, capture_output=True, text=True,
+        env=env, timeout=300, cwd=cwd,
     )
 
 

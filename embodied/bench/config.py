@@ -11,7 +11,6 @@ An unknown key or a value of the wrong type fails before anything runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from omegaconf import MISSING
 
@@ -49,7 +48,7 @@ class SimBenchConfig(BenchConfig):
     repeats: int = 7  # timed repeats per case; medians are quoted
     # Control steps per timed repeat. Unset: state_env_steps // N without cameras and
     # rgb_env_steps // N with them, clamped to [min_steps, max_steps]; set: that many everywhere.
-    steps: Optional[int] = None
+    steps: int | None = None
     state_env_steps: int = 1600  # env-steps (control steps x N) per repeat, state-only cases
     rgb_env_steps: int = 160  # env-steps per repeat, rendering cases
     min_steps: int = 5

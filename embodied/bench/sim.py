@@ -23,6 +23,18 @@ second); physics steps/s = env-steps/s x substeps. Medians over repeats are quot
 the median of the per-repeat ratios of paired measurements (same repeat), which cancels
 machine noise better than a ratio of medians.
 
+Diagnostics beside the rates:
+- ``time_split`` of our env: the env's ``Batch.step`` and renderer are wrapped with timers, so
+  each step splits into physics, rendering and overhead (controller, input checks, success and
+  divergence checks, observations, auto-resets, tensor conversions), with the overhead in ms
+  per control step and the env-steps/s of the physics inside the env. The latter differs from
+  ``raw_batch`` by the physics *content*: the env's arm moves under random actions and its
+  episodes reset, the raw baseline holds still (a few % cheaper per step on this scene);
+- ``cpu_util`` (process CPU seconds / wall seconds, ~T when the threads really run in
+  parallel) and ``other_cores_avg`` (cores other processes used meanwhile, from
+  ``/proc/stat``): on a shared machine the 2-thread figures are only meaningful when the
+  latter is near 0, and the table warns when it is not.
+
 Targets (booleans in ``sim.json``, never asserted by tests): ``env_state / raw_batch >=
 target_env_vs_raw`` for every N (at every T), and ``env_state`` at 2 threads ``>=
 target_thread_scaling`` x at 1 thread for every N >= 8. The env clamps T to N, so a requested
@@ -47,14 +59,16 @@ import numpy as np
 import torch
 
 import sims
-import sims.mujoco  # noqa: F401  (picks the OpenGL platform; must precede `import mujoco`)
+from embodied.bench.config import BenchError, SimBenchConfig
+from embodied.runs import machine_info, write_json
+from sims.mujoco.gl import select_gl_backend
 
-import mujoco  # noqa: E402  (after sims.mujoco on purpose)
+# The OpenGL platform of the process is fixed when mujoco is first imported: choose it first.
+select_gl_backend()
+
+import mujoco  # noqa: E402
 from mujoco import batch as mjbatch  # noqa: E402
 from mujoco import rollout as mjrollout  # noqa: E402
-
-from embodied.bench.config import BenchError, SimBenchConfig  # noqa: E402
-from embodied.runs import machine_info, write_json  # noqa: E402
 
 VARIANTS = ("env_state", "raw_batch", "raw_rollout", "env_rgb")
 CSV_FIELDS = (
@@ -468,17 +482,15 @@ def _report(
     for n, threads in plan:
         ratios_n: dict[str, float] = {}
         for t in threads:
-            get = lambda v: series.get((n, t, v))  # noqa: E731
+            got = {v: series[(n, t, v)] for v in VARIANTS if (n, t, v) in series}
             case: dict[str, Any] = {"num_envs": n, "threads": t}
-            for v in VARIANTS:
-                s = get(v)
-                if s is not None:
-                    case[v] = s.summary(substeps, views)
-            case["ratio_env_vs_raw_batch"] = _paired_ratio(get("env_state"), get("raw_batch"))
-            case["ratio_env_vs_raw_rollout"] = _paired_ratio(get("env_state"), get("raw_rollout"))
-            case["ratio_raw_batch_vs_raw_rollout"] = _paired_ratio(get("raw_batch"), get("raw_rollout"))
-            case["ratio_env_rgb_vs_raw_batch"] = _paired_ratio(get("env_rgb"), get("raw_batch"))
-            case["ratio_env_rgb_vs_env_state"] = _paired_ratio(get("env_rgb"), get("env_state"))
+            for v, s in got.items():
+                case[v] = s.summary(substeps, views)
+            for num, den in (("env_state", "raw_batch"), ("env_state", "raw_rollout"),
+                             ("raw_batch", "raw_rollout"), ("env_rgb", "raw_batch"),
+                             ("env_rgb", "env_state")):
+                key = "env" if num == "env_state" else num
+                case[f"ratio_{key}_vs_{den}"] = _paired_ratio(got.get(num), got.get(den))
             cases.append(case)
             ratios_n[str(t)] = case["ratio_env_vs_raw_batch"]
         env_vs_raw[str(n)] = {
@@ -589,30 +601,34 @@ def format_table(payload: dict[str, Any]) -> str:
     """A readable table of a ``sim.json`` payload."""
     sz = payload["sizes"]
     lines = [
-        f"sim bench: task {sz['task']}, {sz['substeps']} physics steps of {sz['physics_dt']} s per "
-        f"control step ({sz['control_hz']:g} Hz), medians of {sz['repeats']} repeats, "
-        f"OMP_NUM_THREADS={payload['runtime']['omp_num_threads']}",
-        "rates in env-steps/s (control steps x envs / s); phys/s = physics steps/s; "
-        "ratios = medians of paired per-repeat ratios",
+        (f"sim bench: task {sz['task']}, {sz['substeps']} physics steps of {sz['physics_dt']} s "
+         f"per control step ({sz['control_hz']:g} Hz), medians of {sz['repeats']} repeats, "
+         f"OMP_NUM_THREADS={payload['runtime']['omp_num_threads']}"),
+        ("rates in env-steps/s (control steps x envs / s); phys/s = physics steps/s; "
+         "ratios = medians of paired per-repeat ratios"),
         "",
     ]
     head = (f"{'N':>4} {'thr':>3} | {'env state':>9} {'raw batch':>9} {'raw rollout':>11} | "
             f"{'env/batch':>9} {'env/rollout':>11} | {'env phys/s':>10} {'batch phys/s':>12} | "
             f"{'overhead':>8} {'in-env phys':>11} | {'env rgb':>7} {'rgb fps':>7} {'rgb/state':>9}")
     lines += [head, "-" * len(head)]
+    def med(c: dict[str, Any], v: str) -> float | None:
+        return c[v]["env_steps_per_s"]["median"] if v in c else None
+
+    def phys(c: dict[str, Any], v: str) -> float | None:
+        return c[v]["physics_steps_per_s"] if v in c else None
+
     for c in payload["cases"]:
-        med = lambda v: c[v]["env_steps_per_s"]["median"] if v in c else None  # noqa: E731
-        phys = lambda v: c[v]["physics_steps_per_s"] if v in c else None  # noqa: E731
         split = c.get("env_state", {}).get("time_split", {})
         lines.append(
-            f"{c['num_envs']:>4} {c['threads']:>3} | {_fmt(med('env_state')):>9} "
-            f"{_fmt(med('raw_batch')):>9} {_fmt(med('raw_rollout')):>11} | "
+            f"{c['num_envs']:>4} {c['threads']:>3} | {_fmt(med(c, 'env_state')):>9} "
+            f"{_fmt(med(c, 'raw_batch')):>9} {_fmt(med(c, 'raw_rollout')):>11} | "
             f"{_fmt(c['ratio_env_vs_raw_batch'], '.3f'):>9} "
             f"{_fmt(c['ratio_env_vs_raw_rollout'], '.3f'):>11} | "
-            f"{_fmt(phys('env_state')):>10} {_fmt(phys('raw_batch')):>12} | "
+            f"{_fmt(phys(c, 'env_state')):>10} {_fmt(phys(c, 'raw_batch')):>12} | "
             f"{_fmt(split.get('overhead_ms_per_step'), '.3f'):>5} ms "
             f"{_fmt(split.get('inner_physics_env_steps_per_s')):>11} | "
-            f"{_fmt(med('env_rgb'), '.1f'):>7} "
+            f"{_fmt(med(c, 'env_rgb'), '.1f'):>7} "
             f"{_fmt(c['env_rgb']['frames_per_s'] if 'env_rgb' in c else None, '.1f'):>7} "
             f"{_fmt(c['ratio_env_rgb_vs_env_state'], '.3f'):>9}"
         )
@@ -633,7 +649,9 @@ def format_table(payload: dict[str, Any]) -> str:
                 f"{_fmt(others_by_n.get(r['num_envs']), '.2f')})"
             )
     t = payload["targets"]
-    verdict = lambda p: "n/a" if p is None else ("PASS" if p else "FAIL")  # noqa: E731
+    def verdict(p: bool | None) -> str:
+        return "n/a" if p is None else ("PASS" if p else "FAIL")
+
     ev = t["env_vs_raw_batch"]
     lines += ["", f"target env/raw batch >= {ev['min_ratio']} (state-only): {verdict(ev['pass'])}"]
     for n, v in ev["by_num_envs"].items():
