@@ -184,6 +184,8 @@ class MujocoVecEnv(VecEnv):
         self.arm_act = np.array([m.actuator(j).id for j in ARM_JOINTS])
         self.grip_act = m.actuator("gripper").id
         self.tcp_site = m.site(TCP_SITE).id
+        self.tcp_body = int(m.site_bodyid[self.tcp_site])
+        self.tcp_site_quat = m.site_quat[self.tcp_site].copy()  # TCP frame in its body's frame
         self.q_low = m.jnt_range[self.arm_jnt, 0] + 1e-3
         self.q_high = m.jnt_range[self.arm_jnt, 1] - 1e-3
         self.q_home = home_qpos_sim()
@@ -191,6 +193,11 @@ class MujocoVecEnv(VecEnv):
     def tcp_pos(self) -> np.ndarray:
         """``[N, 3]`` TCP position (world)."""
         return self.site_xpos[:, self.tcp_site]
+
+    def tcp_quat(self, sel: Any = slice(None)) -> np.ndarray:
+        """``[N, 4]`` TCP orientation (w, x, y, z), w >= 0 (body quaternion x fixed site offset)."""
+        q = ctl.quat_mul(self.xquat[sel, self.tcp_body], self.tcp_site_quat)
+        return q * np.where(q[:, :1] < 0, -1.0, 1.0)
 
     def tcp_mat(self) -> np.ndarray:
         """``[N, 9]`` TCP orientation matrix (row-major)."""
@@ -249,11 +256,12 @@ class MujocoVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ step
     def _apply_actions(self, actions: np.ndarray, ids: np.ndarray) -> None:
-        q = self.qpos[ids][:, self.arm_qpos]
+        sel = slice(None) if len(ids) == self.num_envs else ids
+        q = self.qpos[sel][:, self.arm_qpos]
         if self.action_mode == "ee_delta":
             jac = ctl.geometric_jacobian(
-                self.xaxis[ids][:, self.arm_jnt], self.xanchor[ids][:, self.arm_jnt],
-                self.site_xpos[ids, self.tcp_site],
+                self.xaxis[sel][:, self.arm_jnt], self.xanchor[sel][:, self.arm_jnt],
+                self.site_xpos[sel, self.tcp_site],
             )
             target = ctl.ee_delta_targets(
                 actions, q, jac, self.q_home, self.q_low, self.q_high, self.controller
@@ -263,8 +271,11 @@ class MujocoVecEnv(VecEnv):
             target = np.clip(ctl.joint_position_targets(actions), self.q_low, self.q_high)
             grip = actions[:, 7]
         ctrl = self.ctrl
-        ctrl[np.ix_(ids, self.arm_act)] = target
-        ctrl[ids, self.grip_act] = ctl.gripper_target(grip)
+        if isinstance(sel, slice):
+            ctrl[:, self.arm_act] = target
+        else:
+            ctrl[np.ix_(ids, self.arm_act)] = target
+        ctrl[sel, self.grip_act] = ctl.gripper_target(grip)
 
     def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None):
         self._check_open()
@@ -293,18 +304,18 @@ class MujocoVecEnv(VecEnv):
             groups = self._task_groups(ids)
             for t, g in groups:
                 self.task_objs[t].before_step(g)
-            warn_before = self.sim.warning[ids, :, 1].sum(axis=1)
+            warn_before = self.sim.warning[slice(None) if len(ids) == n else ids, :, 1].sum(axis=1)
             try:
                 self.sim.step(None if len(ids) == n else ids, nstep=self.substeps, stage=mujoco.mjtStage.mjSTAGE_POS)
                 failed = np.zeros(0, np.int64)
             except mjbatch.SimulationError as err:  # an env raised: treat as diverged
                 failed = np.asarray(err.ids)
-            qv = self.qvel[ids]
+            sel = slice(None) if len(ids) == n else ids
+            # a comparison with NaN is False, so these also catch non-finite values
             bad = (
-                (self.sim.warning[ids, :, 1].sum(axis=1) > warn_before)
-                | ~np.isfinite(self.qpos[ids]).all(axis=1)
-                | ~np.isfinite(qv).all(axis=1)
-                | (np.abs(np.nan_to_num(qv, nan=np.inf)) > MAX_QVEL).any(axis=1)
+                (self.sim.warning[sel, :, 1].sum(axis=1) > warn_before)
+                | ~(np.abs(self.qvel[sel]) <= MAX_QVEL).all(axis=1)
+                | ~(np.abs(self.qpos[sel]) < 1e6).all(axis=1)
             )
             diverged[ids[bad]] = True
             diverged[failed] = True
@@ -366,16 +377,15 @@ class MujocoVecEnv(VecEnv):
         """Refresh the cached observation rows of envs ``ids`` and return a copy of all rows."""
         if not hasattr(self, "_state"):
             self._state = np.zeros((self.num_envs, STATE_DIM), np.float32)
-        mat = self.tcp_mat()[ids]
-        self._state[ids] = np.concatenate(
-            [
-                self.tcp_pos()[ids],
-                ctl.mat_to_quat(mat),
-                self.gripper_width()[ids, None],
-                self.arm_joints_real()[ids],
-            ],
-            axis=1,
-        )
+        sel = slice(None) if len(ids) == self.num_envs else ids
+        qpos = self.qpos[sel]
+        state = self._state[sel] if isinstance(sel, slice) else np.empty((len(ids), STATE_DIM), np.float32)
+        state[:, 0:3] = self.site_xpos[sel, self.tcp_site]
+        state[:, 3:7] = self.tcp_quat(sel)
+        state[:, 7] = qpos[:, self.finger_qpos].sum(axis=1)
+        state[:, 8:15] = to_real_joints(qpos[:, self.arm_qpos])
+        if not isinstance(sel, slice):
+            self._state[ids] = state
         dev = self.device
         obs = {
             "state": torch.from_numpy(self._state.copy()).to(dev),
