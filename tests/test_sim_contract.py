@@ -207,3 +207,19 @@ def test_clear_errors_on_bad_input():
             env.step(torch.full((2, 7), float("nan")))
         with pytest.raises(ValueError, match="task_ids"):
             env.reset(task_ids=[0, 5])
+
+
+def test_osmesa_fallback_renders():
+    code = (
+        "import sims\n"
+        "env = sims.make('mujoco', task='pick_cube', num_envs=1, image_size=24)\n"
+        "rgb = env.reset()['rgb']\n"
+        "assert rgb.shape == (1, 2, 24, 24, 3) and rgb.float().std() > 5, rgb.float().std()\n"
+    )
+    import os
+
+    env = dict(os.environ, MUJOCO_GL="osmesa")
+    env.pop("PYOPENGL_PLATFORM", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr

@@ -6,7 +6,9 @@ rendering comes from processes (env-runner workers) or a batched renderer (GPU b
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from typing import Sequence
 
 import mujoco
@@ -39,6 +41,10 @@ class BatchRenderer:
         flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
         self._data = mujoco.MjData(model)
         self._option = mujoco.MjvOption()
+        # Free the GL context before the interpreter tears PyOpenGL down (OSMesa otherwise
+        # raises from Renderer.__del__ at exit).
+        ref = weakref.ref(self)
+        atexit.register(lambda: ref() is not None and ref().close())
 
     def render(self, sim: mjbatch.Batch, ids: np.ndarray, out: np.ndarray) -> None:
         """Render every camera of envs ``ids`` into ``out[ids]`` (``[N, V, H, W, 3]`` uint8)."""
@@ -52,4 +58,6 @@ class BatchRenderer:
                 self._renderer.render(out=out[i, v])
 
     def close(self) -> None:
-        self._renderer.close()
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
