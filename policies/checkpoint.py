@@ -1,0 +1,123 @@
+"""Checkpoint bundles: ``model.safetensors`` + ``config.json`` + ``stats.json``. Never unpickles.
+
+``config.json`` holds the family, the family's config (sizes, chunk size, action space, control
+rate, camera keys), the format version and the sha256 of ``model.safetensors``; loading refuses a
+weights file whose hash differs (tampered or swapped) and anything that is not safetensors
+(a pickled ``.pt``/``.bin`` is never opened). Files are written atomically: each is complete or
+absent, and ``config.json`` is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+WEIGHTS = "model.safetensors"
+
+
+class CheckpointError(ValueError):
+    """A bundle that cannot be loaded: missing, incomplete, tampered, or not safetensors."""
+
+
+class SpecMismatchError(ValueError):
+    """A policy whose action or observation spec does not fit an environment."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(policy: Any, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``policy`` as a bundle into folder ``path``; returns the folder."""
+    from safetensors.torch import save as st_save
+
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+    _atomic_write_bytes(folder / WEIGHTS, st_save(state, metadata={"family": policy.family}))
+    _atomic_write_bytes(folder / "stats.json", json.dumps(policy.processor.stats, indent=2).encode())
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "family": policy.family,
+        "config": policy.config.to_dict(),
+        "files": {WEIGHTS: _sha256(folder / WEIGHTS)},
+        "extra": extra or {},
+    }
+    _atomic_write_bytes(folder / "config.json", json.dumps(meta, indent=2).encode())
+    return folder
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """``config.json`` of a bundle, validated."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CheckpointError(f"no checkpoint bundle at {folder}: expected a folder with config.json, "
+                              f"{WEIGHTS} and stats.json")
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{folder} has no config.json: not a bundle, or its save was interrupted")
+    try:
+        meta = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{cfg_path} is not valid JSON: {err}") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{cfg_path}: format_version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
+    return meta
+
+
+def load(path: str | os.PathLike, *, device: str = "cpu") -> Any:
+    """Load a bundle written by :func:`save`; returns the policy in eval mode."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from policies import policy_class
+
+    folder = Path(path)
+    meta = read_meta(folder)
+    weights = folder / WEIGHTS
+    if not weights.is_file():
+        pickled = sorted(p.name for p in folder.glob("*") if p.suffix in (".pt", ".pth", ".bin", ".pkl", ".ckpt"))
+        hint = f" (found {pickled}: pickled checkpoints are never loaded)" if pickled else ""
+        raise CheckpointError(f"{folder} has no {WEIGHTS}{hint}")
+    expected = meta.get("files", {}).get(WEIGHTS)
+    if expected != _sha256(weights):
+        raise CheckpointError(f"{weights} does not match the sha256 recorded in config.json: the file was modified "
+                              "or belongs to another bundle; refusing to load it")
+    try:
+        state = load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{weights} is not a valid safetensors file ({err})") from None
+    cls = policy_class(meta["family"])
+    config = cls.config_class.from_dict(meta["config"])
+    policy = cls(config)
+    stats_path = folder / "stats.json"
+    if stats_path.is_file():
+        policy.processor.set_stats(json.loads(stats_path.read_text()))
+    missing, unexpected = policy.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{weights} does not fit a {meta['family']} policy with this config: "
+                              f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return policy.to(device).eval()

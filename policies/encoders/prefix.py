@@ -1,0 +1,60 @@
+"""The multimodal prefix: image tokens of every view, instruction tokens and one state token,
+fused by a transformer encoder into prefix tokens ``[N, T, d]`` (computed once per chunk)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.encoders.language import ByteTextEncoder, MiniLMTextEncoder
+from policies.encoders.vision import ViewEncoder
+
+
+class PrefixEncoder(nn.Module):
+    """Processed inputs (see :meth:`policies.processor.Processor.prepare`) -> prefix tokens.
+
+    Returns ``(tokens [N, T, d], pad [N, T])`` with ``pad`` True at padding positions.
+    """
+
+    def __init__(self, config: Any):
+        super().__init__()
+        d = config.d_model
+        self.vision = ViewEncoder(list(config.vision_channels), d, len(config.cameras))
+        self.language_kind = config.language_encoder
+        if config.language_encoder == "bytes":
+            self.language: nn.Module = ByteTextEncoder(d, config.max_text_len)
+        elif config.language_encoder == "minilm":
+            self.language = MiniLMTextEncoder(d)
+        else:
+            raise ValueError(f"language_encoder must be 'bytes' or 'minilm', got {config.language_encoder!r}")
+        self.state = nn.Sequential(nn.Linear(config.state_dim, d), nn.GELU(), nn.Linear(d, d))
+        self.type_emb = nn.Parameter(torch.zeros(3, 1, 1, d))
+        layer = nn.TransformerEncoderLayer(d, config.prefix_heads, 4 * d, dropout=0.0, batch_first=True,
+                                           norm_first=True, activation="gelu")
+        self.fusion = nn.TransformerEncoder(layer, config.prefix_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        img = self.vision(inputs["images"]) + self.type_emb[0]
+        if self.language_kind == "bytes":
+            txt = self.language(inputs["tokens"]) + self.type_emb[1]
+            txt_pad = inputs["token_pad"]
+        else:
+            txt = self.language(inputs["texts"]) + self.type_emb[1]
+            txt_pad = torch.zeros(txt.shape[:2], dtype=torch.bool, device=txt.device)
+        st = self.state(inputs["state"])[:, None, :] + self.type_emb[2]
+        tokens = torch.cat([img, txt, st], dim=1)
+        n = tokens.shape[0]
+        pad = torch.cat([
+            torch.zeros(n, img.shape[1], dtype=torch.bool, device=tokens.device), txt_pad,
+            torch.zeros(n, 1, dtype=torch.bool, device=tokens.device),
+        ], dim=1)
+        return self.norm(self.fusion(tokens, src_key_padding_mask=pad)), pad
+
+    @staticmethod
+    def pooled(tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """Mean of the non-padding prefix tokens ``[N, d]``."""
+        keep = (~pad).unsqueeze(-1).float()
+        return (tokens * keep).sum(1) / keep.sum(1).clamp_min(1.0)

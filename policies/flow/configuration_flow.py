@@ -1,0 +1,47 @@
+"""Configuration of the flow-matching VLA (pi_0-style)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.base import PolicyConfig
+
+SAMPLERS = ("ode", "sde", "sde_full", "noise")
+
+
+@dataclass
+class FlowConfig(PolicyConfig):
+    """Flow VLA fields (beyond :class:`PolicyConfig`).
+
+    Attributes:
+        num_steps: K Euler denoising steps from t=1 (noise) to t=0 (actions); 4-5 in pi_RL.
+        sampler: exploration sampler: ``ode`` (deterministic), ``sde`` (Flow-SDE, one uniformly
+            drawn stochastic step per call: the accelerated mode), ``sde_full`` (Flow-SDE, every
+            step stochastic), ``noise`` (Flow-Noise: learned std on every step). Greedy mode
+            always uses the ODE.
+        noise_level: Flow-SDE noise level a in ``sigma_t = a * sqrt(t / (1 - t))`` (0.5 in pi_RL).
+        noise_std_min / noise_std_max: bounds of Flow-Noise's learned std ([0.08, 0.16] in pi_RL).
+        expert_layers / expert_heads: the action expert (self-attention over the H action tokens
+            and cross-attention to the prefix).
+        beta_a / beta_b: t ~ Beta(a, b) during flow-matching training (pi_0: Beta(1.5, 1)).
+    """
+
+    num_steps: int = 5
+    sampler: str = "sde"
+    noise_level: float = 0.5
+    noise_std_min: float = 0.08
+    noise_std_max: float = 0.16
+    expert_layers: int = 2
+    expert_heads: int = 4
+    beta_a: float = 1.5
+    beta_b: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {self.num_steps}")
+        if not 0 < self.noise_std_min <= self.noise_std_max:
+            raise ValueError("need 0 < noise_std_min <= noise_std_max")
+        if self.value_head not in ("expert", "prefix"):
+            raise ValueError(f"value_head must be 'expert' or 'prefix', got {self.value_head!r}")

@@ -1,0 +1,204 @@
+"""The flow-matching VLA (pi_0-style): a multimodal prefix and an action expert.
+
+Training (flow matching): ``x_t = t*noise + (1-t)*a``, the expert predicts ``noise - a``, with
+``t ~ Beta(1.5, 1)``. Sampling: K Euler steps from t=1 to t=0; the prefix is computed once per
+chunk and reused by every denoising step. Actions live in the processor's normalised space inside
+the model (log-probabilities too); the env receives them unnormalised and clipped to [-1, 1].
+
+``sample`` returns in ``extras`` what ``logprob`` needs:
+- ``sde``: ``step`` [N] (the stochastic step index), ``x_t`` and ``x_next`` [N, H, A];
+- ``sde_full`` and ``noise``: ``chain`` [N, K+1, H, A] (every intermediate x);
+- ``ode``/greedy: ``chain`` as well (log-probability 0: the ODE is deterministic).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.base import ChunkSample, Mode, Policy
+from policies.encoders.prefix import PrefixEncoder
+from policies.flow import sde as S
+from policies.flow.configuration_flow import SAMPLERS, FlowConfig
+
+
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal embedding of ``t`` ``[N]`` in [0, 1] -> ``[N, dim]``."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    args = t.float()[:, None] * 1000.0 * freqs[None]
+    return torch.cat([torch.sin(args), torch.cos(args)], dim=1)
+
+
+class ActionExpert(nn.Module):
+    """Velocity (and Flow-Noise std) of the H action tokens, attending to the prefix.
+
+    ``forward(x [N, H, A], t [N], prefix [N, T, d], pad [N, T]) -> features [N, H, d]``.
+    """
+
+    def __init__(self, config: FlowConfig):
+        super().__init__()
+        d = config.d_model
+        self.inp = nn.Linear(config.action_dim, d)
+        self.pos = nn.Parameter(torch.randn(1, config.chunk_size, d) * 0.02)
+        self.time = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
+        layer = nn.TransformerDecoderLayer(d, config.expert_heads, 4 * d, dropout=0.0, batch_first=True,
+                                           norm_first=True, activation="gelu")
+        self.decoder = nn.TransformerDecoder(layer, config.expert_layers)
+        self.norm = nn.LayerNorm(d)
+        self.d = d
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x) + self.pos + self.time(timestep_embedding(t, self.d))[:, None, :]
+        return self.norm(self.decoder(h, prefix, memory_key_padding_mask=pad))
+
+
+class FlowPolicy(Policy):
+    """pi_0-style flow VLA with ODE, Flow-SDE and Flow-Noise samplers (see the module docstring)."""
+
+    family = "flow"
+    config_class = FlowConfig
+
+    def __init__(self, config: FlowConfig):
+        super().__init__(config)
+        d = config.d_model
+        self.prefix = PrefixEncoder(config)
+        self.expert = ActionExpert(config)
+        self.velocity = nn.Linear(d, config.action_dim)
+        self.noise_head = nn.Linear(d, config.action_dim)  # Flow-Noise only; dropped at deployment
+        self.value_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+
+    # ------------------------------------------------------------------ building blocks
+    def encode(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefix tokens ``[N, T, d]`` and padding mask ``[N, T]`` (once per chunk)."""
+        return self.prefix(self.processor.prepare(obs, self.device))
+
+    def _features(self, x: torch.Tensor, t: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        return self.expert(x, t, prefix, pad)
+
+    def _noise_std(self, feats: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        return c.noise_std_min + (c.noise_std_max - c.noise_std_min) * torch.sigmoid(self.noise_head(feats))
+
+    def _value(self, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """``[N]``: on the pooled prefix, or on the expert's output for a zero chunk at t=1."""
+        if self.config.value_head == "prefix":
+            return self.value_mlp(PrefixEncoder.pooled(prefix, pad))[:, 0]
+        n = prefix.shape[0]
+        zeros = prefix.new_zeros(n, self.config.chunk_size, self.config.action_dim)
+        feats = self._features(zeros, prefix.new_ones(n), prefix, pad)
+        return self.value_mlp(feats.mean(1))[:, 0]
+
+    def _repeat(self, prefix: torch.Tensor, pad: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return prefix.repeat_interleave(k, 0), pad.repeat_interleave(k, 0)
+
+    # ------------------------------------------------------------------ the contract
+    def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
+               generator: torch.Generator | None = None) -> ChunkSample:
+        cfg = self.config
+        prefix, pad = self.encode(obs)
+        n, h, a, k_steps = prefix.shape[0], cfg.chunk_size, cfg.action_dim, cfg.num_steps
+        dt = 1.0 / k_steps
+        sampler = "ode" if mode == "greedy" else cfg.sampler
+        x = torch.randn(n, h, a, generator=generator, device=prefix.device) if generator is None or \
+            generator.device == prefix.device else torch.randn(n, h, a, generator=generator).to(prefix.device)
+        chain = [x]
+        logprob = torch.zeros(n, device=prefix.device)
+        if sampler == "sde":  # one stochastic step per chunk, drawn uniformly per sample
+            stoch = torch.randint(0, k_steps, (n,), generator=generator).to(prefix.device)
+        extras: dict[str, torch.Tensor] = {}
+        for k, t_val in enumerate(S.time_grid(k_steps)):
+            t = torch.full((n,), t_val, device=prefix.device)
+            feats = self._features(x, t, prefix, pad)
+            v = self.velocity(feats)
+            if sampler == "ode":
+                x_next = S.ode_step(x, v, dt)
+            else:
+                if sampler == "noise":
+                    mean, std = S.ode_step(x, v, dt), self._noise_std(feats)
+                else:
+                    mean, std = S.sde_step(x, v, t, dt, cfg.noise_level)
+                eps = torch.randn(mean.shape, generator=generator).to(mean.device) if generator is not None \
+                    else torch.randn_like(mean)
+                noisy = mean + std * eps
+                if sampler == "sde":
+                    is_k = (stoch == k)
+                    x_next = torch.where(is_k[:, None, None], noisy, S.ode_step(x, v, dt))
+                    lp = S.gaussian_logprob(noisy, mean, std)
+                    logprob = torch.where(is_k, lp, logprob)
+                    if k == 0:
+                        extras = {"x_t": x.clone(), "x_next": x_next.clone()}
+                    else:
+                        extras["x_t"] = torch.where(is_k[:, None, None], x, extras["x_t"])
+                        extras["x_next"] = torch.where(is_k[:, None, None], x_next, extras["x_next"])
+                else:
+                    x_next = noisy
+                    logprob = logprob + S.gaussian_logprob(noisy, mean, std)
+            x = x_next
+            chain.append(x)
+        if sampler == "sde":
+            extras["step"] = stoch
+        else:
+            extras["chain"] = torch.stack(chain, dim=1)
+        # which sampler produced the chunk: logprob() follows it, whatever the config says now
+        extras["sampler"] = torch.full((n,), SAMPLERS.index(sampler), dtype=torch.long, device=prefix.device)
+        actions = self.processor.unnormalize_actions(x)
+        return ChunkSample(actions=actions, logprob=logprob.detach(), value=self._value(prefix, pad).detach(),
+                           extras={k: v.detach() for k, v in extras.items()})
+
+    def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Exact log-probability of the sampled chunk under the current weights.
+
+        ``sde``: the one stochastic transition; ``sde_full``/``noise``: the sum over all K.
+        """
+        cfg = self.config
+        prefix, pad = self.encode(obs)
+        value = self._value(prefix, pad)
+        n, k_steps = prefix.shape[0], cfg.num_steps
+        dt = 1.0 / k_steps
+        if "step" in extras:
+            x_t, x_next = extras["x_t"].to(prefix.device), extras["x_next"].to(prefix.device)
+            t = 1.0 - extras["step"].to(prefix.device).float() * dt
+            v = self.velocity(self._features(x_t, t, prefix, pad))
+            mean, std = S.sde_step(x_t, v, t, dt, cfg.noise_level)
+            return S.gaussian_logprob(x_next, mean, std), S.gaussian_entropy(std), value
+        if "chain" not in extras:
+            raise KeyError("extras need 'step', 'x_t', 'x_next' (Flow-SDE) or 'chain' (full chain / Flow-Noise)")
+        chain = extras["chain"].to(prefix.device)  # [N, K+1, H, A]
+        kind = SAMPLERS[int(extras["sampler"][0])] if "sampler" in extras else cfg.sampler
+        if "sampler" in extras and not bool((extras["sampler"] == extras["sampler"][0]).all()):
+            raise ValueError("extras mix chunks of different samplers; compute their log-probs separately")
+        if kind == "ode":
+            zero = torch.zeros(n, device=prefix.device)
+            return zero, zero, value
+        # every transition in one batched expert pass: [N*K, H, A]
+        x_t = chain[:, :-1].flatten(0, 1)
+        x_next = chain[:, 1:].flatten(0, 1)
+        t = torch.tensor(S.time_grid(k_steps), device=prefix.device).repeat(n)
+        rp, rpad = self._repeat(prefix, pad, k_steps)
+        feats = self._features(x_t, t, rp, rpad)
+        v = self.velocity(feats)
+        if kind == "noise":
+            mean, std = S.ode_step(x_t, v, dt), self._noise_std(feats)
+        else:
+            mean, std = S.sde_step(x_t, v, t, dt, cfg.noise_level)
+        lp = S.gaussian_logprob(x_next, mean, std).reshape(n, k_steps).sum(1)
+        ent = S.gaussian_entropy(std).reshape(n, k_steps).sum(1)
+        return lp, ent, value
+
+    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
+        """Flow matching: MSE between the predicted velocity and ``noise - actions``."""
+        cfg = self.config
+        prefix, pad = self.encode(obs)
+        a = self.processor.normalize_actions(actions.to(prefix.device))
+        n = a.shape[0]
+        t = torch.distributions.Beta(cfg.beta_a, cfg.beta_b).sample((n,)).to(prefix.device)
+        t = 0.999 * t + 0.001
+        noise = torch.randn_like(a)
+        x_t = t[:, None, None] * noise + (1.0 - t[:, None, None]) * a
+        v = self.velocity(self._features(x_t, t, prefix, pad))
+        return torch.mean((v - (noise - a)) ** 2)

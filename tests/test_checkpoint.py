@@ -1,0 +1,66 @@
+"""Checkpoint bundles: round trip, refusal of tampered or pickled files, env spec checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import policies
+import sims
+from policies import CheckpointError, SpecMismatchError
+
+TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
+
+
+def _obs(n: int = 3) -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {"rgb": torch.randint(0, 256, (n, 2, 32, 32, 3), dtype=torch.uint8, generator=g),
+            "state": torch.randn(n, 15, generator=g), "instruction": ["open the drawer"] * n}
+
+
+def test_round_trip_gives_identical_outputs(tmp_path):
+    policy = policies.make("flow", **TINY)
+    policy.processor.set_stats({"state_mean": [0.1] * 15, "state_std": [2.0] * 15,
+                                "action_mean": [0.05] * 7, "action_std": [0.5] * 7})
+    folder = policies.save(policy, tmp_path / "ckpt", extra={"step": 7})
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "stats.json"]
+    loaded = policies.load(folder)
+    assert loaded.processor.stats == policy.processor.stats
+    obs = _obs()
+    a = policy.eval().sample(obs, generator=torch.Generator().manual_seed(4))
+    b = loaded.sample(obs, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(a.actions, b.actions)
+    torch.testing.assert_close(a.logprob, b.logprob)
+    meta = json.loads((folder / "config.json").read_text())
+    assert meta["family"] == "flow" and meta["config"]["chunk_size"] == 3 and meta["extra"] == {"step": 7}
+
+
+def test_tampered_pickled_and_missing_files_are_refused(tmp_path):
+    folder = policies.save(policies.make("flow", **TINY), tmp_path / "ckpt")
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="sha256"):
+        policies.load(folder)
+    # a pickled checkpoint in place of the weights is never unpickled
+    weights.unlink()
+    torch.save({"weights": torch.zeros(1)}, folder / "model.pt")
+    with pytest.raises(CheckpointError, match="pickled checkpoints are never loaded"):
+        policies.load(folder)
+    with pytest.raises(CheckpointError, match="no checkpoint bundle"):
+        policies.load(tmp_path / "nowhere")
+
+
+def test_env_spec_mismatch_names_both_sides():
+    policy = policies.make("flow", **TINY)
+    with sims.make("mujoco", task="reach", num_envs=1, action_mode="joint_pos", image_size=32) as env:
+        with pytest.raises(SpecMismatchError, match=r"7-D actions but the env expects 8-D"):
+            policy.check_env(env)
+    with sims.make("mujoco", task="reach", num_envs=1, cameras=("agentview",), image_size=32) as env:
+        with pytest.raises(SpecMismatchError, match="cameras"):
+            policy.check_env(env)
+    with sims.make("mujoco", task="reach", num_envs=1, image_size=32) as env:
+        policy.check_env(env)  # fits

@@ -1,0 +1,135 @@
+"""Flow VLA and its samplers: exact log-probabilities, limits, marginals, tiny SFT."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import policies
+from policies.flow import sde as S
+
+TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
+
+
+def _obs(n: int = 4, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "rgb": torch.randint(0, 256, (n, 2, 40, 40, 3), dtype=torch.uint8, generator=g),
+        "state": torch.randn(n, 15, generator=g),
+        "instruction": ["pick up the cube", "open the drawer"] * (n // 2) + ["lift"] * (n % 2),
+    }
+
+
+def test_sde_transition_logprob_equals_torch_normal():
+    g = torch.Generator().manual_seed(1)
+    x_t, v, x_next = (torch.randn(5, 3, 7, generator=g) for _ in range(3))
+    t = torch.tensor([1.0, 0.8, 0.6, 0.4, 0.2])
+    mean, std = S.sde_step(x_t, v, t, 0.2, 0.5)
+    expected = torch.distributions.Normal(mean, std).log_prob(x_next).flatten(1).sum(1)
+    torch.testing.assert_close(S.gaussian_logprob(x_next, mean, std), expected, rtol=1e-6, atol=1e-5)
+    expected_ent = torch.distributions.Normal(mean, std).entropy().flatten(1).sum(1)
+    torch.testing.assert_close(S.gaussian_entropy(std), expected_ent, rtol=1e-6, atol=1e-5)
+    # at t=1 the next time replaces t in 1 - t: sigma = a * sqrt(1 / dt)
+    assert torch.allclose(S.sde_sigma(torch.tensor([1.0]), 0.2, 0.5, x_t[:1]).flatten(), torch.tensor([0.5 * math.sqrt(5.0)]))
+
+
+@pytest.mark.parametrize("sampler", ["sde", "sde_full", "noise"])
+def test_sample_logprob_is_recomputed_exactly(sampler):
+    policy = policies.make("flow", sampler=sampler, **TINY)
+    obs = _obs()
+    sample = policy.sample(obs, generator=torch.Generator().manual_seed(3))
+    assert sample.actions.shape == (4, 3, 7) and sample.actions.abs().max() <= 1.0
+    logprob, entropy, value = policy.logprob(obs, sample.extras)
+    torch.testing.assert_close(logprob, sample.logprob, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(value, sample.value, rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(entropy).all() and value.shape == (4,)
+    # the recomputation is differentiable (PPO needs gradients through it)
+    logprob.sum().backward()
+    assert policy.velocity.weight.grad is not None
+
+
+def test_accelerated_sde_draws_one_stochastic_step_per_sample():
+    policy = policies.make("flow", sampler="sde", **TINY)
+    steps = torch.cat([policy.sample(_obs(), generator=torch.Generator().manual_seed(s)).extras["step"] for s in range(30)])
+    assert steps.min() >= 0 and steps.max() < policy.config.num_steps
+    assert len(steps.unique()) == policy.config.num_steps  # uniform over the K steps
+
+
+def test_small_noise_sde_approaches_ode():
+    obs = _obs()
+    policy = policies.make("flow", sampler="sde_full", noise_level=1e-4, **TINY)
+    sde = policy.sample(obs, generator=torch.Generator().manual_seed(5)).extras["chain"]
+    ode = policy.sample(obs, mode="greedy", generator=torch.Generator().manual_seed(5)).extras["chain"]
+    # same initial noise; only the injected noise differs
+    torch.testing.assert_close(sde[:, 0], ode[:, 0])
+    assert (sde[:, -1] - ode[:, -1]).abs().max() < 2e-3
+    policy.config.noise_level = 0.5
+    wide = policy.sample(obs, generator=torch.Generator().manual_seed(5)).extras["chain"]
+    assert (wide[:, -1] - ode[:, -1]).abs().max() > 0.05
+
+
+def test_sde_step_keeps_the_flow_marginals():
+    """Data a ~ N(m, s^2): x_t ~ N((1-t) m, t^2 + (1-t)^2 s^2) along the flow; the exact velocity is
+    linear in x. Running the SDE from x_1 ~ N(0, 1) must keep those marginals (up to Euler error)."""
+    m, s, k_steps, a = 0.7, 0.3, 20, 0.5
+    dt = 1.0 / k_steps
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200_000, 1, 1, generator=g, dtype=torch.float64)
+
+    def velocity(x: torch.Tensor, t: float) -> torch.Tensor:
+        mu, var = (1 - t) * m, t**2 + (1 - t) ** 2 * s**2
+        return -m + (t - (1 - t) * s**2) / var * (x - mu)
+
+    for k in range(k_steps):
+        t = 1.0 - k * dt
+        mean, std = S.sde_step(x, velocity(x, t), t, dt, a)
+        x = mean + std * torch.randn(x.shape, generator=g, dtype=torch.float64)
+        t_next = t - dt
+        if t_next > 0.05:
+            mu, var = (1 - t_next) * m, t_next**2 + (1 - t_next) ** 2 * s**2
+            assert abs(x.mean().item() - mu) < 0.03, (t_next, x.mean().item(), mu)
+            assert abs(x.var().item() - var) < 0.06 * var + 0.01, (t_next, x.var().item(), var)
+    assert abs(x.mean().item() - m) < 0.03 and abs(x.std().item() - s) < 0.08
+
+
+def test_prefix_is_computed_once_per_chunk_and_value_placements():
+    for placement in ("expert", "prefix"):
+        policy = policies.make("flow", value_head=placement, **TINY)
+        calls = []
+        policy.prefix.register_forward_hook(lambda *_: calls.append(1))
+        sample = policy.sample(_obs())
+        assert len(calls) == 1 and sample.value.shape == (4,)
+
+
+def test_greedy_is_deterministic_and_sft_loss_decreases():
+    torch.manual_seed(0)
+    policy = policies.make("flow", **TINY)
+    obs = _obs(6)
+    a1 = policy.act(obs, generator=torch.Generator().manual_seed(1))
+    a2 = policy.act(obs, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(a1, a2)
+    target = torch.tanh(obs["state"][:, :7])[:, None, :].repeat(1, 3, 1)  # learnable from the state
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        loss = policy.sft_loss(obs, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:5]) / 5
+
+
+def test_bad_inputs_are_clear():
+    policy = policies.make("flow", **TINY)
+    obs = _obs()
+    with pytest.raises(KeyError, match="instruction"):
+        policy.sample({k: v for k, v in obs.items() if k != "instruction"})
+    with pytest.raises(ValueError, match="views"):
+        policy.sample({**obs, "rgb": obs["rgb"][:, :1]})
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        policies.make("flow", sampler="langevin")
+    with pytest.raises(ValueError, match="unknown flow config key"):
+        policies.make("flow", chunk=5)
