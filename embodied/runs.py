@@ -43,11 +43,14 @@ def machine_info() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
     }
-    for mod in ("numpy", "torch", "mujoco"):
+    from importlib.metadata import PackageNotFoundError, version
+
+    # versions from package metadata: importing mujoco here would fix its GL platform too early
+    for dist in ("numpy", "torch", "mujoco"):
         try:
-            info[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - absent optional package
-            info[mod] = None
+            info[dist] = version(dist)
+        except PackageNotFoundError:
+            info[dist] = None
     try:
         import torch
 

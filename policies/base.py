@@ -52,7 +52,7 @@ class PolicyConfig:
     vision_channels: list[int] = field(default_factory=lambda: [32, 64, 96])
     prefix_layers: int = 2
     prefix_heads: int = 4
-    max_text_len: int = 64
+    max_text_len: int = 96
     language_encoder: str = "bytes"
     value_head: str = "expert"
 

@@ -1,0 +1,89 @@
+"""Demonstrations as in-memory training samples for supervised fine-tuning.
+
+Each sample is one step t of an episode: the observation at t (both camera views, state,
+instruction) and the expert's action chunk ``a[t : t + H]``; past the episode's end the chunk is
+padded with the last action (and ``pad`` marks those entries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import cv2
+import numpy as np
+import torch
+
+from embodied.data.lerobot_format import Dataset
+
+
+@dataclass
+class DemoTensors:
+    """All steps of a dataset. Shapes: ``rgb [T, V, s, s, 3]`` uint8, ``state [T, S]``,
+    ``actions [T, A]``, ``episode [T]``, ``instruction_ids [T]`` into ``instructions``;
+    ``chunk_index [T, H]`` rows of ``actions`` forming each step's chunk, ``chunk_pad [T, H]``."""
+
+    rgb: torch.Tensor
+    state: torch.Tensor
+    actions: torch.Tensor
+    episode: torch.Tensor
+    instruction_ids: torch.Tensor
+    instructions: list[str]
+    chunk_index: torch.Tensor
+    chunk_pad: torch.Tensor
+    cameras: list[str]
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    def batch(self, idx: torch.Tensor) -> tuple[dict, torch.Tensor]:
+        """Observations and expert chunks ``[B, H, A]`` of the steps ``idx``."""
+        obs = {
+            "rgb": self.rgb[idx],
+            "state": self.state[idx],
+            "instruction": [self.instructions[i] for i in self.instruction_ids[idx].tolist()],
+        }
+        return obs, self.actions[self.chunk_index[idx]]
+
+
+def load_demonstrations(root: str, *, chunk_size: int, image_size: int, cameras: Sequence[str] | None = None,
+                        episodes: Sequence[int] | None = None) -> DemoTensors:
+    """Decode a v3.0 dataset into :class:`DemoTensors` (images resized to ``image_size``)."""
+    ds = Dataset(root)
+    cams = list(cameras) if cameras is not None else ds.cameras
+    missing = [c for c in cams if c not in ds.cameras]
+    if missing:
+        raise ValueError(f"the dataset at {root} has cameras {ds.cameras}, the policy needs {cams}")
+    ids = list(range(ds.num_episodes)) if episodes is None else list(episodes)
+    if not ids:
+        raise ValueError(f"no episodes selected from {root}")
+    rgb, state, actions, episode, instr, chunk_index, chunk_pad = [], [], [], [], [], [], []
+    instructions: dict[str, int] = {}
+    offset = 0
+    for e in ids:
+        ep = ds.episode(e, images=True)
+        t = len(ep["action"])
+        views = ep["rgb"][:, [ds.cameras.index(c) for c in cams]]  # [T, V, H, W, 3]
+        if views.shape[2] != image_size:
+            views = np.stack([[cv2.resize(v, (image_size, image_size), interpolation=cv2.INTER_AREA) for v in step]
+                              for step in views])
+        rgb.append(views)
+        state.append(ep["observation.state"])
+        actions.append(ep["action"])
+        episode.append(np.full(t, e))
+        instr.append(np.full(t, instructions.setdefault(ep["instruction"], len(instructions))))
+        steps = np.arange(t)[:, None] + np.arange(chunk_size)[None]
+        chunk_pad.append(steps >= t)
+        chunk_index.append(offset + np.minimum(steps, t - 1))
+        offset += t
+    return DemoTensors(
+        rgb=torch.from_numpy(np.concatenate(rgb)),
+        state=torch.from_numpy(np.concatenate(state)).float(),
+        actions=torch.from_numpy(np.concatenate(actions)).float(),
+        episode=torch.from_numpy(np.concatenate(episode)),
+        instruction_ids=torch.from_numpy(np.concatenate(instr)),
+        instructions=list(instructions),
+        chunk_index=torch.from_numpy(np.concatenate(chunk_index)),
+        chunk_pad=torch.from_numpy(np.concatenate(chunk_pad)),
+        cameras=cams,
+    )
