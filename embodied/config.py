@@ -52,3 +52,41 @@ def make_env(sim: SimConfig, *, seed: int = 0, device: str = "cpu", **overrides:
 def store(name: str, node: Any, group: str | None = None) -> None:
     """Register a schema in Hydra's ConfigStore (idempotent)."""
     ConfigStore.instance().store(name=name, node=node, group=group)
+
+
+POLICY_CONFIGS = {
+    "flow": "policies.flow.configuration_flow:FlowConfig",
+    "autoregressive": "policies.autoregressive.configuration_autoregressive:AutoregressiveConfig",
+    "diffusion": "policies.diffusion.configuration_diffusion:DiffusionConfig",
+}
+
+
+def register_policy_schemas() -> None:
+    """Store each family's typed config (plus a ``family`` field) as ``policy/<family>_schema``.
+
+    ``configs/policy/<family>.yaml`` extends it, so every model field is a typed override:
+    ``policy=flow policy.num_steps=4``.
+    """
+    import importlib
+    from dataclasses import field as dc_field
+    from dataclasses import make_dataclass
+
+    for family, target in POLICY_CONFIGS.items():
+        module, _, attr = target.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except ImportError:  # a family whose code is not installed is simply not offered
+            continue
+        node = make_dataclass(f"{cls.__name__}Node", [("family", str, dc_field(default=family))], bases=(cls,))
+        store(f"{family}_schema", node, group="policy")
+
+
+def policy_overrides(node: Any) -> tuple[str, dict[str, Any]]:
+    """``(family, config fields)`` of a policy node from the ``policy`` config group."""
+    from dataclasses import asdict, is_dataclass
+
+    data = asdict(node) if is_dataclass(node) else dict(node)
+    family = data.pop("family", None)
+    if family is None:
+        raise ValueError("policy.family is missing: use policy=flow|autoregressive|diffusion")
+    return family, data

@@ -23,7 +23,7 @@ import torch
 from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
-from embodied.config import store
+from embodied.config import policy_overrides, register_policy_schemas, store
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
 
@@ -43,7 +43,7 @@ class SFTConfig:
 
     data: str = MISSING  # demonstration dataset (LeRobot v3.0 layout, e.g. from embodied-collect)
     out: str = MISSING  # run folder
-    policy: dict[str, Any] = field(default_factory=lambda: {"family": "flow"})  # config group policy/
+    policy: Any = MISSING  # config group policy/: flow | autoregressive | diffusion
     steps: int = 2000  # optimizer steps
     batch_size: int = 64
     lr: float = 3e-4
@@ -60,6 +60,7 @@ class SFTConfig:
 
 
 store("sft_schema", SFTConfig)
+register_policy_schemas()
 
 
 def _lr_at(step: int, cfg: SFTConfig) -> float:
@@ -78,10 +79,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     out = prepare_run_dir(cfg.out)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
-    overrides = dict(cfg.policy)
-    family = overrides.pop("family", None)
-    if family is None:
-        raise ValueError("policy.family is missing: use policy=flow|autoregressive|diffusion")
+    family, overrides = policy_overrides(cfg.policy)
     if cfg.resume:
         if not (out / "ckpt" / "config.json").is_file():
             raise FileNotFoundError(f"resume=true but {out / 'ckpt'} holds no checkpoint bundle")

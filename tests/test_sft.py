@@ -1,0 +1,71 @@
+"""embodied-sft through the console script at tiny sizes: checkpoints, metrics, resume, evaluation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import policies
+
+BIN = Path(sys.executable).parent
+TINY = ["policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]", "policy.chunk_size=3",
+        "policy.prefix_layers=1", "batch_size=8", "log_every=2"]
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    from embodied.data.collect import collect_suite
+
+    root = tmp_path_factory.mktemp("demos") / "ds"
+    collect_suite("goal", root, episodes_per_task=1, task_ids=[2, 3], num_envs=2, image_size=32)
+    return root
+
+
+def _sft(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([str(BIN / "embodied-sft"), *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_sft_trains_checkpoints_and_resumes(demos, tmp_path):
+    out = tmp_path / "run"
+    proc = _sft(f"data={demos}", f"out={out}", "steps=6", "save_every=3", *TINY)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "train_state" / "state.json").read_text())["step"] == 6
+    policy = policies.load(out / "ckpt")
+    assert policy.family == "flow" and policy.config.chunk_size == 3
+    assert policy.processor.stats["action_std"] != [1.0] * 7  # statistics come from the dataset
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(r["step"]) for r in rows] == [2, 4, 6]
+    assert any((out / "tb").iterdir())
+    # resume continues the step counter and appends to the metrics
+    proc = _sft(f"data={demos}", f"out={out}", "steps=10", "resume=true", *TINY)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(r["step"]) for r in rows] == [2, 4, 6, 8, 10]
+    assert json.loads((out / "sft.json").read_text())["steps"] == 10
+    # without resume, an existing run is not overwritten
+    proc = _sft(f"data={demos}", f"out={out}", "steps=10", *TINY)
+    assert proc.returncode != 0 and "resume=true" in proc.stderr
+
+
+def test_sft_autoregressive_with_evaluation(demos, tmp_path):
+    out = tmp_path / "ar"
+    proc = _sft(f"data={demos}", f"out={out}", "policy=autoregressive", "steps=2", "eval.suite=goal",
+                "eval.episodes_per_task=1", "eval.num_envs=2", "eval.image_size=32", *TINY)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "eval.json").read_text())
+    assert len(result["tasks"]) == 10 and 0.0 <= result["success_rate"] <= 1.0
+    assert policies.load(out / "ckpt").family == "autoregressive"
+
+
+def test_sft_errors_are_clear(tmp_path):
+    proc = _sft(f"data={tmp_path / 'missing'}", f"out={tmp_path / 'x'}", *TINY)
+    assert proc.returncode != 0 and "meta/info.json is missing" in proc.stderr
+    proc = _sft(f"data={tmp_path}", f"out={tmp_path / 'y'}", "policy.bogus=1")
+    assert proc.returncode != 0 and "bogus" in proc.stderr
