@@ -4,7 +4,7 @@
     embodied-bench bench=sim out=/tmp/b num_envs=[1,8] steps=20 repeats=3
 
 ``bench`` selects the benchmark (an option of the config group ``configs/bench/``; available
-now: ``sim``, ``experts``; ``policy``, ``train`` and ``serve`` are planned); ``out`` is the run folder and is
+now: ``sim``, ``experts``, ``policy``; ``train`` and ``serve`` are planned); ``out`` is the run folder and is
 required. Hydra writes its own files (``.hydra/``, ``bench.log``) into the run folder too. Each
 benchmark prints a table and writes ``<out>/<bench>.json`` and ``<out>/<bench>.csv``. Schemas:
 :mod:`embodied.bench.config`.
@@ -30,9 +30,10 @@ register()
 BENCHES: dict[str, str] = {
     "sim": "embodied.bench.sim:run",
     "experts": "embodied.bench.experts:run",
+    "policy": "embodied.bench.policy:run",
 }
 #: named by the design, not built yet.
-PLANNED = ("policy", "train", "serve")
+PLANNED = ("train", "serve")
 
 log = logging.getLogger(__name__)
 

@@ -75,3 +75,6 @@ def register() -> None:
     store("bench_schema", BenchConfig)
     store("bench_sim_schema", SimBenchConfig)
     store("bench_experts_schema", ExpertsBenchConfig)
+    from embodied.bench.policy import PolicyBenchConfig
+
+    store("bench_policy_schema", PolicyBenchConfig)

@@ -74,7 +74,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     """Run SFT as configured; returns the summary written to ``sft.json``."""
     import policies
     from embodied.data.training import load_demonstrations
-    from embodied.train_state import load_train_state, save_train_state
+    from embodied.train_state import load_train_state
 
     out = prepare_run_dir(cfg.out)
     torch.manual_seed(cfg.seed)
