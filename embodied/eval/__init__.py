@@ -1,0 +1,1 @@
+"""The benchmark harness: fixed protocol, parallel evaluation, intervals, videos, reports."""

@@ -1,0 +1,201 @@
+"""Evaluation on the fixed protocol: every task's fixed initial states, one episode each.
+
+Work is a fixed, ordered list of ``(task, init_id)`` per suite, cut into waves of ``num_envs``
+episodes. Each wave resets its envs to those initial states and runs until every env reached
+success or its task's step limit (an env stops at its own end; the others go on). The agent's
+randomness is seeded per wave from ``(seed, suite, wave)``, so a configuration gives the same
+numbers on every run and machine (CPU), and an interrupted run resumes wave by wave: waves whose
+episodes are all recorded in ``episodes.jsonl`` are skipped, an unfinished wave is run again
+(with the same seed, so it reproduces the episodes it had already recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+import numpy as np
+import torch
+
+EXECUTION_MODES = ("sync",)
+
+
+class Agent(Protocol):
+    """What the harness drives: a policy (any family) or the scripted experts."""
+
+    cameras: Sequence[str]
+
+    def begin_wave(self, seed: int) -> None: ...
+
+    def act(self, obs: dict[str, torch.Tensor], env: Any) -> torch.Tensor:
+        """An action chunk ``[N, H, A]`` for all envs."""
+
+    def episode_done(self, mask: np.ndarray) -> None: ...
+
+
+class PolicyAgent:
+    """A :class:`policies.base.Policy` in greedy (default) or explore mode."""
+
+    def __init__(self, policy: Any, mode: str = "greedy"):
+        if mode not in ("greedy", "explore"):
+            raise ValueError(f"mode must be 'greedy' or 'explore', got {mode!r}")
+        self.policy = policy.eval()
+        self.mode = mode
+        self.cameras = list(policy.config.cameras)
+        self._gen = torch.Generator()
+
+    def begin_wave(self, seed: int) -> None:
+        self._gen = torch.Generator(device=self.policy.device).manual_seed(seed)
+
+    def act(self, obs: dict[str, torch.Tensor], env: Any) -> torch.Tensor:
+        batch = {"rgb": obs["rgb"], "state": obs["state"],
+                 "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
+        with torch.no_grad():
+            return self.policy.sample(batch, mode=self.mode, generator=self._gen).actions.cpu()
+
+    def episode_done(self, mask: np.ndarray) -> None:
+        pass
+
+
+class ExpertAgent:
+    """The suite's scripted experts (closed loop: chunks of one action)."""
+
+    cameras = ("agentview", "wrist")
+
+    def __init__(self, suite: str, num_envs: int):
+        import sims
+
+        self.expert = sims.suites.expert(suite, num_envs=num_envs)
+
+    def begin_wave(self, seed: int) -> None:
+        self.expert.reset()
+
+    def act(self, obs: dict[str, torch.Tensor], env: Any) -> torch.Tensor:
+        return self.expert(obs)
+
+    def episode_done(self, mask: np.ndarray) -> None:
+        self.expert.reset(mask)
+
+
+@dataclass
+class EpisodeRecord:
+    suite: str
+    task: int
+    name: str
+    init_id: int
+    wave: int
+    success: bool
+    length: int
+    diverged: bool
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+def wave_seed(seed: int, suite: str, wave: int) -> int:
+    return zlib.crc32(f"{seed}/{suite}/{wave}".encode())
+
+
+def work_list(tasks: Sequence[int], episodes: int) -> list[tuple[int, int]]:
+    """The fixed order of ``(task, init_id)`` of a suite."""
+    return [(t, i) for t in tasks for i in range(episodes)]
+
+
+def load_records(path: Path) -> list[EpisodeRecord]:
+    """Episodes already recorded (a torn last line from a kill is ignored)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(EpisodeRecord(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return out
+
+
+FrameSink = Callable[[str, int, int, list[np.ndarray], bool, int], None]
+
+
+def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, num_envs: int, image_size: int,
+              seed: int, execution: str = "sync", done: Iterable[EpisodeRecord] = (),
+              on_episode: Callable[[EpisodeRecord], None] | None = None, record_frames: bool = False,
+              on_frames: FrameSink | None = None, progress: Any = None,
+              check: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
+
+    Args:
+        done: records from an interrupted run; their complete waves are skipped.
+        on_episode: called for every finished episode (append it to ``episodes.jsonl``).
+        record_frames / on_frames: keep each env's frames ``[V, H, W, 3]`` and hand the episode's
+            frames to ``on_frames(suite, task, init_id, frames, success, length)`` when it ends.
+        check: called with the env once built (e.g. the policy's spec check).
+    """
+    import sims
+
+    if execution not in EXECUTION_MODES:
+        raise ValueError(f"execution={execution!r} is not available yet; choose one of {EXECUTION_MODES}")
+    specs = sims.suites.tasks(suite)
+    work = work_list(tasks, episodes)
+    n = max(1, min(num_envs, len(work)))
+    waves = [work[w:w + n] for w in range(0, len(work), n)]
+    recorded: dict[int, set[tuple[int, int]]] = {}
+    for r in done:
+        if r.suite == suite:
+            recorded.setdefault(r.wave, set()).add((r.task, r.init_id))
+    todo = [w for w, items in enumerate(waves) if not set(items) <= recorded.get(w, set())]
+    if not todo:
+        return {"env_steps": 0, "seconds": 0.0}
+    env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras), image_size=image_size)
+    if check is not None:
+        check(env)
+    env_steps = 0
+    start = time.perf_counter()
+    try:
+        for w in todo:
+            wave = waves[w]
+            k = len(wave)
+            padded = wave + [wave[0]] * (n - k)
+            obs = env.reset(task_ids=[t for t, _ in padded], init_ids=[i for _, i in padded])
+            agent.begin_wave(wave_seed(seed, suite, w))
+            active = np.zeros(n, bool)
+            active[:k] = True
+            success = np.zeros(n, bool)
+            frames: list[list[np.ndarray]] = [[] for _ in range(n)]
+            if record_frames:
+                for j in range(k):
+                    frames[j].append(obs["rgb"][j].numpy())
+            while active.any():
+                chunk = agent.act(obs, env)
+                for h in range(chunk.shape[1]):
+                    obs, _, _, _, info = env.step(chunk[:, h], active=torch.as_tensor(active))
+                    env_steps += int(active.sum())
+                    ended = info["done"].numpy() & active
+                    success |= info["success"].numpy() & active
+                    if record_frames:
+                        shown = info["final_obs"]["rgb"]
+                        for j in np.flatnonzero(active):
+                            frames[j].append(shown[j].numpy())
+                    for j in np.flatnonzero(ended):
+                        t, init_id = wave[j]
+                        rec = EpisodeRecord(suite, t, specs[t].name, init_id, w, bool(success[j]),
+                                            int(info["episode"]["length"][j]), bool(info["diverged"][j]))
+                        if on_episode is not None and (t, init_id) not in recorded.get(w, set()):
+                            on_episode(rec)
+                        if record_frames and on_frames is not None:
+                            on_frames(suite, t, init_id, frames[j], rec.success, rec.length)
+                            frames[j] = []
+                        if progress is not None:
+                            progress.update(1)
+                    if ended.any():
+                        agent.episode_done(ended)
+                    active &= ~ended
+                    if not active.any():
+                        break
+    finally:
+        env.close()
+    return {"env_steps": env_steps, "seconds": time.perf_counter() - start}

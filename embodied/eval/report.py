@@ -1,0 +1,147 @@
+"""Results of an evaluation: aggregation with intervals, comparison, JSON/CSV/Markdown, bar plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from embodied.eval.harness import EpisodeRecord
+from embodied.eval.stats import difference_interval, wilson_interval
+
+
+def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of: dict[str, list[int]],
+              names: dict[str, list[str]]) -> dict[str, Any]:
+    """Per suite and task: success rate, 95% Wilson interval, lengths, failures by init id."""
+    by_task: dict[tuple[str, int], list[EpisodeRecord]] = {}
+    for r in records:
+        by_task.setdefault((r.suite, r.task), []).append(r)
+    out: dict[str, Any] = {}
+    for suite in suites:
+        rows = []
+        for t in tasks_of[suite]:
+            eps = sorted(by_task.get((suite, t), []), key=lambda r: r.init_id)
+            k, n = sum(r.success for r in eps), len(eps)
+            lo, hi = wilson_interval(k, n)
+            rows.append({
+                "task": t, "name": names[suite][t], "episodes": n, "successes": k,
+                "success_rate": k / n if n else 0.0, "ci95": [round(lo, 4), round(hi, 4)],
+                "mean_length": float(np.mean([r.length for r in eps])) if eps else 0.0,
+                "failures": [r.init_id for r in eps if not r.success],
+                "diverged": sum(r.diverged for r in eps),
+            })
+        k_all = sum(r["successes"] for r in rows)
+        n_all = sum(r["episodes"] for r in rows)
+        lo, hi = wilson_interval(k_all, n_all)
+        out[suite] = {"success_rate": float(np.mean([r["success_rate"] for r in rows])) if rows else 0.0,
+                      "episodes": n_all, "ci95": [round(lo, 4), round(hi, 4)], "tasks": rows}
+    return out
+
+
+def compare(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    """Per task present in both results: difference of success rates with a 95% interval."""
+    out: dict[str, Any] = {}
+    for suite, cur in current.items():
+        prev = previous.get("suites", {}).get(suite)
+        if prev is None:
+            continue
+        old = {r["name"]: r for r in prev["tasks"]}
+        rows = []
+        for r in cur["tasks"]:
+            o = old.get(r["name"])
+            if o is None or not r["episodes"] or not o.get("episodes"):
+                continue
+            k_old = o.get("successes", round(o["success_rate"] * o["episodes"]))
+            d, lo, hi = difference_interval(r["successes"], r["episodes"], k_old, o["episodes"])
+            rows.append({"task": r["task"], "name": r["name"], "now": r["success_rate"], "before": o["success_rate"],
+                         "difference": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)],
+                         "significant": lo > 0 or hi < 0})
+        out[suite] = {"tasks": rows, "mean_difference": float(np.mean([r["difference"] for r in rows])) if rows else 0.0}
+    return out
+
+
+def write_csv(path: Path, suites: dict[str, Any]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["suite", "task", "name", "episodes", "successes", "success_rate", "ci95_low", "ci95_high",
+                    "mean_length", "failures"])
+        for suite, res in suites.items():
+            for r in res["tasks"]:
+                w.writerow([suite, r["task"], r["name"], r["episodes"], r["successes"], f"{r['success_rate']:.4f}",
+                            r["ci95"][0], r["ci95"][1], f"{r['mean_length']:.1f}", " ".join(map(str, r["failures"]))])
+
+
+def plot_suite(path: Path, suite: str, res: dict[str, Any], title: str) -> None:
+    """Bar plot of per-task success with 95% intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["tasks"]
+    rates = np.array([r["success_rate"] for r in rows])
+    lo = rates - np.array([r["ci95"][0] for r in rows])
+    hi = np.array([r["ci95"][1] for r in rows]) - rates
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(rows) + 2), 4.5))
+    ax.bar(range(len(rows)), rates, yerr=[lo, hi], capsize=3, color="#4c78a8")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{r['task']}" for r in rows])
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("task")
+    ax.set_ylabel("success rate (95% Wilson interval)")
+    ax.set_title(f"{title}: {suite}, mean {res['success_rate']:.1%}")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The Markdown report."""
+    lines = [f"# Evaluation: {results['agent']['label']}", ""]
+    cfg = results["config"]
+    lines += [f"Protocol: {cfg['episodes']} fixed initial states per task, one episode each, "
+              f"{cfg['mode']} policy, execution `{cfg['execution']}`, {cfg['num_envs']} parallel envs, seed {cfg['seed']}.",
+              f"Wall time {results['wall_s']:.1f} s, {results['env_steps_per_s']:.0f} env-steps/s.", ""]
+    if results.get("interrupted"):
+        lines += ["**Interrupted**: the numbers cover the episodes finished so far; run the same command to resume.", ""]
+    for suite, res in results["suites"].items():
+        lines += [f"## {suite}: {res['success_rate']:.1%} (episodes {res['episodes']}, pooled 95% CI "
+                  f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])", "",
+                  f"![{suite}](plots/{suite}.png)", "",
+                  "| task | name | success | 95% CI | mean length | failed init ids |", "|---|---|---|---|---|---|"]
+        for r in res["tasks"]:
+            fails = " ".join(map(str, r["failures"][:20])) + (" ..." if len(r["failures"]) > 20 else "")
+            lines.append(f"| {r['task']} | {r['name']} | {r['success_rate']:.0%} ({r['successes']}/{r['episodes']}) | "
+                         f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['mean_length']:.0f} | {fails} |")
+        lines.append("")
+        cmp = results.get("comparison", {}).get(suite)
+        if cmp:
+            lines += [f"### {suite}: change against {results['compare_with']} (mean {cmp['mean_difference']:+.1%})", "",
+                      "| task | before | now | difference | 95% CI |", "|---|---|---|---|---|"]
+            for r in cmp["tasks"]:
+                mark = " *" if r["significant"] else ""
+                lines.append(f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%}{mark} | "
+                             f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] |")
+            lines += ["", "\\* the interval excludes 0.", ""]
+    if results.get("videos"):
+        lines += ["## Videos", ""] + [f"- [{v}]({v})" for v in results["videos"]] + [""]
+    m = results["machine"]
+    lines += ["## Reproducibility", "",
+              f"- agent: {results['agent']['label']}; checkpoint sha256 {results['agent'].get('sha256', '-')}",
+              f"- device {results['device']}; python {m['python']}, torch {m['torch']}, mujoco {m['mujoco']}, "
+              f"numpy {m['numpy']}; {m['platform']}, {m['cpu_count']} CPUs", ""]
+    return "\n".join(lines)
+
+
+def load_previous(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"compare={path}: no results.json there (give a previous embodied-eval run folder)")
+    return json.loads(p.read_text())

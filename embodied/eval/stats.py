@@ -1,0 +1,32 @@
+"""Confidence intervals for success rates, as pure functions."""
+
+from __future__ import annotations
+
+import math
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95% (by default) Wilson score interval of a binomial proportion; ``(0, 1)`` for no trials."""
+    if trials <= 0:
+        return (0.0, 1.0)
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must be in [0, {trials}], got {successes}")
+    p = successes / trials
+    denom = 1.0 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float, float]:
+    """Difference ``p1 - p2`` of two proportions with Newcombe's hybrid score 95% interval.
+
+    Returns ``(difference, low, high)``.
+    """
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1)
+    l2, u2 = wilson_interval(k2, n2)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return d, max(-1.0, low), min(1.0, high)

@@ -1,0 +1,222 @@
+"""``embodied-eval``: the benchmark harness on the LIBERO-style suites.
+
+    embodied-eval checkpoint=CKPT suite=spatial out=DIR [tasks=[0,3]] [episodes=5] [videos=failures]
+    embodied-eval policy=expert suites=[spatial,goal] out=DIR
+    embodied-eval checkpoint=CKPT suite=spatial out=DIR compare=runs/previous_eval
+
+Protocol: every task's fixed initial states (50 by default), one episode each, in parallel envs,
+each env stopping at success or at its task's step limit; the policy acts greedily unless
+``mode=explore``. Outputs in ``out``: ``results.json`` (per suite and task: success rate, 95%
+Wilson interval, episode lengths, failures by initial-state id), ``results.csv``, ``report.md``,
+``plots/<suite>.png``, ``videos/`` (both camera views side by side with the instruction and step),
+``episodes.jsonl`` (one line per finished episode) and ``eval_config.json``. Ctrl-C keeps the
+finished episodes; the same command resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import hydra
+from omegaconf import MISSING, OmegaConf
+from tqdm import tqdm
+
+from embodied.config import store
+from embodied.runs import machine_info, prepare_run_dir, write_json
+
+VIDEO_CHOICES = ("failures", "all", "none")
+
+
+@dataclass
+class EvalConfig:
+    """Schema of ``embodied-eval``."""
+
+    out: str = MISSING  # run folder
+    checkpoint: Optional[str] = None  # a policy bundle (policies.save), or null with policy=expert
+    policy: Any = None  # config group policy/: policy=expert runs the suites' scripted experts
+    suite: Optional[str] = None  # one suite ...
+    suites: list[str] = field(default_factory=list)  # ... or several
+    tasks: Optional[list[int]] = None  # task indices (default: all tasks of each suite)
+    episodes: int = 50  # fixed initial states per task (the protocol's 50)
+    num_envs: int = 25  # parallel envs
+    image_size: int = 128  # rendered camera size (the policy resizes to its own)
+    mode: str = "greedy"  # greedy | explore
+    seed: int = 0  # seeds the policy's sampling (per wave)
+    device: str = "cpu"
+    execution: str = "sync"  # sync (the latency module adds async and rtc)
+    delay: int = 0  # inference delay in control steps (with execution modes that use it)
+    videos: str = "failures"  # failures | all | none
+    video_max: int = 10  # videos per suite at most
+    compare: Optional[str] = None  # a previous run folder or results.json to compare with
+
+
+store("eval_schema", EvalConfig)
+
+
+class EvalError(ValueError):
+    """A configuration the harness cannot run; printed as one line."""
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str, list[str]]]:
+    import sims
+
+    suites = ([cfg.suite] if cfg.suite else []) + [s for s in cfg.suites if s != cfg.suite]
+    if not suites:
+        raise EvalError("no suite given: add suite=spatial (or suites=[spatial,goal])")
+    unknown = [s for s in suites if s not in sims.suites.names()]
+    if unknown:
+        raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.names()}")
+    if not 1 <= cfg.episodes <= sims.suites.NUM_INIT_STATES:
+        raise EvalError(f"episodes must be in 1..{sims.suites.NUM_INIT_STATES} (fixed initial states per task)")
+    if cfg.videos not in VIDEO_CHOICES:
+        raise EvalError(f"videos must be one of {VIDEO_CHOICES}, got {cfg.videos!r}")
+    if cfg.delay and cfg.execution == "sync":
+        raise EvalError("delay=... needs an asynchronous execution mode; sync execution has no inference delay")
+    tasks_of, names = {}, {}
+    for s in suites:
+        specs = sims.suites.tasks(s)
+        names[s] = [t.name for t in specs]
+        tasks = list(range(len(specs))) if cfg.tasks is None else list(cfg.tasks)
+        bad = [t for t in tasks if not 0 <= t < len(specs)]
+        if bad:
+            raise EvalError(f"task index(es) {bad} out of range for suite {s!r} (0..{len(specs) - 1})")
+        tasks_of[s] = tasks
+    return suites, tasks_of, names
+
+
+def run(cfg: EvalConfig) -> dict[str, Any]:
+    """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
+    import policies
+    from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, run_suite
+    from embodied.eval.report import aggregate, compare, load_previous, markdown, plot_suite, write_csv
+    from embodied.video import VideoWriter, annotate_frame
+
+    suites, tasks_of, names = _resolve(cfg)
+    family = None if cfg.policy is None else (cfg.policy.get("family") if isinstance(cfg.policy, dict)
+                                               else getattr(cfg.policy, "family", None))
+    if (cfg.checkpoint is None) == (family is None):
+        raise EvalError("give exactly one of checkpoint=PATH (a policy bundle) or policy=expert")
+    if family is not None and family != "expert":
+        raise EvalError(f"policy={family}: a model is evaluated from its bundle, checkpoint=PATH; "
+                        "policy=expert runs the scripted experts")
+    previous = load_previous(cfg.compare) if cfg.compare else None
+    agent_info: dict[str, Any]
+    if cfg.checkpoint is not None:
+        ckpt = Path(cfg.checkpoint)
+        policy = policies.load(ckpt, device=cfg.device)
+        agent_info = {"label": f"{policy.family} policy {ckpt}", "family": policy.family, "checkpoint": str(ckpt),
+                      "sha256": _sha256(ckpt / "model.safetensors"), "config": policy.config.to_dict()}
+    else:
+        policy = None
+        agent_info = {"label": "scripted experts", "family": "expert"}
+
+    out = prepare_run_dir(cfg.out)
+    identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare")}
+    identity["suites"], identity["tasks_of"] = suites, tasks_of
+    identity["sha256"] = agent_info.get("sha256")
+    cfg_path = out / "eval_config.json"
+    if cfg_path.is_file():
+        stored = json.loads(cfg_path.read_text())
+        if stored != json.loads(json.dumps(identity)):
+            diff = sorted(k for k in set(stored) | set(identity) if stored.get(k) != json.loads(json.dumps(identity)).get(k))
+            raise EvalError(f"{out} holds an evaluation with a different configuration ({', '.join(diff)}): "
+                            "choose a new out=..., or repeat the original command to resume it")
+    else:
+        write_json(cfg_path, identity)
+    episodes_path = out / "episodes.jsonl"
+    records = load_records(episodes_path)
+    log = open(episodes_path, "a")
+    videos: list[str] = []
+    counts: dict[str, int] = {}
+
+    def record(rec) -> None:
+        records.append(rec)
+        log.write(rec.to_json() + "\n")
+        log.flush()
+
+    def film(suite: str, task: int, init_id: int, frames: list, success: bool, length: int) -> None:
+        if cfg.videos == "none" or (cfg.videos == "failures" and success) or counts.get(suite, 0) >= cfg.video_max:
+            return
+        counts[suite] = counts.get(suite, 0) + 1
+        import sims
+
+        instruction = sims.suites.tasks(suite)[task].instruction
+        rel = f"videos/{suite}/{task:02d}_{names[suite][task]}_init{init_id:02d}_{'ok' if success else 'fail'}.mp4"
+        with VideoWriter(out / rel, fps=20.0) as writer:
+            for step, views in enumerate(frames):
+                writer.write(annotate_frame(list(views), [instruction, f"{suite} task {task} init {init_id} "
+                                                          f"step {step}/{length} {'success' if success else ''}"]))
+        videos.append(rel)
+
+    env_steps, seconds, interrupted = 0, 0.0, False
+    total = sum(len(tasks_of[s]) * cfg.episodes for s in suites)
+    start = time.perf_counter()
+    try:
+        with tqdm(total=total, initial=len(records), desc="eval", unit="ep") as bar:
+            for suite in suites:
+                agent = PolicyAgent(policy, cfg.mode) if policy is not None else ExpertAgent(suite, cfg.num_envs)
+                check = policy.check_env if policy is not None else None
+                stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
+                                  image_size=cfg.image_size, seed=cfg.seed, execution=cfg.execution, done=records[:],
+                                  on_episode=record, record_frames=cfg.videos != "none", on_frames=film,
+                                  progress=bar, check=check)
+                env_steps += stats["env_steps"]
+                seconds += stats["seconds"]
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        log.close()
+    suites_res = aggregate(records, suites, tasks_of, names)
+    results: dict[str, Any] = {
+        "suites": suites_res,
+        "agent": agent_info,
+        "config": {**asdict(cfg), "suites": suites},
+        "device": cfg.device,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "env_steps": env_steps,
+        "env_steps_per_s": round(env_steps / seconds, 1) if seconds > 0 else 0.0,
+        "interrupted": interrupted,
+        "videos": sorted(str(p.relative_to(out)) for p in (out / "videos").rglob("*.mp4")),
+        "machine": machine_info(),
+    }
+    if previous is not None:
+        results["comparison"] = compare(suites_res, previous)
+        results["compare_with"] = str(cfg.compare)
+    write_json(out / "results.json", results)
+    write_csv(out / "results.csv", suites_res)
+    for suite, res in suites_res.items():
+        plot_suite(out / "plots" / f"{suite}.png", suite, res, agent_info["label"])
+    (out / "report.md").write_text(markdown(results))
+    return results
+
+
+@hydra.main(config_path="pkg://configs", config_name="eval", version_base="1.3")
+def main(cfg: Any) -> None:
+    from policies import CheckpointError, SpecMismatchError
+
+    config: EvalConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    try:
+        results = run(config)
+    except (EvalError, CheckpointError, SpecMismatchError, FileNotFoundError) as err:
+        raise SystemExit(f"embodied-eval: {err}") from None
+    for suite, res in results["suites"].items():
+        print(f"{suite}: {res['success_rate']:.1%} over {res['episodes']} episodes "
+              f"(95% CI [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])")
+    if results["interrupted"]:
+        print(f"interrupted: finished episodes are kept in {config.out}; run the same command to resume",
+              file=sys.stderr)
+        raise SystemExit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""embodied-eval: protocol, intervals, determinism, resume after Ctrl-C, comparisons, clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import policies
+from embodied.eval.stats import difference_interval, wilson_interval
+
+BIN = Path(sys.executable).parent
+TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
+
+
+def _eval(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([str(BIN / "embodied-eval"), *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_wilson_and_difference_intervals():
+    lo, hi = wilson_interval(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
+    assert wilson_interval(0, 50)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wilson_interval(50, 50)[1] == pytest.approx(1.0, abs=1e-12)
+    d, lo, hi = difference_interval(45, 50, 25, 50)
+    assert d == pytest.approx(0.4) and 0 < lo < d < hi < 1
+    with pytest.raises(ValueError):
+        wilson_interval(11, 10)
+
+
+def test_experts_through_the_harness_meet_the_protocol(tmp_path):
+    out = tmp_path / "experts"
+    proc = _eval("policy=expert", "suite=goal", "tasks=[0,6]", "episodes=4", "num_envs=4", f"out={out}",
+                 "image_size=32", "videos=all", "video_max=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    goal = res["suites"]["goal"]
+    assert [t["name"] for t in goal["tasks"]] == ["open_the_drawer", "put_the_cube_in_the_drawer"]
+    for t in goal["tasks"]:
+        assert t["episodes"] == 4 and t["success_rate"] >= 0.95 and len(t["ci95"]) == 2
+    assert (out / "plots" / "goal.png").stat().st_size > 0 and (out / "results.csv").is_file()
+    assert len(res["videos"]) == 1 and "| 0 | open_the_drawer |" in (out / "report.md").read_text()
+
+
+def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
+    ckpt = policies.save(policies.make("flow", **TINY), tmp_path / "ckpt")
+    args = [f"checkpoint={ckpt}", "suite=dynamic", "tasks=[0,3]", "episodes=2", "num_envs=2", "image_size=32",
+            "videos=none"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _eval(*args, f"out={a}").returncode == 0
+    proc = _eval(*args, f"out={b}", f"compare={a}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ra, rb = (json.loads((p / "results.json").read_text()) for p in (a, b))
+    assert ra["suites"] == rb["suites"]  # same checkpoint, same seed: same numbers
+    assert rb["agent"]["sha256"] == ra["agent"]["sha256"]
+    assert all(t["difference"] == 0 for t in rb["comparison"]["dynamic"]["tasks"])
+
+
+def test_interrupted_run_keeps_episodes_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    args = ["policy=expert", "suite=goal", "tasks=[2,3]", "episodes=6", "num_envs=2", "image_size=32",
+            "videos=none", f"out={out}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([str(BIN / "embodied-eval"), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    log = out / "episodes.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    partial = log.read_text().splitlines()
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the interrupt arrived")
+    assert proc.returncode == 130 and "resume" in err
+    assert 3 <= len(partial) < 12
+    res = json.loads((out / "results.json").read_text())
+    assert res["interrupted"] and sum(t["episodes"] for t in res["suites"]["goal"]["tasks"]) == len(partial)
+    proc = _eval(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = log.read_text().splitlines()
+    assert len(done) == 12 and done[: len(partial)] == partial
+    keys = [(json.loads(line)["task"], json.loads(line)["init_id"]) for line in done]
+    assert len(set(keys)) == 12
+
+
+def test_clear_errors(tmp_path):
+    ckpt = policies.save(policies.make("flow", action_dim=8, **TINY), tmp_path / "ckpt8")
+    cases = [
+        ((f"checkpoint={ckpt}", "suite=goal", "episodes=1"), "8-D actions but the env expects 7-D"),
+        (("policy=expert", "suite=nope"), "unknown suite"),
+        (("policy=expert", "suite=goal", "tasks=[12]"), "out of range"),
+        ((f"checkpoint={tmp_path / 'missing'}", "suite=goal"), "no checkpoint bundle"),
+        (("suite=goal",), "checkpoint=PATH"),
+    ]
+    for i, (args, message) in enumerate(cases):
+        proc = _eval(*args, f"out={tmp_path / str(i)}", "image_size=32")
+        assert proc.returncode != 0, args
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("embodied-eval:") and message in last, (args, last)
