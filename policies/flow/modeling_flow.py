@@ -103,12 +103,16 @@ class FlowPolicy(Policy):
         n, h, a, k_steps = prefix.shape[0], cfg.chunk_size, cfg.action_dim, cfg.num_steps
         dt = 1.0 / k_steps
         sampler = "ode" if mode == "greedy" else cfg.sampler
-        x = torch.randn(n, h, a, generator=generator, device=prefix.device) if generator is None or \
-            generator.device == prefix.device else torch.randn(n, h, a, generator=generator).to(prefix.device)
+        rng_device = generator.device if generator is not None else prefix.device
+
+        def normal(shape: tuple[int, ...]) -> torch.Tensor:
+            return torch.randn(shape, generator=generator, device=rng_device).to(prefix.device)
+
+        x = normal((n, h, a))
         chain = [x]
         logprob = torch.zeros(n, device=prefix.device)
         if sampler == "sde":  # one stochastic step per chunk, drawn uniformly per sample
-            stoch = torch.randint(0, k_steps, (n,), generator=generator).to(prefix.device)
+            stoch = torch.randint(0, k_steps, (n,), generator=generator, device=rng_device).to(prefix.device)
         extras: dict[str, torch.Tensor] = {}
         for k, t_val in enumerate(S.time_grid(k_steps)):
             t = torch.full((n,), t_val, device=prefix.device)
@@ -121,8 +125,7 @@ class FlowPolicy(Policy):
                     mean, std = S.ode_step(x, v, dt), self._noise_std(feats)
                 else:
                     mean, std = S.sde_step(x, v, t, dt, cfg.noise_level)
-                eps = torch.randn(mean.shape, generator=generator).to(mean.device) if generator is not None \
-                    else torch.randn_like(mean)
+                eps = normal(tuple(mean.shape))
                 noisy = mean + std * eps
                 if sampler == "sde":
                     is_k = (stoch == k)

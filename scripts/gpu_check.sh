@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The CUDA checks, for a machine with a GPU and PyTorch but without this project's venv:
+# the gpu-marked tests and bench=policy on the GPU. Wheels for what that machine lacks are
+# expected in .whl/ (see README). Results go to ${OUT:-runs/gpu_check}.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/gpu_check}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
+python3 - <<'PY' 2>&1 | tee "$OUT/bench_policy.txt"
+import os
+from pathlib import Path
+from embodied.bench.policy import PolicyBenchConfig, run
+out = Path(os.environ["OUT"]) / "bench_cuda"
+out.mkdir(parents=True, exist_ok=True)
+run(PolicyBenchConfig(out=str(out), device="cuda", batch_sizes=[1, 64, 256], repeats=10), out)
+PY
+cp "$OUT"/bench_cuda/policy.json "$OUT"/policy_cuda.json 2>/dev/null || true
