@@ -1,0 +1,62 @@
+"""The PPO loss on chunk log-probabilities: ratio clipping, optional dual clip, value clipping,
+entropy bonus, no KL penalty by default (pi_RL's defaults: clip 0.2, dual clip 3.0, value clip 0.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PPOStats:
+    """Diagnostics of one loss evaluation (plain floats)."""
+
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    clip_fraction: float
+    approx_kl: float
+
+
+def ppo_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, *,
+             values: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
+             returns: torch.Tensor | None = None, entropy: torch.Tensor | None = None, clip: float = 0.2,
+             dual_clip: float | None = 3.0, value_clip: float | None = 0.2, vf_coef: float = 0.5,
+             ent_coef: float = 0.0, kl_coef: float = 0.0) -> tuple[torch.Tensor, PPOStats]:
+    """Scalar PPO loss over a batch ``[B]`` and its diagnostics.
+
+    ``values``/``old_values``/``returns`` are omitted for critic-free algorithms (GRPO).
+    Dual clip (for negative advantages) bounds the loss at ``-dual_clip * A``.
+    """
+    log_ratio = logprob - old_logprob
+    ratio = torch.exp(log_ratio)
+    surr1 = ratio * advantages
+    surr2 = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    pg = -torch.min(surr1, surr2)
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+        pg = torch.where(advantages < 0, torch.min(pg, -dual_clip * advantages), pg)
+    policy_loss = pg.mean()
+    total = policy_loss
+    value_loss = torch.zeros((), device=logprob.device)
+    if values is not None:
+        if returns is None:
+            raise ValueError("values need returns")
+        err = (values - returns) ** 2
+        if value_clip is not None and old_values is not None:
+            clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+            err = torch.max(err, (clipped - returns) ** 2)
+        value_loss = 0.5 * err.mean()
+        total = total + vf_coef * value_loss
+    ent = entropy.mean() if entropy is not None else torch.zeros((), device=logprob.device)
+    total = total - ent_coef * ent
+    approx_kl = ((ratio - 1.0) - log_ratio).mean()
+    if kl_coef:
+        total = total + kl_coef * approx_kl
+    with torch.no_grad():
+        clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
+    return total, PPOStats(float(policy_loss.detach()), float(value_loss.detach()), float(ent.detach()),
+                           float(clip_fraction), float(approx_kl.detach()))

@@ -1,0 +1,103 @@
+"""Chunk-level GAE, PPO and GRPO as pure functions, checked on tiny tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from embodied.algorithms import chunk_gae, grpo_advantages, grpo_group_filter, normalize_advantages, ppo_loss
+
+
+def _reference_gae(r, v, d, tr, last, fv, gamma, lam):
+    t_len, n = r.shape
+    adv = torch.zeros(t_len, n)
+    for i in range(n):
+        running = 0.0
+        for t in reversed(range(t_len)):
+            if d[t, i]:
+                boot = fv[t, i] if tr[t, i] else 0.0
+                running = r[t, i] + gamma * boot - v[t, i]
+            else:
+                nxt = last[i] if t == t_len - 1 else v[t + 1, i]
+                running = r[t, i] + gamma * nxt - v[t, i] + gamma * lam * running
+            adv[t, i] = running
+    return adv
+
+
+def test_chunk_gae_matches_a_loop_reference():
+    g = torch.Generator().manual_seed(0)
+    t_len, n = 12, 5
+    r, v, fv = (torch.rand(t_len, n, generator=g) for _ in range(3))
+    d = torch.rand(t_len, n, generator=g) < 0.25
+    tr = d & (torch.rand(t_len, n, generator=g) < 0.5)
+    last = torch.rand(n, generator=g)
+    adv, ret = chunk_gae(r, v, d, tr, last, 0.99, 0.95, final_values=fv)
+    torch.testing.assert_close(adv, _reference_gae(r, v, d, tr, last, fv, 0.99, 0.95))
+    torch.testing.assert_close(ret, adv + v)
+
+
+def test_termination_vs_truncation_and_monte_carlo_limit():
+    one = torch.ones(1, 1)
+    r, v, fv = one, 0.5 * one, 2.0 * one
+    term, _ = chunk_gae(r, v, one.bool(), torch.zeros(1, 1, dtype=torch.bool), torch.tensor([9.0]), final_values=fv)
+    trunc, _ = chunk_gae(r, v, one.bool(), one.bool(), torch.tensor([9.0]), final_values=fv)
+    assert term.item() == pytest.approx(0.5)  # no bootstrap after a terminal state
+    assert trunc.item() == pytest.approx(1 + 0.99 * 2.0 - 0.5)  # the step limit bootstraps
+    # gamma = lambda = 1 without ends: advantage = future rewards + last value - value
+    r = torch.tensor([[1.0], [2.0], [3.0]])
+    v = torch.zeros(3, 1)
+    no = torch.zeros(3, 1, dtype=torch.bool)
+    adv, _ = chunk_gae(r, v, no, no, torch.tensor([4.0]), gamma=1.0, lam=1.0)
+    assert adv.flatten().tolist() == [10.0, 9.0, 7.0]
+    with pytest.raises(ValueError, match="truncs must imply dones"):
+        chunk_gae(r, v, no, ~no, torch.zeros(1))
+
+
+def test_ppo_clipping_dual_clip_and_value_clip():
+    a = torch.tensor([1.0, -1.0])
+    old = torch.zeros(2)
+    loss, stats = ppo_loss(torch.zeros(2), old, a, dual_clip=None)
+    assert loss.item() == pytest.approx(0.0) and stats.clip_fraction == 0.0
+    # ratio e^0.5 = 1.65: the positive advantage is clipped at 1.2, the negative one is not
+    lp = torch.full((2,), 0.5, requires_grad=True)
+    loss, stats = ppo_loss(lp, old, a, dual_clip=None)
+    assert loss.item() == pytest.approx((-1.2 + 1.6487) / 2, abs=1e-4) and stats.clip_fraction == 1.0
+    loss.backward()
+    assert lp.grad[0] == 0.0 and lp.grad[1] > 0  # no gradient through the clipped term
+    # dual clip bounds the loss of a negative advantage at -c * A
+    huge = torch.full((1,), 3.0)
+    loss, _ = ppo_loss(huge, torch.zeros(1), torch.tensor([-1.0]), dual_clip=3.0)
+    assert loss.item() == pytest.approx(3.0)
+    # value clipping keeps the larger of the clipped and unclipped errors
+    _, stats = ppo_loss(torch.zeros(1), torch.zeros(1), torch.ones(1), values=torch.tensor([1.0]),
+                        old_values=torch.tensor([0.0]), returns=torch.tensor([1.0]), value_clip=0.2)
+    assert stats.value_loss == pytest.approx(0.5 * 0.8**2)
+    with pytest.raises(ValueError, match="dual_clip"):
+        ppo_loss(torch.zeros(1), torch.zeros(1), -torch.ones(1), dual_clip=0.5)
+
+
+def test_ppo_approx_kl_and_entropy_bonus():
+    lp = torch.log(torch.tensor([1.1, 0.9]))
+    loss0, s0 = ppo_loss(lp, torch.zeros(2), torch.zeros(2), entropy=torch.ones(2), ent_coef=0.0)
+    loss1, _ = ppo_loss(lp, torch.zeros(2), torch.zeros(2), entropy=torch.ones(2), ent_coef=0.01)
+    assert loss1.item() == pytest.approx(loss0.item() - 0.01)
+    expected_kl = ((torch.tensor([1.1, 0.9]) - 1) - lp).mean().item()
+    assert s0.approx_kl == pytest.approx(expected_kl)
+
+
+def test_grpo_advantages_and_dynamic_sampling():
+    returns = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    adv = grpo_advantages(returns)
+    torch.testing.assert_close(adv.mean(1), torch.zeros(4), atol=1e-6, rtol=0)
+    assert adv[1].abs().max() == 0 and adv[0, 0] > 0 > adv[0, 1]
+    keep = grpo_group_filter(returns > 0.5)
+    assert keep.tolist() == [True, False, False, True]
+    with pytest.raises(ValueError):
+        grpo_advantages(torch.ones(3, 1))
+
+
+def test_advantage_normalisation():
+    adv = torch.tensor([1.0, 2.0, 3.0, 100.0])
+    mask = torch.tensor([True, True, True, False])
+    out = normalize_advantages(adv, mask)
+    assert out[mask].mean().abs() < 1e-6 and out[mask].std() == pytest.approx(1.0, abs=1e-5)
