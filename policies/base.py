@@ -131,6 +131,10 @@ class Policy(nn.Module, abc.ABC):
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob [N], entropy [N], value [N])`` of the chunk described by ``extras``."""
 
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        """Critic value ``[N]`` of observations (e.g. the final observation of a truncated episode)."""
+        raise NotImplementedError(f"the {self.family} family has no critic")
+
     @abc.abstractmethod
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Supervised loss (scalar) for expert chunks ``actions`` ``[N, H, A]`` in ``[-1, 1]``."""

@@ -316,6 +316,13 @@ class AutoregressivePolicy(Policy):
         tok_logp, entropy = self._token_logprobs(logits, tokens)
         return tok_logp.sum(-1), entropy.sum(-1), self._value(hidden[:, 0], prefix, pad).float()
 
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        """Critic value ``[N]``: the BOS position sees only the prefix, so one position suffices."""
+        prefix, pad = self.encode(obs)
+        dummy = torch.zeros(prefix.shape[0], 1, dtype=torch.long, device=prefix.device)
+        _, hidden = self.decode_teacher_forced(prefix, pad, dummy)
+        return self._value(hidden[:, 0], prefix, pad).float()
+
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Mean token cross-entropy (at temperature 1) of the binned expert chunk ``[N, H, A]``, teacher forced."""
         prefix, pad = self.encode(obs)

@@ -193,6 +193,10 @@ class FlowPolicy(Policy):
         ent = S.gaussian_entropy(std).reshape(n, k_steps).sum(1)
         return lp, ent, value
 
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        prefix, pad = self.encode(obs)
+        return self._value(prefix, pad)
+
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Flow matching: MSE between the predicted velocity and ``noise - actions``."""
         cfg = self.config

@@ -1,0 +1,115 @@
+"""Batched chunk rollouts: one RL step = one action chunk for all N envs at once.
+
+No Python loop over environments: the policy samples ``[N, H, A]`` chunks, the VecEnv executes
+them with ``step_chunk`` (each env stopping at its own episode end), and everything is stored as
+``[T, N, ...]`` tensors.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Rollout:
+    """``T`` chunks of ``N`` envs. Shapes: ``rgb [T, N, V, H, W, 3]``, ``state [T, N, S]``,
+    ``task_id [T, N]``; per chunk ``[T, N]``: ``logprob``, ``value``, ``reward`` (sum over the
+    executed steps), ``done``, ``trunc``, ``success``, ``final_value`` (value of the final
+    observation where ``trunc``); ``last_value [N]``; ``extras`` as the policy returned them."""
+
+    rgb: torch.Tensor
+    state: torch.Tensor
+    task_id: torch.Tensor
+    extras: dict[str, torch.Tensor]
+    logprob: torch.Tensor
+    value: torch.Tensor
+    reward: torch.Tensor
+    done: torch.Tensor
+    trunc: torch.Tensor
+    success: torch.Tensor
+    final_value: torch.Tensor
+    last_value: torch.Tensor
+    instructions: list[str]
+    env_steps: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    episode_success: list[bool] = field(default_factory=list)
+    timing: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.reward.shape)  # type: ignore[return-value]
+
+    def policy_obs(self, flat_index: torch.Tensor) -> dict[str, Any]:
+        """Observations of flattened ``T * N`` entries, as the policy reads them."""
+        rgb = self.rgb.flatten(0, 1)[flat_index]
+        state = self.state.flatten(0, 1)[flat_index]
+        tids = self.task_id.flatten(0, 1)[flat_index].tolist()
+        return {"rgb": rgb, "state": state, "instruction": [self.instructions[t] for t in tids]}
+
+    def flat_extras(self, flat_index: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: v.flatten(0, 1)[flat_index] for k, v in self.extras.items()}
+
+
+def _policy_obs(obs: dict[str, torch.Tensor], instructions: list[str]) -> dict[str, Any]:
+    return {"rgb": obs["rgb"], "state": obs["state"],
+            "instruction": [instructions[int(t)] for t in obs["task_id"]]}
+
+
+@torch.no_grad()
+def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chunks: int,
+                   generator: torch.Generator | None = None) -> tuple[Rollout, dict[str, torch.Tensor]]:
+    """Run ``num_chunks`` chunks in every env from ``obs``; returns the rollout and the next obs."""
+    instructions = [t.instruction for t in env.tasks]
+    keys = ("logprob", "value", "reward", "done", "trunc", "success", "final_value")
+    cols: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
+    rgb, state, task_id, extras = [], [], [], []
+    env_steps = 0
+    returns, lengths, successes = [], [], []
+    t_infer = t_sim = 0.0
+    for _ in range(num_chunks):
+        t0 = time.perf_counter()
+        sample = policy.sample(_policy_obs(obs, instructions), mode="explore", generator=generator)
+        t1 = time.perf_counter()
+        res = env.step_chunk(sample.actions.to(env.device))
+        t2 = time.perf_counter()
+        rgb.append(obs["rgb"])
+        state.append(obs["state"])
+        task_id.append(obs["task_id"])
+        extras.append({k: v.cpu() for k, v in sample.extras.items()})
+        cols["logprob"].append(sample.logprob.cpu())
+        cols["value"].append(sample.value.cpu())
+        cols["reward"].append(res.reward.cpu())
+        cols["done"].append(res.done.cpu())
+        cols["trunc"].append(res.truncated.cpu())
+        cols["success"].append(res.success.cpu())
+        final_value = torch.zeros_like(res.reward).cpu()
+        if bool(res.truncated.any()):
+            rows = res.truncated.nonzero().flatten()
+            final = {k: v[rows] for k, v in res.final_obs.items()}
+            final_value[rows.cpu()] = policy.value(_policy_obs(final, instructions)).float().cpu()
+        cols["final_value"].append(final_value)
+        env_steps += int(res.executed.sum())
+        for i in res.done.nonzero().flatten().tolist():
+            returns.append(float(res.episode["return"][i]))
+            lengths.append(int(res.episode["length"][i]))
+            successes.append(bool(res.success[i]))
+        obs = res.obs
+        t3 = time.perf_counter()
+        t_infer += (t1 - t0) + (t3 - t2)
+        t_sim += t2 - t1
+    t0 = time.perf_counter()
+    last_value = policy.value(_policy_obs(obs, instructions)).float().cpu()
+    t_infer += time.perf_counter() - t0
+    stacked_extras = {k: torch.stack([e[k] for e in extras]) for k in extras[0]}
+    rollout = Rollout(
+        rgb=torch.stack(rgb).cpu(), state=torch.stack(state).cpu(), task_id=torch.stack(task_id).cpu(),
+        extras=stacked_extras, **{k: torch.stack(v) for k, v in cols.items()}, last_value=last_value,
+        instructions=instructions, env_steps=env_steps, episode_returns=returns, episode_lengths=lengths,
+        episode_success=successes, timing={"inference_s": t_infer, "sim_s": t_sim},
+    )
+    return rollout, obs
