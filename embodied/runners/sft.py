@@ -32,6 +32,7 @@ class SFTEvalConfig:
     """Evaluation after training (skipped when ``suite`` is null)."""
 
     suite: Optional[str] = None  # e.g. spatial
+    tasks: Optional[list[int]] = None  # task indices (default: all)
     episodes_per_task: int = 10  # fixed initial states 0..k-1 per task
     num_envs: int = 10
     image_size: int = 128  # rendered size (the policy resizes to its own)
@@ -157,8 +158,9 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     if cfg.eval.suite:
         from embodied.evaluation import evaluate_suite
 
-        result = evaluate_suite(policy, cfg.eval.suite, episodes_per_task=cfg.eval.episodes_per_task,
-                                num_envs=cfg.eval.num_envs, image_size=cfg.eval.image_size, seed=cfg.seed)
+        result = evaluate_suite(policy, cfg.eval.suite, tasks=cfg.eval.tasks,
+                                episodes_per_task=cfg.eval.episodes_per_task, num_envs=cfg.eval.num_envs,
+                                image_size=cfg.eval.image_size, seed=cfg.seed)
         write_json(out / "eval.json", result)
         summary["eval_success_rate"] = result["success_rate"]
     write_json(out / "sft.json", summary)
