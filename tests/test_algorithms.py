@@ -101,3 +101,10 @@ def test_advantage_normalisation():
     mask = torch.tensor([True, True, True, False])
     out = normalize_advantages(adv, mask)
     assert out[mask].mean().abs() < 1e-6 and out[mask].std() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_first_episode_mask():
+    from embodied.rl.grpo_update import first_episode_mask
+
+    done = torch.tensor([[False, True], [True, False], [False, True]])
+    assert first_episode_mask(done).tolist() == [[True, True], [True, False], [False, False]]

@@ -48,10 +48,25 @@ def test_token_ppo_and_configuration_errors(tmp_path):
     cases = [
         ((f"init={ar}", "algo=flow_sde"), "trains a flow policy, but the policy is autoregressive"),
         ((f"init={ar}", "algo=ppo", "runtime=cluster"), "only runtime=local"),
-        ((f"init={ar}", "algo=grpo"), "unknown algo"),
+        ((f"init={ar}", "algo=grpo", "group_size=3"), "multiple of group_size"),
+        ((f"init={ar}", "algo=sac"), "unknown algo"),
         ((f"init={tmp_path / 'nothing'}",), "no checkpoint bundle"),
     ]
     for i, (args, message) in enumerate(cases):
         proc = _train(*args, f"out={tmp_path / str(i)}", *RUN)
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
         assert proc.returncode != 0 and message in last, (args, last)
+
+
+def test_token_grpo_runs_on_groups(tmp_path):
+    ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
+    out = tmp_path / "grpo"
+    proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=1", "suite=goal", "tasks=[1]", "num_envs=4",
+                  "group_size=2", "image_size=32", "chunks_per_iter=2", "minibatch_size=4")
+    assert proc.returncode != 0 and "must cover the step limit" in proc.stderr
+    # close_the_drawer has a 220-step limit: 74 chunks of 3 cover it
+    proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=1", "suite=goal", "tasks=[1]", "num_envs=4",
+                  "group_size=2", "image_size=32", "chunks_per_iter=74", "minibatch_size=16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert len(rows) == 1 and int(rows[0]["episodes"]) >= 4

@@ -29,6 +29,7 @@ from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import policy_overrides, register_policy_schemas, store
+from embodied.data.collect import TRAIN_INIT_OFFSET
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
 #: algorithm -> (policy family it needs, the flow sampler it uses or None)
@@ -37,6 +38,7 @@ ALGOS = {
     "flow_sde_full": ("flow", "sde_full"),
     "flow_noise": ("flow", "noise"),
     "ppo": ("autoregressive", None),
+    "grpo": ("autoregressive", None),
 }
 
 
@@ -47,7 +49,8 @@ class TrainConfig:
     out: str = MISSING  # run folder
     init: Optional[str] = None  # SFT checkpoint bundle to start from (else a fresh policy=...)
     policy: Any = None  # config group policy/ (used without init)
-    algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise (flow VLA) | ppo (token VLA)
+    algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise (flow VLA) | ppo | grpo (token VLA)
+    group_size: int = 4  # grpo: rollouts per initial state (envs are split into groups)
     runtime: str = "local"  # local (one process); cluster (Ray RLlib) is not built yet
     suite: str = "spatial"
     tasks: Optional[list[int]] = None  # subset of the suite's tasks (default: all)
@@ -85,7 +88,7 @@ def _load_policy(cfg: TrainConfig, out: Any) -> Any:
 
     family, sampler = ALGOS.get(cfg.algo, (None, None))
     if family is None:
-        raise TrainError(f"unknown algo {cfg.algo!r}; choose one of {sorted(ALGOS)} (grpo comes with the RLlib runtime)")
+        raise TrainError(f"unknown algo {cfg.algo!r}; choose one of {sorted(ALGOS)}")
     if cfg.resume:
         if not (out / "ckpt" / "config.json").is_file():
             raise TrainError(f"resume=true but {out / 'ckpt'} holds no checkpoint")
@@ -109,6 +112,7 @@ def _load_policy(cfg: TrainConfig, out: Any) -> Any:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     import sims
+    from embodied.rl.grpo_update import GRPOConfig, grpo_update
     from embodied.rl.ppo_update import PPOConfig, ppo_update
     from embodied.rl.rollout import collect_chunks
     from embodied.train_state import load_train_state, save_train_state
@@ -128,6 +132,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     env = sims.make("mujoco", suite=cfg.suite, num_envs=cfg.num_envs, seed=cfg.seed,
                     cameras=tuple(policy.config.cameras), image_size=cfg.image_size, reward_type=cfg.reward_type)
     policy.check_env(env)
+    if cfg.algo == "grpo":
+        longest = max(specs[t].max_steps for t in tasks)
+        if cfg.num_envs % cfg.group_size or cfg.group_size < 2:
+            raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of group_size ({cfg.group_size} >= 2)")
+        if cfg.chunks_per_iter * policy.config.chunk_size < longest:
+            raise TrainError(f"grpo scores whole episodes: chunks_per_iter * chunk size "
+                             f"({cfg.chunks_per_iter} * {policy.config.chunk_size}) must cover the step limit ({longest})")
     critic = [p for n, p in policy.named_parameters() if n.startswith("value_mlp")]
     actor = [p for n, p in policy.named_parameters() if not n.startswith("value_mlp")]
     optimizer = torch.optim.AdamW([{"params": actor, "lr": cfg.lr}, {"params": critic, "lr": cfg.critic_lr}],
@@ -140,6 +151,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         torch.manual_seed(cfg.seed)
     ppo = PPOConfig(gamma=cfg.gamma, lam=cfg.lam, clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
                     ent_coef=cfg.ent_coef, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size)
+    grpo = GRPOConfig(group_size=cfg.group_size, clip=cfg.clip, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
+                      ent_coef=cfg.ent_coef)
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + start_iter)
     task_ids = [tasks[i % len(tasks)] for i in range(cfg.num_envs)]
     obs = env.reset(seed=cfg.seed + start_iter, task_ids=task_ids)
@@ -163,8 +176,17 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {cfg.algo}", unit="it") as bar:
             for it in range(start_iter, cfg.iterations):
                 t0 = time.perf_counter()
-                rollout, obs = collect_chunks(env, policy, obs, cfg.chunks_per_iter, generator=gen)
-                stats = ppo_update(policy, optimizer, rollout, ppo, generator=gen)
+                if cfg.algo == "grpo":  # groups of envs start from the same (training) initial state
+                    groups = cfg.num_envs // cfg.group_size
+                    g_tasks = [tasks[(it * groups + g) % len(tasks)] for g in range(groups)]
+                    obs = env.reset(task_ids=np.repeat(g_tasks, cfg.group_size).tolist(),
+                                    init_ids=np.repeat([TRAIN_INIT_OFFSET + it * groups + g for g in range(groups)],
+                                                       cfg.group_size).tolist())
+                    rollout, obs = collect_chunks(env, policy, obs, cfg.chunks_per_iter, generator=gen)
+                    stats = grpo_update(policy, optimizer, rollout, grpo, generator=gen)
+                else:
+                    rollout, obs = collect_chunks(env, policy, obs, cfg.chunks_per_iter, generator=gen)
+                    stats = ppo_update(policy, optimizer, rollout, ppo, generator=gen)
                 wall = time.perf_counter() - t0
                 env_steps += rollout.env_steps
                 eps = len(rollout.episode_success)
