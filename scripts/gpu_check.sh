@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA checks, for a machine with a GPU and PyTorch but without this project's venv:
-# the gpu-marked tests and bench=policy on the GPU. Wheels for what that machine lacks are
-# expected in .whl/ (see README). Results go to ${OUT:-runs/gpu_check}.
+# the gpu-marked tests and bench=policy on the GPU. Wheels for what that machine lacks go in
+# .whl/ (git-ignored), made on the development machine with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 -d .whl diffusers==0.42.1 hydra-core==1.3.8 omegaconf==2.3.1
+#   .venv/bin/pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+# Results go to ${OUT:-runs/gpu_check}.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_check}
