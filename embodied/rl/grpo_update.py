@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from embodied.algorithms import grpo_advantages, grpo_group_filter, ppo_loss
+from embodied.rl.ppo_update import minibatch_logprob, optimizer_step
 from embodied.rl.rollout import Rollout
 
 
@@ -60,14 +61,10 @@ def grpo_update(policy: Any, optimizer: torch.optim.Optimizer, rollout: Rollout,
             perm = flat_use[torch.randperm(flat_use.numel(), generator=generator)]
             for lo in range(0, perm.numel(), cfg.minibatch_size):
                 idx = perm[lo:lo + cfg.minibatch_size]
-                lp, ent, _ = policy.logprob(rollout.policy_obs(idx), {k: v.to(device) for k, v in
-                                                                       rollout.flat_extras(idx).items()})
+                lp, ent, _ = minibatch_logprob(policy, rollout, idx)
                 loss, st = ppo_loss(lp, flat_lp[idx].to(device), flat_adv[idx].to(device), entropy=ent,
                                     clip=cfg.clip, dual_clip=None, value_clip=None, ent_coef=cfg.ent_coef)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-                optimizer.step()
+                optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
                 for k in stats:
                     stats[k].append(getattr(st, k))
     out = {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}

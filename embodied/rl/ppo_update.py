@@ -37,6 +37,21 @@ class PPOConfig:
     max_grad_norm: float = 1.0
 
 
+def minibatch_logprob(policy: Any, rollout: Rollout, idx: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``policy.logprob`` of the flattened rollout entries ``idx`` (on the policy's device)."""
+    extras = {k: v.to(policy.device) for k, v in rollout.flat_extras(idx).items()}
+    return policy.logprob(rollout.policy_obs(idx), extras)
+
+
+def optimizer_step(policy: Any, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float) -> None:
+    """Backward, clip the gradient norm, step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+    optimizer.step()
+
+
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     var = target.var()
     return float(1.0 - (target - pred).var() / var) if var > 1e-12 else 0.0
@@ -59,16 +74,12 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, rollout: Rollout, 
         perm = torch.randperm(total, generator=generator)
         for lo in range(0, total, cfg.minibatch_size):
             idx = perm[lo:lo + cfg.minibatch_size]
-            lp, ent, val = policy.logprob(rollout.policy_obs(idx), {k: v.to(device) for k, v in
-                                                                     rollout.flat_extras(idx).items()})
+            lp, ent, val = minibatch_logprob(policy, rollout, idx)
             loss, st = ppo_loss(lp, flat_lp[idx].to(device), flat_adv[idx].to(device), values=val,
                                 old_values=flat_val[idx].to(device), returns=flat_ret[idx].to(device), entropy=ent,
                                 clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
                                 vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-            optimizer.step()
+            optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
             for k in stats:
                 stats[k].append(getattr(st, k))
     out = {k: float(np.mean(v)) for k, v in stats.items()}
