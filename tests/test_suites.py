@@ -112,3 +112,20 @@ def test_expert_reaches_success(suite, task):
         assert solved.all(), f"{suite}/{spec.name}: expert failed on init states {np.array(init_ids)[~solved]}"
         assert env.num_diverged == 0
 
+
+
+@pytest.mark.parametrize("suite,task", [("spatial", 0), ("goal", 0), ("long", 4), ("dynamic", 2)])
+def test_dense_reward_tracks_expert_progress(suite, task):
+    spec = sims.suites.tasks(suite)[task]
+    with sims.make("mujoco", suite=suite, num_envs=1, cameras=(), reward_type="dense") as env:
+        expert = sims.suites.expert(suite, num_envs=1)
+        obs = env.reset(task_ids=[task], init_ids=[5])
+        rewards = []
+        for _ in range(spec.max_steps):
+            obs, reward, term, trunc, info = env.step(expert.act(obs))
+            rewards.append(float(reward[0]))
+            if info["done"][0]:
+                break
+        assert all(0.0 <= r <= 1.0 for r in rewards)
+        assert bool(info["success"][0]) and rewards[-1] == 1.0
+        assert max(rewards[:-1]) < 1.0 and rewards[len(rewards) // 2] > rewards[0]
