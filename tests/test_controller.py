@@ -46,6 +46,7 @@ def test_rotation_helpers_round_trip():
         mujoco.mju_quat2Mat(mats[i], q[i])
     canon = q * np.where(q[:, :1] < 0, -1, 1)
     np.testing.assert_allclose(ctl.mat_to_quat(mats), canon, atol=1e-9)
+    np.testing.assert_allclose(ctl.quat_to_mat(q), mats.reshape(5, 3, 3), atol=1e-12)
     ident = np.tile(np.eye(3), (5, 1, 1))
     assert np.allclose(ctl.rotation_error(ident, ident), 0.0)
     rv = ctl.rotation_error(ident, mats.reshape(5, 3, 3))

@@ -182,3 +182,16 @@ def rotation_error(current: np.ndarray, desired: np.ndarray) -> np.ndarray:
     """World-frame rotation vector ``[N, 3]`` taking ``current`` to ``desired`` (``[N, 3, 3]``)."""
     err = desired @ current.transpose(0, 2, 1)
     return quat_to_rotvec(mat_to_quat(err.reshape(-1, 9)))
+
+
+def quat_to_mat(q: np.ndarray) -> np.ndarray:
+    """Unit quaternions ``[N, 4]`` (w, x, y, z) -> rotation matrices ``[N, 3, 3]``."""
+    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+    return np.stack(
+        [
+            1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+            2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+            2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
+        ],
+        axis=1,
+    ).reshape(-1, 3, 3)

@@ -10,21 +10,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sims.mujoco.controller import EEDeltaConfig, rotation_error
+from sims.mujoco.controller import EEDeltaConfig, quat_to_mat, rotation_error
 
 APPROACH, DESCEND, GRASP, LIFT, CARRY, LOWER, RELEASE, RETREAT = range(8)
-
-
-def _quat_to_mat(q: np.ndarray) -> np.ndarray:
-    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
-    return np.stack(
-        [
-            1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
-            2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
-            2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
-        ],
-        axis=1,
-    ).reshape(-1, 3, 3)
 
 
 class PickPlaceExpert:
@@ -54,7 +42,7 @@ class PickPlaceExpert:
         tcp, tcp_quat = state[:, :3], state[:, 3:7]
         cube, cube_quat, goal = priv[:, :3], priv[:, 3:7], priv[:, 7:10]
         n = len(state)
-        rot = _quat_to_mat(tcp_quat)
+        rot = quat_to_mat(tcp_quat)
         # Fingers close along the TCP y axis: align it with the cube face closest to it.
         cube_yaw = 2 * np.arctan2(cube_quat[:, 3], cube_quat[:, 0])
         tcp_y_yaw = np.arctan2(rot[:, 1, 1], rot[:, 0, 1])

@@ -19,7 +19,7 @@ from typing import Any, Callable, Generator, Sequence
 import numpy as np
 import torch
 
-from sims.mujoco.controller import EEDeltaConfig, rotation_error
+from sims.mujoco.controller import EEDeltaConfig, quat_to_mat, rotation_error
 from sims.suites.base import OBJ_STRIDE, SuiteTask
 from sims.suites.objects import DRAWER_TRAVEL, HANDLE_OUT
 
@@ -35,15 +35,6 @@ GRASP_MIN_Z = 0.033  # the fingertips are 3 cm below the TCP: keep them off the 
 
 Action = np.ndarray
 Script = Generator[Action, None, None]
-
-
-def _quat_to_mat(q: np.ndarray) -> np.ndarray:
-    w, x, y, z = q
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-    ])
 
 
 class Context:
@@ -64,7 +55,7 @@ class Context:
 
     def update(self, state: np.ndarray, priv: np.ndarray, dt: float) -> None:
         self.tcp = state[:3]
-        self.rot = _quat_to_mat(state[3:7])
+        self.rot = quat_to_mat(state[None, 3:7])[0]
         self.width = state[7]
         self.priv = priv
         for c in self.scene.carriages:
