@@ -104,7 +104,7 @@ def test_advantage_normalisation():
 
 
 def test_first_episode_mask():
-    from embodied.rl.grpo_update import first_episode_mask
+    from embodied.rl.batch import first_episode_mask
 
     done = torch.tensor([[False, True], [True, False], [False, True]])
     assert first_episode_mask(done).tolist() == [[True, True], [True, False], [False, False]]

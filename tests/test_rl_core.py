@@ -7,8 +7,10 @@ import torch
 
 import policies
 import sims
-from embodied.rl.ppo_update import PPOConfig, ppo_update
+from embodied.rl.batch import grpo_batch, ppo_batch
+from embodied.rl.loss import LossConfig
 from embodied.rl.rollout import collect_chunks
+from embodied.rl.update import update_policy
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1)
 
@@ -37,7 +39,35 @@ def test_rollout_then_ppo_update(family, extra):
     torch.testing.assert_close(val, rollout.value.flatten(), rtol=1e-4, atol=1e-4)
     before = [p.detach().clone() for p in policy.parameters()]
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    stats = ppo_update(policy, opt, rollout, PPOConfig(epochs=1, minibatch_size=6), generator=gen)
+    batch = ppo_batch(rollout)
+    assert batch["rgb"].shape == (t * n, 2, 32, 32, 3) and batch["advantages"].shape == (t * n,)
+    assert abs(float(batch["advantages"].mean())) < 1e-5
+    stats = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=1, minibatch_size=6,
+                          generator=gen)
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
     assert stats["approx_kl"] >= 0.0 and 0.0 <= stats["clip_fraction"] <= 1.0
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
+    """Two groups of two envs: group 0 mixed (one success), group 1 all failures -> only group 0's
+    first-episode chunks are kept, with advantages +-0.707 (normalised returns 1 and 0)."""
+    from embodied.rl.rollout import Rollout
+
+    t, n = 3, 4
+    done = torch.tensor([[False, False, False, False], [True, True, True, True], [False, False, False, False]])
+    success = torch.zeros(t, n, dtype=torch.bool)
+    success[1, 0] = True
+    reward = success.float()
+    z = torch.zeros(t, n)
+    rollout = Rollout(rgb=torch.zeros(t, n, 1, 2, 2, 3, dtype=torch.uint8), state=torch.zeros(t, n, 15),
+                      task_id=torch.zeros(t, n, dtype=torch.long), extras={"noise": torch.randn(t, n, 2)},
+                      logprob=z, value=z, reward=reward, done=done, trunc=torch.zeros_like(done), success=success,
+                      final_value=z, last_value=torch.zeros(n), instructions=["x"], env_steps=0)
+    batch, info = grpo_batch(rollout, group_size=2)
+    assert info == {"groups": 2.0, "groups_kept": 1.0}
+    assert batch["advantages"].shape == (4,) and batch["x.noise"].shape == (4, 2)
+    torch.testing.assert_close(batch["advantages"].sort().values,
+                               torch.tensor([-0.7071, -0.7071, 0.7071, 0.7071]), atol=1e-3, rtol=0)
+    with pytest.raises(ValueError, match="groups of 3"):
+        grpo_batch(rollout, group_size=3)

@@ -1,24 +1,31 @@
-"""embodied-train (runtime=local) through the console script at tiny sizes."""
+"""embodied-train on Ray RLlib through the console script at tiny sizes (real MuJoCo, real Ray)."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import policies
 
 BIN = Path(sys.executable).parent
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1)
-RUN = ["suite=goal", "tasks=[2,3]", "num_envs=2", "image_size=32", "chunks_per_iter=3", "minibatch_size=4"]
+RUN = ["suite=goal", "tasks=[2,3]", "num_envs=2", "image_size=32", "chunks_per_iter=3", "algo.minibatch_size=4"]
 
 
-def _train(*args: str) -> subprocess.CompletedProcess:
+def _train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([str(BIN / "embodied-train"), *args], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run([str(BIN / "embodied-train"), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(open(out / "metrics.csv")))
 
 
 def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path):
@@ -26,47 +33,100 @@ def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path):
     out = tmp_path / "rl"
     proc = _train(f"init={init}", "algo=flow_sde", f"out={out}", "iterations=2", "save_every=1", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == [1, 2] and int(rows[-1]["env_steps"]) == 2 * 2 * 3 * 3
-    for key in ("entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "env_steps_per_s"):
+    for key in ("entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "env_steps_per_s",
+                "sim_s", "inference_s", "learn_s"):
         assert rows[-1][key] != ""
-    bundle = policies.load(out / "ckpt")
+    assert (out / "ray").is_dir() and not (out / ".checkpoint.tmp").exists()
+    bundle = policies.load(out / "checkpoint" / "policy")
     assert bundle.config.sampler == "sde"
     before = policies.load(init)
     assert any(not (a == b).all() for a, b in zip(before.parameters(), bundle.parameters()))  # RL changed it
+    state = json.loads((out / "checkpoint" / "train_state" / "state.json").read_text())
+    assert state["step"] == 2 and set(state["optimizers"]) == {"default_policy_actor", "default_policy_critic"}
     proc = _train(f"init={init}", "algo=flow_sde", f"out={out}", "iterations=3", "resume=true", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3] and int(rows[-1]["env_steps"]) == 3 * 2 * 3 * 3
-    assert json.loads((out / "train_state" / "state.json").read_text())["step"] == 3
+    summary = json.loads((out / "train.json").read_text())
+    assert summary["env_steps"] == 54 and set(summary["time_split_s"]) == {"sim_s", "inference_s", "learn_s", "wait_s"}
 
 
-def test_token_ppo_and_configuration_errors(tmp_path):
-    ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
-    proc = _train(f"init={ar}", "algo=ppo", f"out={tmp_path / 'ppo'}", "iterations=1", *RUN)
+def test_resume_after_sigkill(tmp_path):
+    """SIGKILL mid-run: the last complete checkpoint survives and resume=true finishes the run."""
+    init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
+    out = tmp_path / "rl"
+    args = [str(BIN / "embodied-train"), f"init={init}", "algo=flow_noise", f"out={out}", "iterations=400",
+            "save_every=1", *RUN]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            state = out / "checkpoint" / "train_state" / "state.json"
+            if state.is_file() and json.loads(state.read_text())["step"] >= 2:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("no checkpoint within 300 s")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    proc = _train(f"init={init}", "algo=flow_noise", f"out={out}", "iterations=4", "resume=true", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(out)
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    assert policies.load(out / "checkpoint" / "policy").config.sampler == "noise"
+
+
+def test_cluster_runtime_with_two_remote_env_runners(tmp_path):
+    init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
+    out = tmp_path / "rl"
+    proc = _train(f"init={init}", f"out={out}", "runtime=cluster", "runtime.num_env_runners=2", "iterations=2",
+                  *RUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(out)
+    # two runners x 2 envs x 3 chunks x 3 steps per iteration
+    assert [int(r["env_steps"]) for r in rows] == [36, 72]
+    assert json.loads((out / "train.json").read_text())["runtime"]["num_env_runners"] == 2
+
+
+def test_token_ppo_sequential_and_configuration_errors(tmp_path):
+    ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
+    proc = _train(f"init={ar}", "algo=ppo", f"out={tmp_path / 'ppo'}", "iterations=2", "runtime.overlap=false", *RUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(_rows(tmp_path / "ppo")) == 2
+    joint = policies.save(policies.make("flow", expert_layers=1, action_dim=8, **TINY), tmp_path / "joint")
     cases = [
         ((f"init={ar}", "algo=flow_sde"), "trains a flow policy, but the policy is autoregressive"),
-        ((f"init={ar}", "algo=ppo", "runtime=cluster"), "only runtime=local"),
-        ((f"init={ar}", "algo=grpo", "group_size=3"), "multiple of group_size"),
-        ((f"init={ar}", "algo=sac"), "unknown algo"),
+        ((f"init={ar}", "algo=grpo", "algo.group_size=3"), "multiple of algo.group_size"),
+        ((f"init={ar}", "algo=grpo", "algo.value_clip=0.2"), "has no critic"),
+        ((f"init={ar}", "algo=ppo", "runtime.num_env_runners=1"), "runtime=local runs in one process"),
+        ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_env_runners=0"), "num_env_runners >= 1"),
+        ((f"init={joint}",), "8-D actions but the env expects 7-D"),
         ((f"init={tmp_path / 'nothing'}",), "no checkpoint bundle"),
+        ((f"init={ar}", "algo=ppo", "suite=nowhere"), "unknown suite"),
     ]
     for i, (args, message) in enumerate(cases):
-        proc = _train(*args, f"out={tmp_path / str(i)}", *RUN)
+        proc = _train(f"out={tmp_path / str(i)}", *RUN, *args)
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
         assert proc.returncode != 0 and message in last, (args, last)
+    proc = _train(f"init={ar}", "algo=sac", f"out={tmp_path / 'sac'}", *RUN)
+    assert proc.returncode != 0 and "sac" in proc.stderr
 
 
 def test_token_grpo_runs_on_groups(tmp_path):
     ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
     out = tmp_path / "grpo"
     proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=1", "suite=goal", "tasks=[1]", "num_envs=4",
-                  "group_size=2", "image_size=32", "chunks_per_iter=2", "minibatch_size=4")
+                  "algo.group_size=2", "image_size=32", "chunks_per_iter=2", "algo.minibatch_size=4")
     assert proc.returncode != 0 and "must cover the step limit" in proc.stderr
-    # close_the_drawer has a 220-step limit: 74 chunks of 3 cover it
-    proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=1", "suite=goal", "tasks=[1]", "num_envs=4",
-                  "group_size=2", "image_size=32", "chunks_per_iter=74", "minibatch_size=16")
+    # a 30-step training limit: 10 chunks of 3 cover it
+    proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]", "num_envs=4",
+                  "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
+                  "algo.minibatch_size=16")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = list(csv.DictReader(open(out / "metrics.csv")))
-    assert len(rows) == 1 and int(rows[0]["episodes"]) >= 4
+    rows = _rows(out)
+    assert len(rows) == 2 and all(int(r["episodes"]) >= 4 for r in rows)
+    assert all(r["groups_kept"] != "" for r in rows)

@@ -1,6 +1,6 @@
-"""Chunk-level on-policy RL building blocks: batched rollouts of a VecEnv and the PPO update.
-
-These are what the RLlib integration (``embodied/rllib``) plugs in: the EnvRunner collects a
-:class:`~embodied.rl.rollout.Rollout` with :func:`~embodied.rl.rollout.collect_chunks`, the Learner
-applies :func:`~embodied.rl.ppo_update.ppo_update`.
+"""Chunk-level on-policy RL building blocks, free of Ray: batched rollouts of a VecEnv
+(:mod:`~embodied.rl.rollout`), training batches with chunk GAE or GRPO groups
+(:mod:`~embodied.rl.batch`), the minibatch loss (:mod:`~embodied.rl.loss`) and an in-process
+update (:mod:`~embodied.rl.update`). The RLlib integration (:mod:`embodied.rllib`) plugs them into
+its EnvRunner and Learner.
 """

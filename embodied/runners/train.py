@@ -1,45 +1,86 @@
-"""``embodied-train``: online RL of a VLA in parallel simulated envs (chunk-level PPO).
+"""``embodied-train``: online RL of a VLA in parallel simulated envs, on Ray RLlib.
 
-    embodied-train init=runs/sft_flow/ckpt algo=flow_sde suite=spatial out=runs/rl
+    embodied-train init=runs/sft_flow/checkpoint/policy algo=flow_sde suite=spatial out=runs/rl
     embodied-train init=runs/sft_ar/ckpt algo=ppo suite=spatial out=runs/rl_ar
+    embodied-train init=... algo=grpo algo.group_size=4 ...            # token VLA, critic-free
+    embodied-train ... runtime=cluster runtime.num_env_runners=2       # env runners as Ray actors
     embodied-train ... resume=true          # continue a killed run from its last checkpoint
 
-Runtime ``local``: one process, the sequential loop collect -> update (the building blocks in
-:mod:`embodied.rl`). The Ray RLlib runtimes (remote env runners and learners, overlap of sampling
-and learning) wrap the same blocks and are not built yet: ``runtime=cluster`` stops with a clear
-message.
+Config groups: ``policy`` (a fresh policy without ``init``), ``algo`` (flow_sde | flow_sde_full |
+flow_noise | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
+with ``num_env_runners=0``; cluster: remote env runners and optional remote learners / GPUs).
 
-Outputs in ``out``: ``ckpt/`` (bundle, every ``save_every`` iterations and at the end),
-``train_state/`` (optimizer, iteration, env-step counter, RNG), ``metrics.csv`` and TensorBoard
-events (success rate, return, episode length, entropy, clip fraction, approx KL, value loss,
-explained variance, env-steps/s, time split sim / inference / learning), ``train.json``.
+Outputs in ``out``: ``checkpoint/`` (``policy/`` bundle + ``train_state/`` with optimizer states,
+counters and RNG; replaced atomically every ``save_every`` iterations and at the end),
+``metrics.csv`` and TensorBoard events (success rate, return, episode length, entropy, clip
+fraction, approx KL, value loss, explained variance, env-steps/s, time split sim / inference /
+learning / waiting), ``train.json``, ``ray/`` (Ray's session files when Ray is started here).
 """
 
 from __future__ import annotations
 
 import csv
+import os
+import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import hydra
 import numpy as np
-import torch
 from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import policy_overrides, register_policy_schemas, store
-from embodied.data.collect import TRAIN_INIT_OFFSET
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
-#: algorithm -> (policy family it needs, the flow sampler it uses or None)
+#: algorithm -> (policy family it needs, the flow sampler it uses or None, uses a critic)
 ALGOS = {
-    "flow_sde": ("flow", "sde"),
-    "flow_sde_full": ("flow", "sde_full"),
-    "flow_noise": ("flow", "noise"),
-    "ppo": ("autoregressive", None),
-    "grpo": ("autoregressive", None),
+    "flow_sde": ("flow", "sde", True),
+    "flow_sde_full": ("flow", "sde_full", True),
+    "flow_noise": ("flow", "noise", True),
+    "ppo": ("autoregressive", None, True),
+    "grpo": ("autoregressive", None, False),
 }
+
+METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
+                 "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
+                 "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept"]
+
+
+@dataclass
+class AlgoConfig:
+    """Config group ``algo/``: the RL algorithm and its hyper-parameters (pi_RL's defaults)."""
+
+    name: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise (flow VLA) | ppo | grpo (token VLA)
+    lr: float = 5e-6  # actor (pi_RL: 5e-6; at 3e-5 with 2 epochs approx KL reached 0.1-2.5 here)
+    critic_lr: Optional[float] = 1e-4  # value head (null for grpo: no critic)
+    gamma: float = 0.99  # per chunk
+    lam: float = 0.95  # GAE lambda
+    clip: float = 0.2  # PPO ratio clip
+    dual_clip: Optional[float] = 3.0  # bound on the loss for negative advantages (null: off)
+    value_clip: Optional[float] = 0.2  # value clipping (null: off; grpo: must be null)
+    vf_coef: float = 0.5  # value loss weight (grpo: must be 0)
+    ent_coef: float = 0.0  # entropy bonus
+    kl_coef: float = 0.0  # approx-KL penalty (off by default)
+    epochs: int = 1  # passes over each iteration's batch
+    minibatch_size: int = 32  # chunks per gradient step
+    max_grad_norm: float = 1.0  # global gradient-norm clip
+    group_size: int = 4  # grpo: rollouts per initial state (each runner's envs split into groups)
+
+
+@dataclass
+class RuntimeConfig:
+    """Config group ``runtime/``: where sampling and learning run."""
+
+    name: str = "local"  # local: one process; cluster: Ray actors
+    num_env_runners: int = 0  # 0: sample in the driver; K: K remote runners with num_envs envs each
+    num_learners: int = 0  # 0: learn in the driver; L: L remote learners (data parallel)
+    num_gpus_per_learner: float = 0.0  # GPUs per remote learner (cluster with GPUs)
+    overlap: bool = True  # sample iteration k+1 while learning on k (one update of policy lag)
+    address: Optional[str] = None  # join this Ray cluster ("auto" after `ray start`); else start Ray here
+    num_cpus: Optional[int] = None  # CPUs of the Ray started here (default: runners + learners + 1)
 
 
 @dataclass
@@ -49,33 +90,25 @@ class TrainConfig:
     out: str = MISSING  # run folder
     init: Optional[str] = None  # SFT checkpoint bundle to start from (else a fresh policy=...)
     policy: Any = None  # config group policy/ (used without init)
-    algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise (flow VLA) | ppo | grpo (token VLA)
-    group_size: int = 4  # grpo: rollouts per initial state (envs are split into groups)
-    runtime: str = "local"  # local (one process); cluster (Ray RLlib) is not built yet
-    suite: str = "spatial"
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    suite: str = "spatial"  # task suite (sims.suites.names())
     tasks: Optional[list[int]] = None  # subset of the suite's tasks (default: all)
-    num_envs: int = 10
+    num_envs: int = 10  # envs per env runner (runtime=local: the envs)
     image_size: int = 64  # rendered size (match the policy's input size to skip resizing)
     iterations: int = 50
     chunks_per_iter: int = 16  # RL steps (chunks) per env per iteration
-    lr: float = 5e-6  # actor (pi_RL: 5e-6; at 3e-5 with 2 epochs approx KL reached 0.1-2.5 here)
-    critic_lr: float = 1e-4  # value head
-    gamma: float = 0.99
-    lam: float = 0.95
-    clip: float = 0.2
-    dual_clip: Optional[float] = 3.0
-    value_clip: Optional[float] = 0.2
-    ent_coef: float = 0.0
-    epochs: int = 1
-    minibatch_size: int = 32
+    max_episode_steps: Optional[int] = None  # training step limit (truncation, bootstrapped); default: the task's
     reward_type: str = "sparse"  # sparse success (as pi_RL on LIBERO) | dense shaped terms
-    save_every: int = 10
+    save_every: int = 10  # iterations between checkpoints (and one at the end)
     seed: int = 0
-    device: str = "cpu"
-    resume: bool = False
+    device: str = "cpu"  # learner device in the driver (cuda with a GPU)
+    resume: bool = False  # continue out/checkpoint (after a crash or kill)
 
 
 store("train_schema", TrainConfig)
+store("algo_schema", AlgoConfig, group="algo")
+store("runtime_schema", RuntimeConfig, group="runtime")
 register_policy_schemas()
 
 
@@ -83,87 +116,169 @@ class TrainError(ValueError):
     """A configuration that cannot work; printed as one line at start-up."""
 
 
-def _load_policy(cfg: TrainConfig, out: Any) -> Any:
-    import policies
+def check_config(cfg: TrainConfig) -> None:
+    """Stop impossible combinations before anything starts."""
+    import sims
 
-    family, sampler = ALGOS.get(cfg.algo, (None, None))
-    if family is None:
-        raise TrainError(f"unknown algo {cfg.algo!r}; choose one of {sorted(ALGOS)}")
+    a, r = cfg.algo, cfg.runtime
+    if a.name not in ALGOS:
+        raise TrainError(f"unknown algo {a.name!r}; choose one of {sorted(ALGOS)}")
+    if a.name == "grpo":
+        critic_only = {"algo.critic_lr": a.critic_lr, "algo.value_clip": a.value_clip,
+                       "algo.vf_coef": a.vf_coef or None}
+        bad = [k for k, v in critic_only.items() if v is not None]
+        if bad:
+            raise TrainError(f"algo=grpo has no critic, but {bad} are set: they apply to PPO only "
+                             "(use algo=ppo, or set them to null / 0)")
+        if a.group_size < 2 or cfg.num_envs % a.group_size:
+            raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
+                             f"({a.group_size} >= 2)")
+    if r.name not in ("local", "cluster"):
+        raise TrainError(f"unknown runtime {r.name!r}; choose local or cluster")
+    if r.name == "local" and (r.num_env_runners or r.num_learners):
+        raise TrainError("runtime=local runs in one process: use runtime=cluster for num_env_runners/num_learners > 0")
+    if r.name == "cluster" and r.num_env_runners < 1:
+        raise TrainError("runtime=cluster needs runtime.num_env_runners >= 1")
+    if cfg.suite not in sims.suites.names():
+        raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.names()}")
+    n_tasks = len(sims.suites.tasks(cfg.suite))
+    if cfg.tasks is not None and any(not 0 <= t < n_tasks for t in cfg.tasks):
+        raise TrainError(f"tasks {cfg.tasks} out of range for suite {cfg.suite!r} (0..{n_tasks - 1})")
+    if cfg.iterations < 1 or cfg.chunks_per_iter < 1 or cfg.num_envs < 1:
+        raise TrainError("iterations, chunks_per_iter and num_envs must be >= 1")
+
+
+def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
+    """The policy to train and, on resume, the checkpoint folder it came from."""
+    import policies
+    from embodied.train_state import resolve_folder
+
+    family, sampler, _ = ALGOS[cfg.algo.name]
+    resumed = None
     if cfg.resume:
-        if not (out / "ckpt" / "config.json").is_file():
-            raise TrainError(f"resume=true but {out / 'ckpt'} holds no checkpoint")
-        policy = policies.load(out / "ckpt", device=cfg.device)
+        resumed = resolve_folder(out / "checkpoint")
+        if resumed is None or not (resumed / "policy" / "config.json").is_file():
+            raise TrainError(f"resume=true but {out / 'checkpoint'} holds no checkpoint")
+        policy = policies.load(resumed / "policy", device="cpu")
     elif cfg.init is not None:
-        if (out / "ckpt" / "config.json").is_file():
+        if resolve_folder(out / "checkpoint") is not None:
             raise TrainError(f"{out} already holds a run: pass resume=true to continue it, or a new out=...")
-        policy = policies.load(cfg.init, device=cfg.device)
+        policy = policies.load(cfg.init, device="cpu")
     else:
         if cfg.policy is None:
             raise TrainError("give init=CKPT (an SFT bundle) or policy=flow|autoregressive")
         fam, overrides = policy_overrides(cfg.policy)
-        policy = policies.make(fam, **overrides).to(cfg.device)
+        policy = policies.make(fam, **overrides)
     if policy.family != family:
-        raise TrainError(f"algo={cfg.algo} trains a {family} policy, but the policy is {policy.family}: "
-                         f"use {'algo=ppo' if policy.family == 'autoregressive' else 'algo=flow_sde'}")
+        raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
+                         f"use {'algo=ppo or algo=grpo' if policy.family == 'autoregressive' else 'algo=flow_sde'}")
     if sampler is not None:
         policy.config.sampler = sampler
-    return policy
+    return policy, resumed
+
+
+def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> None:
+    """Fail before Ray starts if the policy cannot drive the env (action space, cameras, ...) or if
+    GRPO's episodes cannot finish inside one iteration."""
+    import sims
+
+    with sims.make("mujoco", suite=cfg.suite, num_envs=1, cameras=tuple(policy.config.cameras),
+                   image_size=cfg.image_size) as env:
+        policy.check_env(env)
+    if cfg.algo.name == "grpo":
+        longest = cfg.max_episode_steps or max(sims.suites.tasks(cfg.suite)[t].max_steps for t in tasks)
+        if cfg.chunks_per_iter * policy.chunk_size < longest:
+            raise TrainError(f"grpo scores whole episodes: chunks_per_iter * chunk size "
+                             f"({cfg.chunks_per_iter} * {policy.chunk_size}) must cover the step limit ({longest})")
+
+
+def start_ray(runtime: RuntimeConfig, out: Path) -> bool:
+    """Start (or join) Ray with the dashboard off and the session files in the run folder; True if
+    this process started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    env_vars = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if runtime.address:
+        ray.init(address=runtime.address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
+        return True
+    temp = (out / "ray").resolve()
+    temp.mkdir(parents=True, exist_ok=True)
+    ray_dir = temp
+    if len(str(temp)) > 40:  # Ray's unix socket paths (temp dir + ~65 bytes) must stay under 108 bytes
+        import hashlib
+        import tempfile
+
+        ray_dir = Path(tempfile.gettempdir()) / f"ray-{hashlib.sha1(str(temp).encode()).hexdigest()[:10]}"
+        if ray_dir.is_symlink() or ray_dir.exists():
+            ray_dir.unlink()
+        ray_dir.symlink_to(temp, target_is_directory=True)  # a short name for the folder in the run folder
+    num_cpus = runtime.num_cpus or runtime.num_env_runners + runtime.num_learners + 1
+    ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(ray_dir), log_to_driver=False,
+             runtime_env={"env_vars": env_vars}, configure_logging=False)
+    return True
+
+
+def save_checkpoint(out: Path, algo: Any, policy: Any, *, iteration: int, env_steps: int, algo_name: str) -> Path:
+    """Bundle + training state into ``out/checkpoint`` (written aside, then swapped in)."""
+    import policies
+    from embodied.train_state import save_train_state, swap_in_folder
+
+    tmp = out / ".checkpoint.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    policy.load_state_dict(algo.policy_state())
+    policies.save(policy, tmp / "policy", extra={"iteration": iteration, "env_steps": env_steps, "algo": algo_name})
+    save_train_state(tmp / "train_state", optimizer_states=algo.optimizer_states(), step=iteration,
+                     extra={"env_steps": env_steps})
+    return swap_in_folder(tmp, out / "checkpoint")
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    import sims
-    from embodied.rl.grpo_update import GRPOConfig, grpo_update
-    from embodied.rl.ppo_update import PPOConfig, ppo_update
-    from embodied.rl.rollout import collect_chunks
-    from embodied.train_state import load_train_state, save_train_state
-    import policies
+    import torch
 
-    if cfg.runtime != "local":
-        raise TrainError(f"runtime={cfg.runtime!r}: only runtime=local is built; the Ray RLlib runtime "
-                         "(remote env runners and learners) is not available yet")
-    if cfg.suite not in sims.suites.names():
-        raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.names()}")
+    import sims
+    from embodied.rllib import build_algorithm
+    from embodied.train_state import load_train_state
+
+    check_config(cfg)
     out = prepare_run_dir(cfg.out)
-    policy = _load_policy(cfg, out)
+    policy, resumed = _load_policy(cfg, out)
     specs = sims.suites.tasks(cfg.suite)
     tasks = list(range(len(specs))) if cfg.tasks is None else list(cfg.tasks)
-    if any(not 0 <= t < len(specs) for t in tasks):
-        raise TrainError(f"tasks {tasks} out of range for suite {cfg.suite!r} (0..{len(specs) - 1})")
-    env = sims.make("mujoco", suite=cfg.suite, num_envs=cfg.num_envs, seed=cfg.seed,
-                    cameras=tuple(policy.config.cameras), image_size=cfg.image_size, reward_type=cfg.reward_type)
-    policy.check_env(env)
-    if cfg.algo == "grpo":
-        longest = max(specs[t].max_steps for t in tasks)
-        if cfg.num_envs % cfg.group_size or cfg.group_size < 2:
-            raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of group_size ({cfg.group_size} >= 2)")
-        if cfg.chunks_per_iter * policy.config.chunk_size < longest:
-            raise TrainError(f"grpo scores whole episodes: chunks_per_iter * chunk size "
-                             f"({cfg.chunks_per_iter} * {policy.config.chunk_size}) must cover the step limit ({longest})")
-    critic = [p for n, p in policy.named_parameters() if n.startswith("value_mlp")]
-    actor = [p for n, p in policy.named_parameters() if not n.startswith("value_mlp")]
-    optimizer = torch.optim.AdamW([{"params": actor, "lr": cfg.lr}, {"params": critic, "lr": cfg.critic_lr}],
-                                  weight_decay=0.0)
+    _check_env_spec(cfg, policy, tasks)
+    a, r = cfg.algo, cfg.runtime
+    use_critic = ALGOS[a.name][2]
+    torch.set_num_threads(1)
     start_iter, env_steps = 0, 0
-    if cfg.resume:
-        meta = load_train_state(out / "train_state", optimizer=optimizer)
+    meta: dict[str, Any] = {}
+    if resumed is not None:
+        meta = load_train_state(resumed / "train_state")
         start_iter, env_steps = int(meta["step"]), int(meta["extra"].get("env_steps", 0))
     else:
         torch.manual_seed(cfg.seed)
-    ppo = PPOConfig(gamma=cfg.gamma, lam=cfg.lam, clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
-                    ent_coef=cfg.ent_coef, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size)
-    grpo = GRPOConfig(group_size=cfg.group_size, clip=cfg.clip, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
-                      ent_coef=cfg.ent_coef)
-    gen = torch.Generator().manual_seed(cfg.seed * 100_003 + start_iter)
-    task_ids = [tasks[i % len(tasks)] for i in range(cfg.num_envs)]
-    obs = env.reset(seed=cfg.seed + start_iter, task_ids=task_ids)
-    fields = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
-              "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
-              "sim_s", "inference_s", "learn_s"]
-    new = not (cfg.resume and (out / "metrics.csv").exists())
-    metrics_file = open(out / "metrics.csv", "w" if new else "a", newline="")
-    writer = csv.DictWriter(metrics_file, fieldnames=fields)
-    if new:
-        writer.writeheader()
+    env_config = dict(suite=cfg.suite, tasks=tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
+                      reward_type=cfg.reward_type, chunks_per_iter=cfg.chunks_per_iter,
+                      max_steps=cfg.max_episode_steps,
+                      algo="grpo" if a.name == "grpo" else "ppo", group_size=a.group_size, gamma=a.gamma, lam=a.lam,
+                      torch_threads=1)
+    rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
+              vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
+              use_critic=use_critic, num_epochs=a.epochs, minibatch_size=a.minibatch_size,
+              grad_clip=a.max_grad_norm, overlap=r.overlap)
+    started_ray = start_ray(r, out)
+    algo = None
+    metrics_path = out / "metrics.csv"
+    if resumed is not None and metrics_path.exists():  # drop rows logged after the checkpoint
+        rows = [row for row in csv.DictReader(open(metrics_path)) if int(row["iteration"]) <= start_iter]
+    else:
+        rows = []
+    metrics_file = open(metrics_path, "w", newline="")
+    writer = csv.DictWriter(metrics_file, fieldnames=METRIC_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    metrics_file.flush()
     try:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -173,57 +288,50 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     history: list[dict[str, float]] = []
     t_start = time.perf_counter()
     try:
-        with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {cfg.algo}", unit="it") as bar:
+        algo = build_algorithm(policy, instructions=[t.instruction for t in specs], env_config=env_config, rl=rl,
+                               num_env_runners=r.num_env_runners, num_learners=r.num_learners,
+                               num_gpus_per_learner=r.num_gpus_per_learner, seed=cfg.seed)
+        if meta.get("optimizer_states"):
+            algo.load_optimizer_states(meta["optimizer_states"])
+        algo.stop_iteration = cfg.iterations
+        with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {a.name}", unit="it") as bar:
             for it in range(start_iter, cfg.iterations):
-                t0 = time.perf_counter()
-                if cfg.algo == "grpo":  # groups of envs start from the same (training) initial state
-                    groups = cfg.num_envs // cfg.group_size
-                    g_tasks = [tasks[(it * groups + g) % len(tasks)] for g in range(groups)]
-                    obs = env.reset(task_ids=np.repeat(g_tasks, cfg.group_size).tolist(),
-                                    init_ids=np.repeat([TRAIN_INIT_OFFSET + it * groups + g for g in range(groups)],
-                                                       cfg.group_size).tolist())
-                    rollout, obs = collect_chunks(env, policy, obs, cfg.chunks_per_iter, generator=gen)
-                    stats = grpo_update(policy, optimizer, rollout, grpo, generator=gen)
-                else:
-                    rollout, obs = collect_chunks(env, policy, obs, cfg.chunks_per_iter, generator=gen)
-                    stats = ppo_update(policy, optimizer, rollout, ppo, generator=gen)
-                wall = time.perf_counter() - t0
-                env_steps += rollout.env_steps
-                eps = len(rollout.episode_success)
-                row = {
-                    "iteration": it + 1, "env_steps": env_steps, "episodes": eps,
-                    "success_rate": float(np.mean(rollout.episode_success)) if eps else float("nan"),
-                    "return": float(np.mean(rollout.episode_returns)) if eps else float("nan"),
-                    "episode_length": float(np.mean(rollout.episode_lengths)) if eps else float("nan"),
-                    **{k: stats[k] for k in ("entropy", "clip_fraction", "approx_kl", "policy_loss", "value_loss",
-                                             "explained_variance", "learn_s")},
-                    "env_steps_per_s": rollout.env_steps / wall, "sim_s": rollout.timing["sim_s"],
-                    "inference_s": rollout.timing["inference_s"],
-                }
+                row = algo.run_iteration(it)
+                env_steps += int(row["env_steps"])
+                row.update(iteration=it + 1, env_steps=env_steps,
+                           env_steps_per_s=row["env_steps"] / max(row["iteration_s"], 1e-9))
                 writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
                 metrics_file.flush()
                 if tb is not None:
-                    for k, v in row.items():
-                        if k != "iteration" and np.isfinite(v):
-                            tb.add_scalar(f"rl/{k}", v, it + 1)
+                    for k in METRIC_FIELDS[1:]:
+                        if k in row and np.isfinite(row[k]):
+                            tb.add_scalar(f"rl/{k}", row[k], it + 1)
                 history.append(row)
                 bar.set_postfix(succ=f"{row['success_rate']:.2f}", kl=f"{row['approx_kl']:.3f}",
                                 sps=f"{row['env_steps_per_s']:.0f}")
                 bar.update(1)
                 if (it + 1) % cfg.save_every == 0 or it + 1 == cfg.iterations:
-                    policies.save(policy, out / "ckpt", extra={"iteration": it + 1, "env_steps": env_steps,
-                                                               "algo": cfg.algo})
-                    save_train_state(out / "train_state", optimizer=optimizer, step=it + 1,
-                                     extra={"env_steps": env_steps})
+                    save_checkpoint(out, algo, policy, iteration=it + 1, env_steps=env_steps, algo_name=a.name)
     finally:
         metrics_file.close()
         if tb is not None:
             tb.close()
-        env.close()
-    summary = {"algo": cfg.algo, "suite": cfg.suite, "iterations": cfg.iterations, "env_steps": env_steps,
-               "wall_s": round(time.perf_counter() - t_start, 1), "checkpoint": str(out / "ckpt"),
-               "machine": machine_info(),
-               "last": history[-1] if history else None}
+        if algo is not None:
+            algo.stop()
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    wall = time.perf_counter() - t_start
+    steps_run = sum(h["env_steps"] for h in history) if history else 0
+    summary = {
+        "algo": a.name, "suite": cfg.suite, "tasks": tasks, "iterations": cfg.iterations, "env_steps": env_steps,
+        "wall_s": round(wall, 1), "env_steps_per_s": round(steps_run / wall, 1) if history else None,
+        "runtime": OmegaConf.to_container(OmegaConf.structured(r)), "checkpoint": str(out / "checkpoint" / "policy"),
+        "time_split_s": {k: round(sum(h[k] for h in history), 2)
+                         for k in ("sim_s", "inference_s", "learn_s", "wait_s")} if history else None,
+        "machine": machine_info(), "last": history[-1] if history else None,
+    }
     write_json(out / "train.json", summary)
     return summary
 
@@ -232,6 +340,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 def main(cfg: Any) -> None:
     from policies import CheckpointError, SpecMismatchError
 
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     config: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     try:
         summary = train(config)

@@ -1,7 +1,9 @@
 """Offscreen rendering of the envs of a ``mujoco.batch.Batch`` with ``mujoco.Renderer``.
 
 One renderer per process: OpenGL renderers in threads of one process do not scale, so parallel
-rendering comes from processes (env-runner workers) or a batched renderer (GPU backends).
+rendering comes from processes (env-runner workers) or a batched renderer (GPU backends). The GL
+context is released after every call, so the env may be stepped from any one thread at a time
+(e.g. a sampler thread that overlaps with learning).
 """
 
 from __future__ import annotations
@@ -45,6 +47,24 @@ class BatchRenderer:
         # raises from Renderer.__del__ at exit).
         ref = weakref.ref(self)
         atexit.register(lambda: ref() is not None and ref().close())
+        self._release_context()
+
+    @staticmethod
+    def _release_context() -> None:
+        """Detach the GL context from this thread (a context current in one thread cannot be made
+        current in another: EGL_BAD_ACCESS)."""
+        backend = os.environ.get("MUJOCO_GL", "")
+        if backend == "egl":
+            from mujoco import egl
+
+            if egl.EGL_DISPLAY is not None:
+                egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE,
+                                       egl.EGL.EGL_NO_CONTEXT)
+        elif backend == "osmesa":
+            from mujoco import osmesa
+
+            osmesa.osmesa.OSMesaMakeCurrent(None, None, osmesa.GL.GL_FLOAT, 0, 0)
+            osmesa._current_context.ref = None
 
     def render(self, sim: mjbatch.Batch, ids: np.ndarray, out: np.ndarray) -> None:
         """Render every camera of envs ``ids`` into ``out[ids]`` (``[N, V, H, W, 3]`` uint8)."""
@@ -56,6 +76,7 @@ class BatchRenderer:
             for v, cam in enumerate(self.camera_ids):
                 self._renderer.update_scene(data, camera=cam, scene_option=self._option)
                 self._renderer.render(out=out[i, v])
+        self._release_context()
 
     def close(self) -> None:
         if self._renderer is not None:

@@ -1,0 +1,79 @@
+"""Training batches from chunk rollouts: flat ``[B]`` columns (``B = T * N`` chunks, or the kept
+ones for GRPO) that a Learner cuts into minibatches.
+
+Columns: ``rgb [B, V, H, W, 3]`` uint8, ``state [B, S]``, ``task_id [B]``, the policy's sampling
+extras as ``x.<name> [B, ...]``, ``old_logprob [B]``, ``advantages [B]`` (normalised over the
+batch); with a critic also ``old_values [B]`` and ``value_targets [B]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from embodied.algorithms import chunk_gae, grpo_advantages, grpo_group_filter, normalize_advantages
+from embodied.rl.rollout import Rollout
+
+EXTRA_PREFIX = "x."
+
+
+def _observation_columns(rollout: Rollout, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def flat(t: torch.Tensor) -> torch.Tensor:
+        t = t.flatten(0, 1)
+        return t if rows is None else t[rows]
+
+    cols = {"rgb": flat(rollout.rgb), "state": flat(rollout.state), "task_id": flat(rollout.task_id)}
+    cols.update({EXTRA_PREFIX + k: flat(v) for k, v in rollout.extras.items()})
+    cols["old_logprob"] = flat(rollout.logprob)
+    return cols
+
+
+def ppo_batch(rollout: Rollout, gamma: float = 0.99, lam: float = 0.95, normalize: bool = True
+              ) -> dict[str, torch.Tensor]:
+    """Chunk GAE (truncations bootstrap from ``final_value``), then every chunk as one row. With several
+    env runners, pass ``normalize=False`` and normalise the concatenated advantages once."""
+    adv, ret = chunk_gae(rollout.reward, rollout.value, rollout.done, rollout.trunc, rollout.last_value,
+                         gamma, lam, final_values=rollout.final_value)
+    cols = _observation_columns(rollout)
+    cols["advantages"] = normalize_advantages(adv.flatten()) if normalize else adv.flatten()
+    cols["old_values"] = rollout.value.flatten()
+    cols["value_targets"] = ret.flatten()
+    return cols
+
+
+def first_episode_mask(done: torch.Tensor) -> torch.Tensor:
+    """bool ``[T, N]``: chunks that belong to each env's first episode (up to its first end)."""
+    ended_before = torch.cumsum(done.long(), dim=0) - done.long()
+    return ended_before == 0
+
+
+def grpo_batch(rollout: Rollout, group_size: int) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """GRPO rows: envs ``[g * G, (g + 1) * G)`` form group ``g`` (same initial state); each env's first
+    episode is one rollout whose group-normalised return is the advantage of all its chunks. Groups
+    that are unfinished, or all-success / all-failure (dynamic sampling), are dropped."""
+    t_len, n = rollout.shape
+    if group_size < 2 or n % group_size:
+        raise ValueError(f"{n} envs do not split into groups of {group_size} (>= 2)")
+    mask = first_episode_mask(rollout.done)
+    finished = (rollout.done & mask).any(0)
+    returns = (rollout.reward * mask).sum(0)
+    success = (rollout.success & mask).any(0)
+    groups = n // group_size
+    keep = grpo_group_filter(success.view(groups, group_size)) & finished.view(groups, group_size).all(1)
+    adv_env = grpo_advantages(returns.view(groups, group_size)).flatten()
+    use = (mask & keep.repeat_interleave(group_size)[None, :]).flatten()
+    rows = use.nonzero().flatten()
+    cols = _observation_columns(rollout, rows)
+    cols["advantages"] = adv_env[None, :].expand(t_len, n).flatten()[rows]
+    return cols, {"groups": float(groups), "groups_kept": float(keep.sum())}
+
+
+def batch_size(batch: dict[str, Any]) -> int:
+    return int(len(batch["old_logprob"]))
+
+
+def concat_batches(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Rows of several batches (e.g. from several env runners) in one batch."""
+    keys = batches[0].keys()
+    return {k: torch.cat([torch.as_tensor(b[k]) for b in batches]) for k in keys}

@@ -1,0 +1,60 @@
+"""The chunk PPO loss of a policy on one minibatch of a training batch (see :mod:`embodied.rl.batch`).
+
+Shared by the RLlib Learner and the in-process update, so both optimise exactly the same objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from embodied.algorithms import PPOStats, ppo_loss
+from embodied.rl.batch import EXTRA_PREFIX
+
+
+@dataclass
+class LossConfig:
+    """Loss hyper-parameters (pi_RL's defaults where published).
+
+    Attributes:
+        clip, dual_clip, value_clip: PPO clipping (None disables dual/value clipping).
+        vf_coef, ent_coef, kl_coef: loss weights (no KL term by default).
+        use_critic: False for GRPO (no value loss; the batch has no value columns).
+    """
+
+    clip: float = 0.2
+    dual_clip: float | None = 3.0
+    value_clip: float | None = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    kl_coef: float = 0.0
+    use_critic: bool = True
+
+
+def policy_obs(minibatch: dict[str, torch.Tensor], instructions: Sequence[str]) -> dict[str, Any]:
+    """The observation dict a policy reads, from batch columns."""
+    return {"rgb": minibatch["rgb"], "state": minibatch["state"],
+            "instruction": [instructions[int(t)] for t in minibatch["task_id"]]}
+
+
+def policy_extras(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k[len(EXTRA_PREFIX):]: v for k, v in minibatch.items() if k.startswith(EXTRA_PREFIX)}
+
+
+def evaluate_minibatch(policy: Any, minibatch: dict[str, torch.Tensor], instructions: Sequence[str]
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logprob [B], entropy [B], value [B])`` of the minibatch's chunks under ``policy`` now."""
+    return policy.logprob(policy_obs(minibatch, instructions), policy_extras(minibatch))
+
+
+def chunk_ppo_loss(logprob: torch.Tensor, entropy: torch.Tensor, value: torch.Tensor,
+                   minibatch: dict[str, torch.Tensor], cfg: LossConfig) -> tuple[torch.Tensor, PPOStats]:
+    """PPO (or critic-free GRPO) loss of a minibatch from the policy's fresh outputs."""
+    critic = dict(values=value, old_values=minibatch["old_values"], returns=minibatch["value_targets"]) \
+        if cfg.use_critic else {}
+    return ppo_loss(logprob, minibatch["old_logprob"], minibatch["advantages"], entropy=entropy, clip=cfg.clip,
+                    dual_clip=cfg.dual_clip if cfg.use_critic else None,
+                    value_clip=cfg.value_clip if cfg.use_critic else None, vf_coef=cfg.vf_coef,
+                    ent_coef=cfg.ent_coef, kl_coef=cfg.kl_coef, **critic)

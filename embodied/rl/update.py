@@ -1,0 +1,49 @@
+"""A gradient update of a policy on a training batch, in this process (what the RLlib Learner does
+on its own device; used directly by tests and by tools that need no Ray)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from embodied.rl.batch import batch_size
+from embodied.rl.loss import LossConfig, chunk_ppo_loss, evaluate_minibatch
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    """``1 - Var[target - pred] / Var[target]`` (0 when the targets are constant)."""
+    var = target.var()
+    return float(1.0 - (target - pred).var() / var) if var > 1e-12 else 0.0
+
+
+def update_policy(policy: Any, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+                  instructions: Sequence[str], cfg: LossConfig, *, epochs: int = 1, minibatch_size: int = 32,
+                  max_grad_norm: float = 1.0, generator: torch.Generator | None = None) -> dict[str, float]:
+    """``epochs`` shuffled passes of minibatch PPO over ``batch``; returns mean statistics."""
+    start = time.perf_counter()
+    total = batch_size(batch)
+    device = policy.device
+    stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clip_fraction",
+                                                     "approx_kl")}
+    policy.train()
+    for _ in range(epochs if total else 0):
+        perm = torch.randperm(total, generator=generator)
+        for lo in range(0, total, minibatch_size):
+            idx = perm[lo:lo + minibatch_size]
+            mb = {k: v[idx].to(device) for k, v in batch.items()}
+            lp, ent, val = evaluate_minibatch(policy, mb, instructions)
+            loss, st = chunk_ppo_loss(lp, ent, val, mb, cfg)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+            optimizer.step()
+            for k in stats:
+                stats[k].append(getattr(st, k))
+    out = {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+    out["explained_variance"] = explained_variance(batch["old_values"], batch["value_targets"]) \
+        if cfg.use_critic and total else 0.0
+    out["learn_s"] = time.perf_counter() - start
+    return out

@@ -1,0 +1,60 @@
+"""Ray RLlib integration: the policy as a ``TorchRLModule`` (:mod:`.module`), a batched-VecEnv
+``EnvRunner`` (:mod:`.env_runner`), the chunk-PPO ``TorchLearner`` (:mod:`.learner`) and the
+``Algorithm`` tying them together with optional overlap of sampling and learning (:mod:`.algorithm`).
+
+Ray is pinned exactly in ``pyproject.toml``: the runner and learner override RLlib internals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embodied.rllib.algorithm import ChunkRL, ChunkRLConfig
+from embodied.rllib.env_runner import VecEnvRunner, chunk_spaces
+from embodied.rllib.learner import ChunkPPOLearner
+from embodied.rllib.module import PolicyRLModule, module_config
+
+#: fields of :class:`ChunkRLConfig` that :func:`build_algorithm` accepts in ``rl``
+RL_FIELDS = ("lr", "critic_lr", "clip_param", "dual_clip", "vf_clip_param", "vf_loss_coeff", "entropy_coeff",
+             "kl_coeff", "use_critic", "num_epochs", "minibatch_size", "grad_clip", "overlap")
+
+
+def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],
+                    num_env_runners: int = 0, num_learners: int = 0, num_gpus_per_learner: float = 0.0,
+                    seed: int = 0) -> ChunkRL:
+    """A :class:`ChunkRL` whose learner starts from ``policy``'s weights.
+
+    ``num_env_runners=0`` samples in this process (``env_config["num_envs"]`` envs); ``K > 0`` starts
+    K remote runners with ``num_envs`` envs each (Ray must be initialised). ``num_learners=0`` updates
+    in this process; ``L > 0`` on L remote learners (data parallel), each with ``num_gpus_per_learner``.
+    """
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    unknown = sorted(set(rl) - set(RL_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown RL field(s) {unknown}; known: {list(RL_FIELDS)}")
+    obs_space, act_space = chunk_spaces(policy.config.state_dim, policy.chunk_size, policy.action_dim)
+    env_config = dict(env_config, num_envs_total=int(env_config["num_envs"]) * max(num_env_runners, 1), seed=seed)
+    config = (
+        ChunkRLConfig()
+        .framework("torch")
+        .environment(observation_space=obs_space, action_space=act_space, env_config=env_config,
+                     disable_env_checking=True)
+        .env_runners(env_runner_cls=VecEnvRunner, num_env_runners=num_env_runners,
+                     create_local_env_runner=num_env_runners == 0, num_cpus_per_env_runner=1,
+                     num_envs_per_env_runner=int(env_config["num_envs"]))
+        .learners(num_learners=num_learners, num_gpus_per_learner=num_gpus_per_learner)
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=PolicyRLModule, observation_space=obs_space,
+                                               action_space=act_space,
+                                               model_config=module_config(policy, instructions)))
+        .debugging(seed=seed, log_level="WARN")
+    )
+    for key, value in rl.items():
+        setattr(config, key, value)
+    algo = config.build_algo()
+    algo.load_policy_state({k: v.detach().cpu() for k, v in policy.state_dict().items()})
+    return algo
+
+
+__all__ = ["ChunkPPOLearner", "ChunkRL", "ChunkRLConfig", "PolicyRLModule", "RL_FIELDS", "VecEnvRunner",
+           "build_algorithm", "chunk_spaces", "module_config"]

@@ -1,0 +1,222 @@
+"""``ChunkRL``: an RLlib ``Algorithm`` for chunk-level PPO / GRPO of VLAs.
+
+Its ``training_step`` samples training batches from :class:`~embodied.rllib.env_runner.VecEnvRunner`
+(local, or remote Ray actors), updates the :class:`~embodied.rllib.learner.ChunkPPOLearner` (in the
+driver or on remote learner actors / GPUs) and syncs the weights back.
+
+With ``overlap=True`` sampling of iteration ``k+1`` runs while the learner updates on iteration
+``k`` (in a thread for the local runner, on the remote actors otherwise): each batch is collected by
+the weights one update old, which the PPO ratio against the stored behaviour log-probabilities
+accounts for (as in asynchronous PPO / RLinf's pipelined mode).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.policy.sample_batch import SampleBatch
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from embodied.algorithms import normalize_advantages
+from embodied.rl.batch import batch_size, concat_batches
+from embodied.rl.update import explained_variance
+from embodied.rllib.env_runner import VecEnvRunner
+from embodied.rllib.learner import ChunkPPOLearner
+from embodied.rllib.module import PolicyRLModule
+
+
+class ChunkRLConfig(AlgorithmConfig):
+    """RLlib config with the chunk-PPO fields (pi_RL's defaults where published)."""
+
+    def __init__(self, algo_class: type | None = None):
+        super().__init__(algo_class=algo_class or ChunkRL)
+        self.lr = 5e-6
+        self.critic_lr = 1e-4
+        self.clip_param = 0.2
+        self.dual_clip: float | None = 3.0
+        self.vf_clip_param: float | None = 0.2
+        self.vf_loss_coeff = 0.5
+        self.entropy_coeff = 0.0
+        self.kl_coeff = 0.0
+        self.use_critic = True
+        self.num_epochs = 1
+        self.minibatch_size = 32
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+        self.overlap = False
+        self.env_runner_cls = VecEnvRunner
+
+    def get_default_learner_class(self) -> type:
+        return ChunkPPOLearner
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=PolicyRLModule)
+
+
+class ChunkRL(Algorithm):
+    """Call :meth:`run_iteration` (or ``training_step`` after setting ``iteration``)."""
+
+    @classmethod
+    def get_default_config(cls) -> ChunkRLConfig:
+        return ChunkRLConfig()
+
+    def setup(self, config: Any) -> None:
+        super().setup(config)
+        self.iteration_index = 0
+        self.stop_iteration: int | None = None
+        self._pending: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._weights_dirty = False
+
+    # -- sampling -----------------------------------------------------------------------------
+    @property
+    def remote_runners(self) -> bool:
+        return self.env_runner_group.num_remote_env_runners() > 0
+
+    def _launch(self, iteration: int) -> Any:
+        if self.remote_runners:
+            self.env_runner_group.foreach_env_runner_async("sample", tag=f"sample{iteration}",
+                                                           kwargs={"iteration": iteration})
+            return ("remote", iteration)
+        runner = self.env_runner_group.local_env_runner
+        if self.config.overlap:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
+            return self._pool.submit(runner.sample, iteration)
+        return [runner.sample(iteration)]
+
+    def _wait(self, handle: Any) -> list[dict[str, Any]]:
+        if isinstance(handle, Future):
+            return [handle.result()]
+        if isinstance(handle, list):
+            return handle
+        _, iteration = handle
+        expected = self.env_runner_group.num_healthy_remote_workers()
+        results: list[Any] = []
+        while len(results) < expected:
+            got = self.env_runner_group.fetch_ready_async_reqs(tags=f"sample{iteration}", timeout_seconds=None)
+            for item in got:
+                value = item[1] if isinstance(item, tuple) else item
+                if isinstance(value, BaseException):
+                    raise RuntimeError(f"an env runner failed while sampling: {value}") from value
+                results.append(value)
+            if not got and self.env_runner_group.num_healthy_remote_workers() < expected:
+                raise RuntimeError("an env runner died while sampling (see the Ray logs in the run folder)")
+        return sorted(results, key=lambda r: r["worker_index"])
+
+    def _sync_weights(self) -> None:
+        if not self._weights_dirty:
+            return
+        weights = self.learner_group.get_weights(module_ids=[DEFAULT_MODULE_ID])
+        if self.remote_runners:
+            import ray
+
+            ref = ray.put(weights)
+            self.env_runner_group.foreach_env_runner(lambda r: r.set_weights(ref), local_env_runner=False)
+        else:
+            self.env_runner_group.local_env_runner.set_weights(weights)
+        self._weights_dirty = False
+
+    def mark_weights_changed(self) -> None:
+        """After loading weights into the learner from outside (init, resume)."""
+        self._weights_dirty = True
+
+    def _on_learners(self, func: Any) -> list[Any]:
+        """``func(learner)`` on every learner (local or remote); errors re-raised here."""
+        return self.learner_group._get_results(self.learner_group.foreach_learner(func))
+
+    # -- one iteration ------------------------------------------------------------------------
+    def training_step(self) -> dict[str, float]:
+        it = self.iteration_index
+        t0 = time.perf_counter()
+        if self._pending is None:
+            self._sync_weights()
+            self._pending = self._launch(it)
+        results = self._wait(self._pending)
+        self._pending = None
+        wait_s = time.perf_counter() - t0
+        self._sync_weights()
+        if self.config.overlap and (self.stop_iteration is None or it + 1 < self.stop_iteration):
+            self._pending = self._launch(it + 1)
+        batch = concat_batches([r["batch"] for r in results])
+        rows = batch_size(batch)
+        if self.config.use_critic and rows:
+            batch["advantages"] = normalize_advantages(batch["advantages"])
+        t1 = time.perf_counter()
+        stats: dict[str, float] = {}
+        if rows:
+            seed = int(self.config.seed or 0) * 1_000_003 + it
+            self._on_learners(lambda learner: learner.seed_update(seed))
+            self.learner_group.update(
+                batch=SampleBatch(dict(batch)),
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)},
+                num_epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
+                shuffle_batch_per_epoch=True,
+            )
+            stats = self._on_learners(lambda learner: learner.pop_stats())[0]
+            self._weights_dirty = True
+        learn_s = time.perf_counter() - t1
+        if not self.config.overlap:
+            self._sync_weights()
+        returns = [x for r in results for x in r["episode_returns"]]
+        success = [x for r in results for x in r["episode_success"]]
+        lengths = [x for r in results for x in r["episode_lengths"]]
+        out = {
+            "env_steps": float(sum(r["env_steps"] for r in results)),
+            "episodes": float(len(success)),
+            "success_rate": float(np.mean(success)) if success else float("nan"),
+            "return": float(np.mean(returns)) if returns else float("nan"),
+            "episode_length": float(np.mean(lengths)) if lengths else float("nan"),
+            "rows": float(rows),
+            "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
+            if self.config.use_critic and rows else 0.0,
+            "sim_s": float(sum(r["sim_s"] for r in results)),
+            "inference_s": float(sum(r["inference_s"] for r in results)),
+            "sample_s": float(max(r["sample_s"] for r in results)),
+            "learn_s": learn_s, "wait_s": wait_s,
+            "iteration_s": time.perf_counter() - t0,
+        }
+        for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl"):
+            out[key] = float(stats.get(key, 0.0))
+        if "groups" in results[0]:
+            out["groups"] = float(sum(r["groups"] for r in results))
+            out["groups_kept"] = float(sum(r["groups_kept"] for r in results))
+        return out
+
+    def run_iteration(self, iteration: int) -> dict[str, float]:
+        self.iteration_index = iteration
+        return self.training_step()
+
+    # -- weights and optimizer state (checkpoints) -------------------------------------------
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        return self._on_learners(lambda learner: learner.policy_state(DEFAULT_MODULE_ID))[0]
+
+    def load_policy_state(self, state: dict[str, torch.Tensor]) -> None:
+        self._on_learners(lambda learner: learner.load_policy_state(DEFAULT_MODULE_ID, state))
+        self._weights_dirty = True
+
+    def optimizer_states(self) -> dict[str, dict[str, Any]]:
+        return self._on_learners(lambda learner: learner.optimizer_states())[0]
+
+    def load_optimizer_states(self, states: dict[str, dict[str, Any]]) -> None:
+        self._on_learners(lambda learner: learner.load_optimizer_states(states))
+
+    def cleanup(self) -> None:
+        if self._pending is not None:
+            try:
+                self._wait(self._pending)
+            except Exception:  # noqa: BLE001 - shutting down: a failed last sample changes nothing
+                pass
+            self._pending = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        super().cleanup()

@@ -1,0 +1,164 @@
+"""``VecEnvRunner``: an RLlib ``EnvRunner`` that owns one batched :class:`sims.VecEnv`.
+
+RLlib's stock ``SingleAgentEnvRunner`` loops in Python over gymnasium sub-envs and episodes; this
+runner instead steps all its envs as one batch of action chunks (:func:`embodied.rl.rollout.collect_chunks`)
+and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
+
+``config.env_config`` keys: ``suite``, ``tasks`` (indices), ``num_envs`` (per runner), ``image_size``,
+``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
+``gamma``, ``lam``, ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
+``torch_threads``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from embodied.data.collect import TRAIN_INIT_OFFSET
+from embodied.rl.batch import grpo_batch, ppo_batch
+from embodied.rl.rollout import collect_chunks
+
+INPUT_ENV_SPACES = "__env__"
+
+
+def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
+    """Observation space (the proprio state; images and text travel as extra columns) and the
+    action space of one chunk ``[H, A]`` in ``[-1, 1]``."""
+    obs = gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
+    return obs, gym.spaces.Box(-1.0, 1.0, (chunk_size, action_dim), np.float32)
+
+
+def runner_envs(env_config: dict[str, Any], worker_index: int) -> tuple[int, int]:
+    """``(first global env index, env count)`` of runner ``worker_index`` (0 = the local runner)."""
+    n = int(env_config["num_envs"])
+    return max(worker_index - 1, 0) * n, n
+
+
+class VecEnvRunner(EnvRunner):
+    """Samples ``chunks_per_iter`` chunks in each of its envs per :meth:`sample` call."""
+
+    def __init__(self, *, config: Any, **kwargs: Any):
+        super().__init__(config=config, **kwargs)
+        ec = self.config.env_config
+        torch.set_num_threads(int(ec.get("torch_threads", 1)))
+        self.env = None
+        self.obs: dict[str, torch.Tensor] | None = None
+        self.module = None
+        self.make_module()
+        # In a cluster the driver keeps a local runner only for bookkeeping: it gets no envs.
+        if not (self.worker_index == 0 and (self.num_workers or 0) > 0):
+            self.make_env()
+        self._metrics: dict[str, Any] = {}
+
+    # -- construction -------------------------------------------------------------------------
+    def make_env(self) -> None:
+        import sims
+
+        ec = self.config.env_config
+        if self.env is not None:
+            self.env.close()
+        first, n = runner_envs(ec, self.worker_index or 0)
+        self.first_env = first
+        self.env = sims.make("mujoco", suite=ec["suite"], num_envs=n, seed=int(ec["seed"]) + 7919 * first,
+                             cameras=tuple(self.module.policy.config.cameras), image_size=int(ec["image_size"]),
+                             reward_type=ec.get("reward_type", "sparse"), num_threads=ec.get("num_threads") or None,
+                             max_steps=ec.get("max_steps"))
+        self.module.policy.check_env(self.env)
+        self.obs = None
+
+    def make_module(self) -> None:
+        spec = self.config.rl_module_spec
+        self.module = spec.module_class(observation_space=spec.observation_space, action_space=spec.action_space,
+                                        inference_only=False, model_config=spec.model_config)
+        self.module.eval()
+
+    # -- sampling -----------------------------------------------------------------------------
+    def _reset(self, iteration: int) -> dict[str, torch.Tensor]:
+        ec = self.config.env_config
+        tasks = list(ec["tasks"])
+        n = self.env.num_envs
+        if ec["algo"] == "grpo":  # each group of G envs starts from one (training) initial state
+            g = int(ec["group_size"])
+            total_groups = int(ec["num_envs_total"]) // g
+            first_group = self.first_env // g
+            gids = [iteration * total_groups + first_group + j for j in range(n // g)]
+            return self.env.reset(task_ids=np.repeat([tasks[i % len(tasks)] for i in gids], g).tolist(),
+                                  init_ids=np.repeat([TRAIN_INIT_OFFSET + i for i in gids], g).tolist())
+        return self.env.reset(seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
+                              task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)])
+
+    def sample(self, iteration: int = 0, **kwargs: Any) -> dict[str, Any]:
+        """One rollout of ``chunks_per_iter`` chunks per env as a training batch plus episode stats.
+
+        PPO keeps episodes running across calls (a fresh reset only on the first call); GRPO
+        resets every call to new groups. Sampling noise is seeded by (seed, runner, iteration).
+        """
+        if self.env is None:
+            raise RuntimeError("this EnvRunner has no envs (the driver's local runner in a cluster)")
+        ec = self.config.env_config
+        start = time.perf_counter()
+        if self.obs is None or ec["algo"] == "grpo":
+            self.obs = self._reset(iteration)
+        gen = torch.Generator().manual_seed(int(ec["seed"]) * 1_000_003 + 9973 * (self.worker_index or 0) + iteration)
+        rollout, self.obs = collect_chunks(self.env, self.module.policy, self.obs, int(ec["chunks_per_iter"]),
+                                           generator=gen)
+        info: dict[str, float] = {}
+        if ec["algo"] == "grpo":
+            batch, info = grpo_batch(rollout, int(ec["group_size"]))
+        else:
+            batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False)
+        self.num_env_steps_sampled_lifetime += rollout.env_steps
+        return {
+            "batch": batch, "env_steps": rollout.env_steps, "episode_returns": rollout.episode_returns,
+            "episode_lengths": rollout.episode_lengths, "episode_success": rollout.episode_success,
+            "sim_s": rollout.timing["sim_s"], "inference_s": rollout.timing["inference_s"],
+            "sample_s": time.perf_counter() - start, "worker_index": self.worker_index or 0, **info,
+        }
+
+    # -- RLlib plumbing -----------------------------------------------------------------------
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        """Module weights (numpy or torch state dict, or an ObjectRef of one)."""
+        import ray
+
+        if isinstance(weights, ray.ObjectRef):
+            weights = ray.get(weights)
+        if DEFAULT_MODULE_ID in weights:
+            weights = weights[DEFAULT_MODULE_ID]
+        self.module.set_state(weights)
+
+    def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return {COMPONENT_RL_MODULE: {DEFAULT_MODULE_ID: self.module.get_state()},
+                NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if COMPONENT_RL_MODULE in state:
+            self.set_weights(state[COMPONENT_RL_MODULE])
+        if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
+            self.num_env_steps_sampled_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
+
+    def get_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
+        policy = self.module.policy
+        spaces = chunk_spaces(policy.config.state_dim, policy.chunk_size, policy.action_dim)
+        return {INPUT_ENV_SPACES: spaces, DEFAULT_MODULE_ID: spaces}
+
+    def get_metrics(self) -> dict[str, Any]:
+        return {}
+
+    def assert_healthy(self) -> None:
+        assert self.module is not None, "VecEnvRunner has no module"
+
+    def ping(self) -> str:
+        return "ok"
+
+    def stop(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None

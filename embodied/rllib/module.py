@@ -1,0 +1,71 @@
+"""``PolicyRLModule``: any :class:`policies.base.Policy` as an RLlib ``TorchRLModule``.
+
+The module is built from a JSON-able ``model_config`` (the policy family, its config, the
+processor's dataset statistics and the task instructions), so remote env runners and learners
+build it on their own node; weights travel through RLlib's state sync, never as pickled modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from embodied.rl.loss import evaluate_minibatch, policy_obs
+
+
+def module_config(policy: Any, instructions: list[str]) -> dict[str, Any]:
+    """The ``model_config`` that rebuilds ``policy``'s architecture in another process."""
+    return {"family": policy.family, "policy_config": policy.config.to_dict(),
+            "stats": policy.processor.stats, "instructions": list(instructions)}
+
+
+def build_policy(model_config: dict[str, Any]) -> Any:
+    """A fresh policy (random weights, the bundle's statistics) from :func:`module_config`'s dict."""
+    from policies import policy_class
+
+    cls = policy_class(model_config["family"])
+    policy = cls(cls.config_class.from_dict(dict(model_config["policy_config"])))
+    if model_config.get("stats"):
+        policy.processor.set_stats(model_config["stats"])
+    return policy
+
+
+class PolicyRLModule(TorchRLModule):
+    """Batches are dicts of columns (see :mod:`embodied.rl.batch`): ``rgb [B, V, H, W, 3]``,
+    ``state [B, S]``, ``task_id [B]`` and the policy's sampling extras ``x.<name>``.
+
+    Forward passes: exploration/inference sample a chunk (``actions [B, H, A]``, ``action_logp [B]``,
+    ``vf_preds [B]``, ``x.*``); train evaluates the stored chunks (``logprob``, ``entropy``, ``value``
+    ``[B]``).
+    """
+
+    def setup(self) -> None:
+        self.policy = build_policy(self.model_config)
+        self.instructions = list(self.model_config["instructions"])
+
+    def _sample(self, batch: dict[str, Any], mode: str) -> dict[str, Any]:
+        sample = self.policy.sample(policy_obs(batch, self.instructions), mode=mode)
+        out = {"actions": sample.actions, "action_logp": sample.logprob, "vf_preds": sample.value}
+        out.update({"x." + k: v for k, v in sample.extras.items()})
+        return out
+
+    def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        with torch.no_grad():
+            return self._sample(batch, "greedy")
+
+    def _forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        with torch.no_grad():
+            return self._sample(batch, "explore")
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        logprob, entropy, value = evaluate_minibatch(self.policy, batch, self.instructions)
+        return {"logprob": logprob, "entropy": entropy, "value": value}
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._sample(batch, "greedy")
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """The wrapped policy's ``state_dict`` (for saving a bundle)."""
+        return {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
