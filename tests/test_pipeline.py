@@ -18,22 +18,41 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / script), *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-def test_pipeline_collects_demonstrations_with_report_and_video(tmp_path):
+TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.num_envs=2", "sim.image_size=32",
+                 "video_tasks=2", "policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]",
+                 "policy.chunk_size=3", "policy.prefix_layers=1", "policy.expert_layers=1", "sft.steps=3",
+                 "sft.batch_size=4", "sft.warmup_steps=1", "rl.iterations=2", "rl.num_envs=2", "rl.chunks_per_iter=2",
+                 "rl.max_episode_steps=6", "eval.episodes=2", "eval.num_envs=4", "eval.video_max=1"]
+
+
+def test_pipeline_end_to_end_at_tiny_size(tmp_path):
+    """collect -> SFT -> eval -> Flow-SDE PPO on RLlib -> eval -> report, then a rerun skips every stage."""
     out = tmp_path / "run"
-    proc = _run("embodied-pipeline", f"out={out}", "sim.suite=goal", "episodes_per_task=1", "sim.num_envs=5",
-                "sim.image_size=32", "video_tasks=2")
+    proc = _run("embodied-pipeline", f"out={out}", *TINY_PIPELINE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
+    assert results["stages_done"] == ["collect", "sft", "eval_sft", "rl", "eval_rl"]
     collect = results["collect"]
-    assert collect["episodes"] == 10 and len(collect["tasks"]) == 10
-    assert collect["expert_success_rate"] >= 0.9
-    assert collect["video_frames"] > 20
-    assert "| 0 open_the_drawer |" in (out / "report.md").read_text()
-    assert (out / ".hydra" / "config.yaml").is_file()
-    assert (out / "data" / "meta" / "info.json").is_file()
-    # a second run into the same folder refuses instead of mixing datasets
-    proc = _run("embodied-pipeline", f"out={out}", "sim.suite=goal", "episodes_per_task=1")
-    assert proc.returncode != 0 and "already holds" in proc.stderr
+    assert collect["episodes"] == 2 and [t["task"] for t in collect["tasks"]] == [2, 8]
+    assert collect["expert_success_rate"] >= 0.9 and collect["video_frames"] > 20
+    assert results["sft"]["steps"] == 3 and (out / "sft" / "ckpt" / "model.safetensors").is_file()
+    assert results["rl"]["iterations"] == 2 and results["rl"]["env_steps"] > 0
+    assert (out / "rl" / "checkpoint" / "policy" / "model.safetensors").is_file()
+    for key in ("eval_sft", "eval_rl"):
+        assert results[key]["episodes"] == 4 and 0.0 <= results[key]["success_rate"] <= 1.0
+        assert results[key]["videos"] and all((out / v).is_file() for v in results[key]["videos"])
+    assert results["eval_rl"]["comparison"]["tasks"]  # compared with the SFT evaluation
+    report = (out / "report.md").read_text()
+    assert "| 2 put_the_cube_on_the_plate |" in report and "RL - SFT:" in report
+    assert (out / "plots" / "pipeline.png").stat().st_size > 1000
+    assert (out / ".hydra" / "config.yaml").is_file() and (out / "data" / "meta" / "info.json").is_file()
+    proc = _run("embodied-pipeline", f"out={out}", *TINY_PIPELINE)
+    assert proc.returncode == 0 and proc.stdout.count("done in a previous run") == 5, proc.stdout[-2000:]
+    # another configuration into the same folder refuses instead of mixing runs
+    proc = _run("embodied-pipeline", f"out={out}", *TINY_PIPELINE, "episodes_per_task=2")
+    assert proc.returncode != 0 and "another configuration" in proc.stderr
+    proc = _run("embodied-pipeline", f"out={tmp_path / 'bad'}", "policy=autoregressive")
+    assert proc.returncode != 0 and "use policy=flow" in proc.stderr
 
 
 def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):

@@ -4,7 +4,7 @@
     embodied-bench bench=sim out=/tmp/b num_envs=[1,8] steps=20 repeats=3
 
 ``bench`` selects the benchmark (an option of the config group ``configs/bench/``; available
-now: ``sim``, ``experts``, ``policy``; ``train`` and ``serve`` are planned); ``out`` is the run folder and is
+now: ``sim``, ``experts``, ``policy``, ``train``; ``serve`` is planned); ``out`` is the run folder and is
 required. Hydra writes its own files (``.hydra/``, ``bench.log``) into the run folder too. Each
 benchmark prints a table and writes ``<out>/<bench>.json`` and ``<out>/<bench>.csv``. Schemas:
 :mod:`embodied.bench.config`.
@@ -31,9 +31,10 @@ BENCHES: dict[str, str] = {
     "sim": "embodied.bench.sim:run",
     "experts": "embodied.bench.experts:run",
     "policy": "embodied.bench.policy:run",
+    "train": "embodied.bench.train:run",
 }
 #: named by the design, not built yet.
-PLANNED = ("train", "serve")
+PLANNED = ("serve",)
 
 log = logging.getLogger(__name__)
 

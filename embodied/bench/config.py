@@ -78,3 +78,6 @@ def register() -> None:
     from embodied.bench.policy import PolicyBenchConfig
 
     store("bench_policy_schema", PolicyBenchConfig)
+    from embodied.bench.train import TrainBenchConfig
+
+    store("bench_train_schema", TrainBenchConfig)

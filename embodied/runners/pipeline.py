@@ -1,43 +1,129 @@
 """``embodied-pipeline``: the main job on the embedded default (MuJoCo on CPU).
 
-Stages so far:
+    embodied-pipeline out=runs/pipeline                   # the default: ~20 min on 2 cores
+    embodied-pipeline out=runs/p2 tasks=null sim.suite=spatial sft.steps=4000 rl.iterations=400
 
-1. ``collect``: the scripted experts of a suite in parallel envs write a LeRobot v3.0
-   demonstration dataset (``out/data``).
+Stages, each in its own sub-folder of ``out`` (a rerun of the same command skips finished stages
+and resumes an interrupted SFT or RL stage from its last checkpoint):
 
-Outputs in the run folder ``out``: ``results.json`` (per-task expert success rates, dataset
-size, throughput, machine), ``report.md``, ``videos/collect.mp4`` (the first demonstration of the
-first tasks, both camera views side by side with the instruction and the step drawn on), and
-Hydra's ``.hydra/config.yaml``. Later stages (SFT -> RL -> eval) extend this app.
+1. ``collect``: the suite's scripted experts write a LeRobot v3.0 dataset (``data/``).
+2. ``sft``: a flow VLA is fine-tuned on those few demonstrations (``sft/``).
+3. ``eval_sft``: the SFT policy on the fixed protocol (initial states 0..episodes-1 per task).
+4. ``rl``: Flow-SDE PPO on Ray RLlib in parallel envs, from the SFT bundle (``rl/``).
+5. ``eval_rl``: the RL policy on the same protocol, compared with the SFT one (Newcombe intervals).
+
+Outputs in ``out``: ``results.json`` (every stage), ``report.md`` (tables with 95% intervals, the
+plot ``plots/pipeline.png`` of success before/after RL and the RL learning curve, links to the
+videos), ``videos/collect.mp4`` and each evaluation's failure/success videos.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import hydra
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 
-from embodied.config import SimConfig, store
+from embodied.config import SimConfig, register_policy_schemas, store
 from embodied.runs import machine_info, prepare_run_dir, write_json
 from embodied.video import VideoWriter, annotate_frame, count_frames
+
+STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
+
+
+@dataclass
+class PipelineSFTConfig:
+    """Stage ``sft`` (see ``embodied-sft`` for the meaning of each field)."""
+
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 3e-4
+    warmup_steps: int = 100
+    save_every: int = 250
+
+
+@dataclass
+class PipelineRLConfig:
+    """Stage ``rl`` (see ``embodied-train``; the rest of the algorithm's fields keep their defaults)."""
+
+    algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
+    iterations: int = 120
+    num_envs: int = 12
+    chunks_per_iter: int = 10  # chunks per env per iteration
+    max_episode_steps: Optional[int] = 100  # training step limit (evaluation keeps the task's own)
+    lr: float = 1e-5
+    reward_type: str = "sparse"
+    overlap: bool = True  # sample the next batch while learning
+    save_every: int = 10
+
+
+@dataclass
+class PipelineEvalConfig:
+    """Stages ``eval_sft`` and ``eval_rl``: the fixed protocol."""
+
+    episodes: int = 50  # fixed initial states per task (the protocol's 50)
+    num_envs: int = 25
+    videos: str = "all"  # failures | all | none
+    video_max: int = 3
 
 
 @dataclass
 class PipelineConfig:
     """Schema of ``embodied-pipeline``."""
 
-    sim: SimConfig = field(default_factory=SimConfig)  # suite, parallel envs, cameras, image size
+    sim: SimConfig = field(default_factory=SimConfig)  # suite, envs for collection, cameras, image size
+    policy: Any = MISSING  # config group policy/ (the flow VLA trained by SFT, then RL)
     out: str = "runs/pipeline"  # run folder: every output goes here
+    tasks: Optional[list[int]] = None  # task subset of the suite (default: all)
+    stages: list[str] = field(default_factory=lambda: list(STAGES))  # stages to run, in this order
     seed: int = 0
-    episodes_per_task: int = 2  # demonstrations collected per task of the suite
+    episodes_per_task: int = 20  # demonstrations per task
     video_tasks: int = 3  # first demonstration of this many tasks goes into videos/collect.mp4
+    sft: PipelineSFTConfig = field(default_factory=PipelineSFTConfig)
+    rl: PipelineRLConfig = field(default_factory=PipelineRLConfig)
+    eval: PipelineEvalConfig = field(default_factory=PipelineEvalConfig)
 
 
 store("pipeline_schema", PipelineConfig)
+register_policy_schemas()
+
+
+class PipelineError(ValueError):
+    """A configuration the pipeline cannot run; printed as one line."""
+
+
+def _tasks(cfg: PipelineConfig) -> list[int]:
+    import sims
+
+    n = len(sims.suites.tasks(cfg.sim.suite))
+    tasks = list(range(n)) if cfg.tasks is None else list(cfg.tasks)
+    if not tasks or any(not 0 <= t < n for t in tasks):
+        raise PipelineError(f"tasks {cfg.tasks} out of range for suite {cfg.sim.suite!r} (0..{n - 1})")
+    return tasks
+
+
+def check_config(cfg: PipelineConfig) -> None:
+    import sims
+
+    if cfg.sim.suite is None or cfg.sim.suite not in sims.suites.names():
+        raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {sims.suites.names()}")
+    unknown = [s for s in cfg.stages if s not in STAGES]
+    if unknown:
+        raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+    if cfg.video_tasks > 0 and not cfg.sim.cameras:
+        raise PipelineError("video_tasks > 0 needs cameras: set sim.cameras=[agentview,wrist] or video_tasks=0")
+    family = cfg.policy.get("family") if isinstance(cfg.policy, dict) else getattr(cfg.policy, "family", None)
+    if any(s in cfg.stages for s in ("sft", "rl")) and family != "flow":
+        raise PipelineError(f"the pipeline fine-tunes a flow VLA with Flow-SDE/Flow-Noise: use policy=flow "
+                            f"(got {family}); token VLAs train with embodied-sft + embodied-train algo=ppo|grpo")
+    if cfg.rl.algo not in ("flow_sde", "flow_sde_full", "flow_noise"):
+        raise PipelineError(f"rl.algo={cfg.rl.algo!r}: the pipeline's flow VLA trains with flow_sde, flow_sde_full "
+                            "or flow_noise")
+    _tasks(cfg)
 
 
 def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
@@ -45,12 +131,6 @@ def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
     import sims
     from embodied.data.collect import collect_suite
 
-    if cfg.sim.suite is None:
-        raise ValueError("the collect stage needs a suite: set sim.suite=spatial (or object, goal, long, dynamic)")
-    if cfg.sim.suite not in sims.suites.names():
-        raise ValueError(f"unknown suite {cfg.sim.suite!r}; choose one of {sims.suites.names()}")
-    if cfg.video_tasks > 0 and not cfg.sim.cameras:
-        raise ValueError("video_tasks > 0 needs cameras: set sim.cameras=[agentview,wrist] or video_tasks=0")
     video = VideoWriter(out / "videos" / "collect.mp4", fps=cfg.sim.control_hz) if cfg.video_tasks else None
     filmed: set[int] = set()
 
@@ -64,10 +144,14 @@ def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
                 instruction, f"task {ep['task']}  init {ep['init_id']}  step {step + 1}/{ep['length']}  "
                 f"success {ep['success'] and step + 1 == ep['length']}"]))
 
+    if (out / "data").exists():  # an interrupted collection: start it again
+        import shutil
+
+        shutil.rmtree(out / "data")
     try:
         result = collect_suite(
-            cfg.sim.suite, out / "data", episodes_per_task=cfg.episodes_per_task, num_envs=cfg.sim.num_envs,
-            cameras=cfg.sim.cameras, image_size=cfg.sim.image_size, seed=cfg.seed,
+            cfg.sim.suite, out / "data", episodes_per_task=cfg.episodes_per_task, task_ids=_tasks(cfg),
+            num_envs=cfg.sim.num_envs, cameras=cfg.sim.cameras, image_size=cfg.sim.image_size, seed=cfg.seed,
             num_threads=cfg.sim.num_threads or None, on_episode=film,
         )
     finally:
@@ -88,49 +172,240 @@ def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
     }
 
 
+def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
+    from embodied.runners.sft import SFTConfig
+    from embodied.runners.sft import train as sft_train
+
+    s = cfg.sft
+    resume = (out / "sft" / "ckpt" / "config.json").is_file() and (out / "sft" / "train_state").is_dir()
+    summary = sft_train(SFTConfig(data=str(out / "data"), out=str(out / "sft"), policy=cfg.policy, steps=s.steps,
+                                  batch_size=s.batch_size, lr=s.lr, warmup_steps=s.warmup_steps,
+                                  save_every=s.save_every, seed=cfg.seed, resume=resume))
+    return {k: summary[k] for k in ("family", "episodes", "samples", "steps", "final_loss", "train_seconds",
+                                    "parameters")} | {"checkpoint": "sft/ckpt"}
+
+
+def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, compare: Path | None) -> dict[str, Any]:
+    from embodied.runners.eval import EvalConfig, run
+
+    e = cfg.eval
+    res = run(EvalConfig(out=str(out / name), checkpoint=str(checkpoint), suite=cfg.sim.suite, tasks=_tasks(cfg),
+                         episodes=e.episodes, num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
+                         videos=e.videos, video_max=e.video_max,
+                         compare=str(compare) if compare is not None else None))
+    suite = res["suites"][cfg.sim.suite]
+    pooled_k = sum(t["successes"] for t in suite["tasks"])
+    return {"success_rate": suite["success_rate"], "episodes": suite["episodes"], "successes": pooled_k,
+            "ci95": suite["ci95"], "tasks": suite["tasks"], "wall_s": res["wall_s"], "env_steps": res["env_steps"],
+            "videos": [f"{name}/{v}" for v in res["videos"]], "report": f"{name}/report.md",
+            "comparison": res.get("comparison", {}).get(cfg.sim.suite)}
+
+
+def stage_rl(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
+    from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig
+    from embodied.runners.train import train as rl_train
+    from embodied.train_state import resolve_folder
+
+    r = cfg.rl
+    resume = resolve_folder(out / "rl" / "checkpoint") is not None
+    algo = AlgoConfig(name=r.algo, lr=r.lr)
+    summary = rl_train(TrainConfig(
+        out=str(out / "rl"), init=str(out / "sft" / "ckpt"), algo=algo, runtime=RuntimeConfig(overlap=r.overlap),
+        suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs, image_size=cfg.sim.image_size,
+        iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
+        reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume))
+    return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} \
+        | {"checkpoint": "rl/checkpoint/policy", "metrics": "rl/metrics.csv"}
+
+
+def plot_pipeline(results: dict[str, Any], out: Path) -> Path | None:
+    """Success before/after RL per task (95% intervals) and the RL training curve."""
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    before, after = results.get("eval_sft"), results.get("eval_rl")
+    if before is None and after is None:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    ax = axes[0]
+    width = 0.38
+    for shift, res, label, color in ((-width / 2, before, "SFT", "#9ecae9"), (width / 2, after, "SFT + RL", "#4c78a8")):
+        if res is None:
+            continue
+        rows = res["tasks"]
+        rates = np.array([t["success_rate"] for t in rows])
+        err = [rates - np.array([t["ci95"][0] for t in rows]), np.array([t["ci95"][1] for t in rows]) - rates]
+        ax.bar(np.arange(len(rows)) + shift, rates, width, yerr=err, capsize=3, color=color,
+               label=f"{label}: {res['success_rate']:.0%}")
+        ax.set_xticks(np.arange(len(rows)))
+        ax.set_xticklabels([t["name"].replace("_", " ")[:22] for t in rows], rotation=15, fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("success rate (95% Wilson interval)")
+    ax.set_title("fixed protocol: before and after RL")
+    ax.legend(loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    ax = axes[1]
+    metrics = out / "rl" / "metrics.csv"
+    if metrics.exists():
+        rows = [r for r in csv.DictReader(open(metrics)) if r["success_rate"] not in ("", "nan")]
+        if rows:
+            steps = np.array([float(r["env_steps"]) for r in rows])
+            succ = np.array([float(r["success_rate"]) for r in rows])
+            k = min(10, len(succ))
+            smooth = np.convolve(succ, np.ones(k) / k, mode="valid")
+            ax.plot(steps, succ, color="#c6dbef", label="per iteration")
+            ax.plot(steps[k - 1:], smooth, color="#08519c", label=f"mean of {k}")
+            ax.set_xlabel("env steps")
+            ax.set_ylabel("training success (exploring)")
+            ax.set_ylim(0, 1.05)
+            ax.legend(loc="lower right")
+            ax.grid(alpha=0.3)
+    ax.set_title("RL: episodes ending in success during training")
+    fig.tight_layout()
+    path = out / "plots" / "pipeline.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_report(results: dict[str, Any], out: Path) -> Path:
-    """``report.md``: what the run did, per task."""
-    c = results["collect"]
-    lines = [
-        f"# Pipeline run: suite `{c['suite']}`",
-        "",
-        "## Stage 1: demonstrations from the scripted experts",
-        "",
-        f"{c['episodes']} episodes, {c['frames']} frames in {c['wall_s']:.1f} s "
-        f"({c['frames_per_s']:.0f} frames/s with rendering), dataset `{c['dataset']}` (LeRobot v3.0 layout).",
-        f"Mean expert success: **{c['expert_success_rate']:.1%}**.",
-        "",
-        "| task | instruction | success | attempts | kept |",
-        "|---|---|---|---|---|",
-    ]
-    for t in c["tasks"]:
-        lines.append(f"| {t['task']} {t['name']} | {t['instruction']} | {t['success_rate']:.0%} | "
-                     f"{t['attempts']} | {t['episodes']} |")
-    lines.append("")
-    if c["video"]:
-        lines += [f"Video: [{c['video']}]({c['video']}) ({c['video_frames']} frames)", ""]
+    """``report.md``: what the run did, stage by stage."""
+    cfg = results["config"]
+    lines = [f"# Pipeline run: suite `{cfg['sim']['suite']}`, tasks {results.get('tasks')}", ""]
+    c = results.get("collect")
+    if c:
+        lines += ["## 1. Demonstrations from the scripted experts", "",
+                  f"{c['episodes']} episodes, {c['frames']} frames in {c['wall_s']:.1f} s "
+                  f"({c['frames_per_s']:.0f} frames/s with rendering), dataset `{c['dataset']}` (LeRobot v3.0 layout). "
+                  f"Mean expert success: **{c['expert_success_rate']:.1%}**.", "",
+                  "| task | instruction | success | attempts | kept |", "|---|---|---|---|---|"]
+        for t in c["tasks"]:
+            lines.append(f"| {t['task']} {t['name']} | {t['instruction']} | {t['success_rate']:.0%} | "
+                         f"{t['attempts']} | {t['episodes']} |")
+        lines.append("")
+        if c["video"]:
+            lines += [f"Video: [{c['video']}]({c['video']}) ({c['video_frames']} frames)", ""]
+    s = results.get("sft")
+    if s:
+        lines += ["## 2. Supervised fine-tuning", "",
+                  f"{s['family']} VLA ({s['parameters']:,} parameters), {s['steps']} steps on {s['episodes']} "
+                  f"demonstrations ({s['samples']} chunks) in {s['train_seconds']:.0f} s, final loss "
+                  f"{s['final_loss']:.4f}; bundle `{s['checkpoint']}`.", ""]
+    rl = results.get("rl")
+    if rl:
+        split = rl.get("time_split_s") or {}
+        lines += ["## 3. Online RL", "",
+                  f"{rl['algo']} for {rl['iterations']} iterations: {rl['env_steps']:,} env steps in {rl['wall_s']:.0f} s "
+                  f"({rl['env_steps_per_s']} env-steps/s end to end). Time split (s): "
+                  + ", ".join(f"{k[:-2]} {v:.0f}" for k, v in split.items())
+                  + f"; metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`.", ""]
+    before, after = results.get("eval_sft"), results.get("eval_rl")
+    if before or after:
+        lines += ["## 4. Evaluation on the fixed protocol", "",
+                  f"{cfg['eval']['episodes']} fixed initial states per task, greedy policy, the task's own step limit.",
+                  "", "![pipeline](plots/pipeline.png)", "",
+                  "| policy | success | episodes | 95% CI |", "|---|---|---|---|"]
+        for label, res in (("SFT", before), ("SFT + RL", after)):
+            if res:
+                lines.append(f"| {label} | **{res['success_rate']:.1%}** | {res['episodes']} | "
+                             f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] |")
+        lines.append("")
+        if before and after:
+            from embodied.eval.stats import difference_interval
+
+            d, lo, hi = difference_interval(after["successes"], after["episodes"], before["successes"],
+                                            before["episodes"])
+            lines += [f"RL - SFT: **{d:+.1%}**, 95% interval [{lo:+.3f}, {hi:+.3f}] (Newcombe)"
+                      + (" - the interval excludes 0." if lo > 0 or hi < 0 else "."), ""]
+            if after.get("comparison"):
+                lines += ["| task | SFT | SFT + RL | difference | 95% CI |", "|---|---|---|---|---|"]
+                for r in after["comparison"]["tasks"]:
+                    lines.append(f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%} | "
+                                 f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] |")
+                lines.append("")
+        vids = (before or {}).get("videos", []) + (after or {}).get("videos", [])
+        if vids:
+            lines += ["Videos:", ""] + [f"- [{v}]({v})" for v in vids] + [""]
+    lines += ["## Time", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.0f} |" for k, v in results.get("stage_seconds", {}).items()]
     m = results["machine"]
-    lines += [f"Machine: {m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']}, mujoco {m['mujoco']}, "
+    lines += ["", f"Machine: {m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']}, mujoco {m['mujoco']}, "
               f"GL {m['mujoco_gl']}", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
 
 
+def run(cfg: PipelineConfig) -> dict[str, Any]:
+    """Run the configured stages (skipping ones a previous run of this folder finished)."""
+    import json
+
+    check_config(cfg)
+    out = prepare_run_dir(cfg.out)
+    path = out / "results.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    config = json.loads(json.dumps(asdict(cfg)))
+    done = results.get("stages_done", [])
+    if done and results.get("config") != config:
+        raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
+                            "repeat the original command to resume it")
+    results.update(config=config, tasks=_tasks(cfg), stages_done=done)
+    results.setdefault("stage_seconds", {})
+    for stage in cfg.stages:
+        if stage in done:
+            print(f"[pipeline] {stage}: done in a previous run, skipped")
+            continue
+        for need in {"sft": ["collect"], "eval_sft": ["sft"], "rl": ["sft"], "eval_rl": ["rl"]}.get(stage, []):
+            if need not in results["stages_done"]:
+                raise PipelineError(f"stage {stage} needs stage {need} first (add it to stages=...)")
+        print(f"[pipeline] {stage} ...", flush=True)
+        t0 = time.perf_counter()
+        if stage == "collect":
+            results[stage] = stage_collect(cfg, out)
+        elif stage == "sft":
+            results[stage] = stage_sft(cfg, out)
+        elif stage == "eval_sft":
+            results[stage] = stage_eval(cfg, out, "eval_sft", out / "sft" / "ckpt", None)
+        elif stage == "rl":
+            results[stage] = stage_rl(cfg, out)
+        elif stage == "eval_rl":
+            compare = out / "eval_sft" if "eval_sft" in results["stages_done"] else None
+            results[stage] = stage_eval(cfg, out, "eval_rl", out / "rl" / "checkpoint" / "policy", compare)
+        results["stage_seconds"][stage] = round(time.perf_counter() - t0, 1)
+        results["stages_done"].append(stage)
+        results["machine"] = machine_info()
+        write_json(path, results)
+    results["machine"] = machine_info()
+    plot_pipeline(results, out)
+    write_json(path, results)
+    write_report(results, out)
+    return results
+
+
 @hydra.main(config_path="pkg://configs", config_name="pipeline", version_base="1.3")
 def main(cfg: Any) -> None:
+    from policies import CheckpointError, SpecMismatchError
+
+    from embodied.runners.eval import EvalError
+    from embodied.runners.train import TrainError
+
     config: PipelineConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    out = prepare_run_dir(config.out)
-    if (out / "data" / "meta" / "info.json").exists():
-        raise SystemExit(f"embodied-pipeline: {out} already holds a finished run; choose a new out=...")
     try:
-        results = {"collect": stage_collect(config, out), "machine": machine_info()}
-    except ValueError as err:
+        results = run(config)
+    except (PipelineError, TrainError, EvalError, CheckpointError, SpecMismatchError, FileNotFoundError) as err:
         raise SystemExit(f"embodied-pipeline: {err}") from None
-    write_json(out / "results.json", results)
-    report = write_report(results, out)
-    print(f"expert success {results['collect']['expert_success_rate']:.1%} on suite {config.sim.suite}; "
-          f"report: {report}")
+    parts = [f"expert success {results['collect']['expert_success_rate']:.1%}" if "collect" in results else ""]
+    for key, label in (("eval_sft", "SFT"), ("eval_rl", "SFT+RL")):
+        if key in results:
+            r = results[key]
+            parts.append(f"{label} {r['success_rate']:.1%} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
+    print(f"{'; '.join(p for p in parts if p)} on {config.sim.suite} {results['tasks']}; "
+          f"report: {Path(config.out) / 'report.md'}")
 
 
 if __name__ == "__main__":

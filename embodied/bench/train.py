@@ -1,0 +1,169 @@
+"""Training throughput benchmark (``embodied-bench bench=train``): RL end to end on Ray RLlib.
+
+For each runtime in ``runtimes`` (a *case*): ``local-sequential`` (one process: sample, then
+learn), ``local-overlap`` (one process: sampling of iteration k+1 in a thread while the learner
+updates on iteration k) and, when listed, ``cluster-overlap`` (``cluster_env_runners`` remote env
+runners as Ray actors, the learner in the driver). Every case builds the same algorithm (same
+policy weights, suite, tasks, envs, chunks per iteration, hyper-parameters) with
+:func:`embodied.rllib.build_algorithm` and runs ``warmup`` untimed iterations then ``iterations``
+timed ones. The cases run one after the other, ``rounds`` times in alternation (A B A B ...) so
+slow drifts of the machine hit them alike.
+
+Per iteration: env steps, wall time (from the start of the iteration's wait for its samples to the
+end of the learner update and weight sync), sim / inference time inside the env runners, learner
+time, time the driver spent waiting for samples. Quoted: medians over the timed iterations of all
+rounds of env-steps/s end to end, and of each part of the time split. The speedup is
+``median env-steps/s (local-overlap) / median env-steps/s (local-sequential)``; its target
+(``>= target_overlap_speedup``, default 1.5) is reported as a boolean, never asserted.
+
+The policy is the default flow VLA (random weights) unless ``init`` names a bundle; throughput
+does not depend on the weights' values beyond episode lengths, which the per-iteration env-step
+counts absorb. Outputs: ``<out>/train.json`` (config, machine, per case the per-iteration samples
+and medians, the speedup and target) and ``<out>/train.csv`` (one row per case).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from embodied.bench.config import BenchConfig, BenchError
+from embodied.runs import machine_info, write_json
+
+CASES = ("local-sequential", "local-overlap", "cluster-overlap")
+TIMES = ("sim_s", "inference_s", "learn_s", "wait_s", "iteration_s")
+
+
+@dataclass
+class TrainBenchConfig(BenchConfig):
+    """``bench=train``: env-steps/s of RL training end to end, sequential versus overlapped."""
+
+    init: Optional[str] = None  # a flow bundle to start from (default: the default flow policy)
+    algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
+    suite: str = "goal"
+    tasks: list[int] = field(default_factory=lambda: [2, 8, 9])  # the main job's default subset
+    num_envs: int = 12  # envs per env runner
+    image_size: int = 64
+    chunks_per_iter: int = 10
+    max_episode_steps: Optional[int] = 100
+    minibatch_size: int = 32
+    epochs: int = 1
+    runtimes: list[str] = field(default_factory=lambda: ["local-sequential", "local-overlap"])  # cases
+    cluster_env_runners: int = 2  # env runners of the cluster-overlap case
+    warmup: int = 1  # untimed iterations per case and round
+    iterations: int = 5  # timed iterations per case and round
+    rounds: int = 2  # alternations of the cases
+    target_overlap_speedup: float = 1.5  # local-overlap / local-sequential; reported, never asserted
+
+
+def _policy(cfg: TrainBenchConfig) -> Any:
+    import policies
+
+    if cfg.init:
+        policy = policies.load(cfg.init)
+    else:
+        policy = policies.make("flow")
+    if policy.family != "flow":
+        raise BenchError(f"bench=train times the flow VLA's RL; {cfg.init} holds a {policy.family} policy")
+    policy.config.sampler = {"flow_sde": "sde", "flow_sde_full": "sde_full", "flow_noise": "noise"}[cfg.algo]
+    return policy
+
+
+def _run_case(cfg: TrainBenchConfig, case: str, policy: Any, round_index: int) -> list[dict[str, float]]:
+    import sims
+    from embodied.rllib import build_algorithm
+
+    cluster = case.startswith("cluster")
+    env_config = dict(suite=cfg.suite, tasks=list(cfg.tasks), num_envs=cfg.num_envs, image_size=cfg.image_size,
+                      reward_type="sparse", chunks_per_iter=cfg.chunks_per_iter, max_steps=cfg.max_episode_steps,
+                      algo="ppo", group_size=2, gamma=0.99, lam=0.95, torch_threads=1)
+    rl = dict(lr=5e-6, critic_lr=1e-4, num_epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
+              overlap=case.endswith("overlap"))
+    algo = build_algorithm(policy, instructions=[t.instruction for t in sims.suites.tasks(cfg.suite)],
+                           env_config=env_config, rl=rl, num_env_runners=cfg.cluster_env_runners if cluster else 0,
+                           seed=cfg.seed + round_index)
+    rows = []
+    try:
+        total = cfg.warmup + cfg.iterations
+        algo.stop_iteration = total
+        for it in range(total):
+            row = algo.run_iteration(it)
+            if it >= cfg.warmup:
+                row["env_steps_per_s"] = row["env_steps"] / row["iteration_s"]
+                rows.append(row)
+    finally:
+        algo.stop()
+    return rows
+
+
+def run(cfg: TrainBenchConfig, out: Path) -> dict[str, Any]:
+    import torch
+
+    import sims
+    from embodied.runners.train import RuntimeConfig, start_ray
+
+    unknown = [c for c in cfg.runtimes if c not in CASES]
+    if unknown or not cfg.runtimes:
+        raise BenchError(f"runtimes {cfg.runtimes}: choose from {list(CASES)}")
+    if cfg.algo not in ("flow_sde", "flow_sde_full", "flow_noise"):
+        raise BenchError(f"algo={cfg.algo!r}: choose flow_sde, flow_sde_full or flow_noise")
+    if cfg.suite not in sims.suites.names():
+        raise BenchError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.names()}")
+    if cfg.iterations < 1 or cfg.rounds < 1:
+        raise BenchError("iterations and rounds must be >= 1")
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    policy = _policy(cfg)
+    needs_cluster = any(c.startswith("cluster") for c in cfg.runtimes)
+    started = start_ray(RuntimeConfig(num_env_runners=cfg.cluster_env_runners if needs_cluster else 0), out)
+    samples: dict[str, list[dict[str, float]]] = {c: [] for c in cfg.runtimes}
+    t0 = time.perf_counter()
+    try:
+        for r in range(cfg.rounds):
+            for case in cfg.runtimes:
+                print(f"[bench train] round {r + 1}/{cfg.rounds}: {case}", flush=True)
+                samples[case] += _run_case(cfg, case, policy, r)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    cases: dict[str, Any] = {}
+    for case, rows in samples.items():
+        cases[case] = {
+            "iterations": len(rows),
+            "env_steps_per_s": round(statistics.median(r["env_steps_per_s"] for r in rows), 1),
+            "env_steps_per_iteration": statistics.median(r["env_steps"] for r in rows),
+            "time_split_s": {k: round(statistics.median(r[k] for r in rows), 3) for k in TIMES},
+            "samples": [{k: round(float(r[k]), 4) for k in ("env_steps", "env_steps_per_s", *TIMES)} for r in rows],
+        }
+    speedup = None
+    if "local-sequential" in cases and "local-overlap" in cases:
+        speedup = round(cases["local-overlap"]["env_steps_per_s"] / cases["local-sequential"]["env_steps_per_s"], 3)
+    result = {
+        "config": asdict(cfg), "machine": machine_info(), "wall_s": round(time.perf_counter() - t0, 1),
+        "policy": {"family": policy.family, "sampler": policy.config.sampler, "init": cfg.init,
+                   "parameters": sum(p.numel() for p in policy.parameters())},
+        "cases": cases, "overlap_speedup": speedup,
+        "target": {"overlap_speedup": cfg.target_overlap_speedup,
+                   "met": None if speedup is None else speedup >= cfg.target_overlap_speedup},
+    }
+    write_json(out / "train.json", result)
+    with open(out / "train.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "iterations", "env_steps_per_s", "env_steps_per_iteration", *TIMES])
+        for case, c in cases.items():
+            w.writerow([case, c["iterations"], c["env_steps_per_s"], c["env_steps_per_iteration"],
+                        *(c["time_split_s"][k] for k in TIMES)])
+    print(f"{'case':<18} {'env-steps/s':>12} {'sim s':>7} {'infer s':>8} {'learn s':>8} {'wait s':>7} {'iter s':>7}")
+    for case, c in cases.items():
+        t = c["time_split_s"]
+        print(f"{case:<18} {c['env_steps_per_s']:>12.1f} {t['sim_s']:>7.2f} {t['inference_s']:>8.2f} "
+              f"{t['learn_s']:>8.2f} {t['wait_s']:>7.2f} {t['iteration_s']:>7.2f}")
+    if speedup is not None:
+        print(f"overlap speedup {speedup:.2f}x (target >= {cfg.target_overlap_speedup})")
+    return result
