@@ -71,3 +71,17 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
                                torch.tensor([-0.7071, -0.7071, 0.7071, 0.7071]), atol=1e-3, rtol=0)
     with pytest.raises(ValueError, match="groups of 3"):
         grpo_batch(rollout, group_size=3)
+
+
+def test_per_dimension_ratio_is_the_geometric_mean():
+    """logprob_scale=1/D turns a chunk's log-ratio of D dimensions into its per-dimension mean:
+    a shift of 0.35 nats over 35 dimensions is a ratio of e^0.01, inside the clip range."""
+    from embodied.rl.loss import chunk_ppo_loss
+
+    mb = {"old_logprob": torch.zeros(4), "advantages": torch.ones(4)}
+    new = torch.full((4,), 0.35, requires_grad=True)
+    _, whole = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb, LossConfig(use_critic=False))
+    _, per_dim = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb,
+                                LossConfig(use_critic=False, logprob_scale=1 / 35))
+    assert whole.clip_fraction == 1.0 and per_dim.clip_fraction == 0.0
+    assert abs(per_dim.policy_loss + float(torch.exp(torch.tensor(0.01)))) < 1e-6

@@ -129,3 +129,25 @@ def test_dense_reward_tracks_expert_progress(suite, task):
         assert all(0.0 <= r <= 1.0 for r in rewards)
         assert bool(info["success"][0]) and rewards[-1] == 1.0
         assert max(rewards[:-1]) < 1.0 and rewards[len(rewards) // 2] > rewards[0]
+
+
+def test_shaped_reward_is_potential_based_along_an_expert_episode():
+    """reward_type=shaped: r_t = progress_t - progress_{t-1} + success, so the return telescopes to
+    1 (final progress at success) - initial progress + 1, whatever the path."""
+    spec = sims.suites.tasks("goal")[2]
+    with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), reward_type="shaped") as env, \
+            sims.make("mujoco", suite="goal", num_envs=1, cameras=(), reward_type="dense") as dense:
+        expert = sims.suites.expert("goal", num_envs=1)
+        obs = env.reset(task_ids=[2], init_ids=[3])
+        dense.reset(task_ids=[2], init_ids=[3])
+        start = float(dense.task_objs[2].dense_reward(np.array([0]))[0])
+        assert 0.0 < start < 0.9
+        total = 0.0
+        for _ in range(spec.max_steps):
+            obs, reward, term, trunc, info = env.step(expert.act(obs))
+            total += float(reward[0])
+            if info["done"][0]:
+                break
+        assert bool(info["success"][0])
+        assert abs(total - (2.0 - start)) < 1e-4
+        assert abs(float(info["episode"]["return"][0]) - total) < 1e-4

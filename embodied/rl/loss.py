@@ -22,6 +22,9 @@ class LossConfig:
         clip, dual_clip, value_clip: PPO clipping (None disables dual/value clipping).
         vf_coef, ent_coef, kl_coef: loss weights (no KL term by default).
         use_critic: False for GRPO (no value loss; the batch has no value columns).
+        logprob_scale: multiplies log-probabilities before the ratio. 1: the ratio of whole chunks
+            (product over the H*A action dimensions or tokens); 1/(H*A): the per-dimension
+            geometric mean (GSPO's length-normalised sequence ratio), far less often clipped.
     """
 
     clip: float = 0.2
@@ -31,6 +34,7 @@ class LossConfig:
     ent_coef: float = 0.0
     kl_coef: float = 0.0
     use_critic: bool = True
+    logprob_scale: float = 1.0
 
 
 def policy_obs(minibatch: dict[str, torch.Tensor], instructions: Sequence[str]) -> dict[str, Any]:
@@ -54,7 +58,9 @@ def chunk_ppo_loss(logprob: torch.Tensor, entropy: torch.Tensor, value: torch.Te
     """PPO (or critic-free GRPO) loss of a minibatch from the policy's fresh outputs."""
     critic = dict(values=value, old_values=minibatch["old_values"], returns=minibatch["value_targets"]) \
         if cfg.use_critic else {}
-    return ppo_loss(logprob, minibatch["old_logprob"], minibatch["advantages"], entropy=entropy, clip=cfg.clip,
+    scale = cfg.logprob_scale
+    return ppo_loss(logprob * scale, minibatch["old_logprob"] * scale, minibatch["advantages"], entropy=entropy,
+                    clip=cfg.clip,
                     dual_clip=cfg.dual_clip if cfg.use_critic else None,
                     value_clip=cfg.value_clip if cfg.use_critic else None, vf_coef=cfg.vf_coef,
                     ent_coef=cfg.ent_coef, kl_coef=cfg.kl_coef, **critic)

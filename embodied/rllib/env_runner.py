@@ -56,7 +56,6 @@ class VecEnvRunner(EnvRunner):
         # In a cluster the driver keeps a local runner only for bookkeeping: it gets no envs.
         if not (self.worker_index == 0 and (self.num_workers or 0) > 0):
             self.make_env()
-        self._metrics: dict[str, Any] = {}
 
     # -- construction -------------------------------------------------------------------------
     def make_env(self) -> None:

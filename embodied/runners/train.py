@@ -64,6 +64,8 @@ class AlgoConfig:
     vf_coef: float = 0.5  # value loss weight (grpo: must be 0)
     ent_coef: float = 0.0  # entropy bonus
     kl_coef: float = 0.0  # approx-KL penalty (off by default)
+    ratio: str = "chunk"  # chunk: ratio of the whole chunk's probability; per_dim: its geometric mean per
+    #                       action dimension / token (GSPO's length normalisation), clipped far less often
     epochs: int = 1  # passes over each iteration's batch
     minibatch_size: int = 32  # chunks per gradient step
     max_grad_norm: float = 1.0  # global gradient-norm clip
@@ -99,7 +101,7 @@ class TrainConfig:
     iterations: int = 50
     chunks_per_iter: int = 16  # RL steps (chunks) per env per iteration
     max_episode_steps: Optional[int] = None  # training step limit (truncation, bootstrapped); default: the task's
-    reward_type: str = "sparse"  # sparse success (as pi_RL on LIBERO) | dense shaped terms
+    reward_type: str = "sparse"  # sparse: success (as pi_RL on LIBERO) | shaped: progress made + success | dense
     save_every: int = 10  # iterations between checkpoints (and one at the end)
     seed: int = 0
     device: str = "cpu"  # learner device in the driver (cuda with a GPU)
@@ -133,6 +135,8 @@ def check_config(cfg: TrainConfig) -> None:
         if a.group_size < 2 or cfg.num_envs % a.group_size:
             raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
                              f"({a.group_size} >= 2)")
+    if a.ratio not in ("chunk", "per_dim"):
+        raise TrainError(f"algo.ratio={a.ratio!r}: choose chunk or per_dim")
     if r.name not in ("local", "cluster"):
         raise TrainError(f"unknown runtime {r.name!r}; choose local or cluster")
     if r.name == "local" and (r.num_env_runners or r.num_learners):
@@ -265,7 +269,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                       torch_threads=1)
     rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
-              use_critic=use_critic, num_epochs=a.epochs, minibatch_size=a.minibatch_size,
+              use_critic=use_critic, num_epochs=a.epochs,
+              logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
+              minibatch_size=a.minibatch_size,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)
     algo = None

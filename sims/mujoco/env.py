@@ -42,6 +42,10 @@ STATE_DIM = 15
 #: a joint speed above this (rad/s or m/s) is treated as a diverged simulation.
 MAX_QVEL = 200.0
 ACTION_MODES = ("ee_delta", "joint_pos")
+#: sparse: 1 at success; dense: the task's progress in [0, 1] every step (1 at success);
+#: shaped: potential-based, the progress made this step plus 1 at success (an episode's return is
+#: final progress - initial progress + success, so lingering near the goal earns nothing)
+REWARD_TYPES = ("sparse", "dense", "shaped")
 
 
 def _as_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str) -> np.ndarray | None:
@@ -90,8 +94,8 @@ class MujocoVecEnv(VecEnv):
             raise ValueError("several tasks need a shared scene_builder")
         if action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
-        if reward_type not in ("sparse", "dense"):
-            raise ValueError(f"reward_type must be 'sparse' or 'dense', got {reward_type!r}")
+        if reward_type not in REWARD_TYPES:
+            raise ValueError(f"reward_type must be one of {REWARD_TYPES}, got {reward_type!r}")
         substeps = round(1.0 / (control_hz * physics_dt))
         if substeps < 1 or abs(substeps * physics_dt * control_hz - 1.0) > 1e-6:
             raise ValueError(
@@ -157,6 +161,7 @@ class MujocoVecEnv(VecEnv):
         self._task_ids = np.arange(num_envs, dtype=np.int64) % len(self.task_objs)
         self._elapsed = np.zeros(num_envs, np.int64)
         self._return = np.zeros(num_envs, np.float64)
+        self._potential = np.zeros(num_envs, np.float64)
         self._init_ids = np.full(num_envs, -1, np.int64)
         self.num_diverged = 0
         self._rngs = self._make_rngs(seed)
@@ -238,6 +243,9 @@ class MujocoVecEnv(VecEnv):
         self.sim.forward(ids, stage=mujoco.mjtStage.mjSTAGE_POS)
         self._elapsed[ids] = 0
         self._return[ids] = 0.0
+        if self.reward_type == "shaped":
+            for t, g in self._task_groups(ids):
+                self._potential[g] = np.nan_to_num(self.task_objs[t].dense_reward(g))
 
     def reset(self, *, seed=None, task_ids=None, init_ids=None) -> Obs:
         self._check_open()
@@ -327,6 +335,10 @@ class MujocoVecEnv(VecEnv):
                 success[g] = task.success(g) & ~diverged[g]
                 if self.reward_type == "dense":
                     reward[g] = np.nan_to_num(task.dense_reward(g))
+                elif self.reward_type == "shaped":  # potential-based: progress made + 1 at success
+                    phi = np.nan_to_num(task.dense_reward(g))
+                    reward[g] = phi - self._potential[g] + success[g]
+                    self._potential[g] = phi
                 terminal_on_success[g] = task.terminate_on_success
             if self.reward_type == "sparse":
                 reward[ids] = success[ids]
