@@ -85,3 +85,17 @@ def test_per_dimension_ratio_is_the_geometric_mean():
                                 LossConfig(use_critic=False, logprob_scale=1 / 35))
     assert whole.clip_fraction == 1.0 and per_dim.clip_fraction == 0.0
     assert abs(per_dim.policy_loss + float(torch.exp(torch.tensor(0.01)))) < 1e-6
+
+
+def test_split_parameters_actor_critic_and_frozen_prefix():
+    from embodied.rllib.learner import split_parameters
+
+    policy = policies.make("flow", expert_layers=1, **TINY)
+    actor, critic = split_parameters(policy)
+    assert len(actor) + len(critic) == len(list(policy.parameters()))
+    assert {id(p) for p in critic} == {id(p) for p in policy.value_mlp.parameters()}
+    actor_f, critic_f = split_parameters(policy, freeze_prefix=True)
+    prefix = {id(p) for p in policy.prefix.parameters()}
+    assert prefix and not prefix & {id(p) for p in actor_f + critic_f}
+    assert not any(p.requires_grad for p in policy.prefix.parameters())
+    assert len(critic_f) == len(critic)

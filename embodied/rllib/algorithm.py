@@ -48,6 +48,7 @@ class ChunkRLConfig(AlgorithmConfig):
         self.kl_coeff = 0.0
         self.use_critic = True
         self.logprob_scale = 1.0  # 1/(H*A): per-dimension (length-normalised) ratios
+        self.freeze_prefix = False  # train the action head(s) only, not the observation encoder
         self.num_epochs = 1
         self.minibatch_size = 32
         self.grad_clip = 1.0

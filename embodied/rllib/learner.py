@@ -15,10 +15,16 @@ from embodied.rl.loss import LossConfig, chunk_ppo_loss
 STAT_KEYS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
 
 
-def split_parameters(module: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
-    """``(actor, critic)`` parameters: the critic is the policy's value head (``value_mlp``)."""
+def split_parameters(module: torch.nn.Module, freeze_prefix: bool = False
+                     ) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """``(actor, critic)`` parameters: the critic is the policy's value head (``value_mlp``). With
+    ``freeze_prefix`` the observation encoder (``prefix``: vision, language, state, fusion) is left
+    out of both and stops requiring gradients."""
     actor, critic = [], []
     for name, p in module.named_parameters():
+        if freeze_prefix and ".prefix." in f".{name}":
+            p.requires_grad_(False)
+            continue
         (critic if ".value_mlp." in f".{name}" else actor).append(p)
     return actor, critic
 
@@ -32,7 +38,7 @@ class ChunkPPOLearner(TorchLearner):
         super().build()
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
-        actor, critic = split_parameters(self._module[module_id])
+        actor, critic = split_parameters(self._module[module_id], freeze_prefix=config.freeze_prefix)
         self.register_optimizer(module_id=module_id, optimizer_name="actor",
                                 optimizer=torch.optim.AdamW(actor, weight_decay=0.0), params=actor,
                                 lr_or_lr_schedule=config.lr)

@@ -1,6 +1,7 @@
 """``embodied-pipeline``: the main job on the embedded default (MuJoCo on CPU).
 
     embodied-pipeline out=runs/pipeline                   # the default: ~20 min on 2 cores
+    embodied-pipeline out=runs/p3 tasks=[2,8,9]           # three goal tasks
     embodied-pipeline out=runs/p2 tasks=null sim.suite=spatial sft.steps=4000 rl.iterations=400
 
 Stages, each in its own sub-folder of ``out`` (a rerun of the same command skips finished stages
@@ -39,7 +40,7 @@ STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
 class PipelineSFTConfig:
     """Stage ``sft`` (see ``embodied-sft`` for the meaning of each field)."""
 
-    steps: int = 1000
+    steps: int = 1500
     batch_size: int = 32
     lr: float = 3e-4
     warmup_steps: int = 100
@@ -52,9 +53,9 @@ class PipelineRLConfig:
 
     algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
     iterations: int = 120
-    num_envs: int = 12
-    chunks_per_iter: int = 10  # chunks per env per iteration
-    max_episode_steps: Optional[int] = 100  # training step limit (evaluation keeps the task's own)
+    num_envs: int = 10
+    chunks_per_iter: int = 8  # chunks per env per iteration
+    max_episode_steps: Optional[int] = 60  # training step limit (evaluation keeps the task's own)
     lr: float = 1e-5
     reward_type: str = "sparse"
     overlap: bool = True  # sample the next batch while learning
@@ -81,7 +82,7 @@ class PipelineConfig:
     tasks: Optional[list[int]] = None  # task subset of the suite (default: all)
     stages: list[str] = field(default_factory=lambda: list(STAGES))  # stages to run, in this order
     seed: int = 0
-    episodes_per_task: int = 20  # demonstrations per task
+    episodes_per_task: int = 30  # demonstrations per task
     video_tasks: int = 3  # first demonstration of this many tasks goes into videos/collect.mp4
     sft: PipelineSFTConfig = field(default_factory=PipelineSFTConfig)
     rl: PipelineRLConfig = field(default_factory=PipelineRLConfig)

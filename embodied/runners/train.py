@@ -69,6 +69,7 @@ class AlgoConfig:
     epochs: int = 1  # passes over each iteration's batch
     minibatch_size: int = 32  # chunks per gradient step
     max_grad_norm: float = 1.0  # global gradient-norm clip
+    freeze_prefix: bool = False  # RL trains the action expert / decoder and heads, not the observation encoder
     group_size: int = 4  # grpo: rollouts per initial state (each runner's envs split into groups)
 
 
@@ -271,7 +272,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,
               logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
-              minibatch_size=a.minibatch_size,
+              minibatch_size=a.minibatch_size, freeze_prefix=a.freeze_prefix,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)
     algo = None
