@@ -45,11 +45,11 @@ class TrainBenchConfig(BenchConfig):
     init: Optional[str] = None  # a flow bundle to start from (default: the default flow policy)
     algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
     suite: str = "goal"
-    tasks: list[int] = field(default_factory=lambda: [2, 8, 9])  # the main job's default subset
-    num_envs: int = 12  # envs per env runner
+    tasks: list[int] = field(default_factory=lambda: [8])  # the main job's default task
+    num_envs: int = 10  # envs per env runner
     image_size: int = 64
-    chunks_per_iter: int = 10
-    max_episode_steps: Optional[int] = 100
+    chunks_per_iter: int = 8
+    max_episode_steps: Optional[int] = 60
     minibatch_size: int = 32
     epochs: int = 1
     runtimes: list[str] = field(default_factory=lambda: ["local-sequential", "local-overlap"])  # cases
