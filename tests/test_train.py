@@ -51,6 +51,8 @@ def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path):
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3] and int(rows[-1]["env_steps"]) == 3 * 2 * 3 * 3
     summary = json.loads((out / "train.json").read_text())
     assert summary["env_steps"] == 54 and set(summary["time_split_s"]) == {"sim_s", "inference_s", "learn_s", "wait_s"}
+    # this run's one iteration (18 env steps), not the lifetime total
+    assert abs(summary["env_steps_per_s"] - float(rows[-1]["env_steps_per_s"])) < 0.5
 
 
 def test_resume_after_sigkill(tmp_path):

@@ -302,9 +302,11 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
         split = rl.get("time_split_s") or {}
         lines += ["## 3. Online RL", "",
                   f"{rl['algo']} for {rl['iterations']} iterations: {rl['env_steps']:,} env steps in {rl['wall_s']:.0f} s "
-                  f"({rl['env_steps_per_s']} env-steps/s end to end). Time split (s): "
-                  + ", ".join(f"{k[:-2]} {v:.0f}" for k, v in split.items())
-                  + f"; metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`.", ""]
+                  f"({rl['env_steps_per_s']} env-steps/s in the training loop)."
+                  + (f" Time split: the sampler spent {split['sim_s']:.0f} s simulating and {split['inference_s']:.0f} s "
+                     f"in inference, the learner {split['learn_s']:.0f} s; the driver waited {split['wait_s']:.0f} s "
+                     "for samples (the sampling that learning did not hide)." if split else "")
+                  + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`.", ""]
     before, after = results.get("eval_sft"), results.get("eval_rl")
     if before or after:
         lines += ["## 4. Evaluation on the fixed protocol", "",

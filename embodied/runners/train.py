@@ -304,9 +304,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {a.name}", unit="it") as bar:
             for it in range(start_iter, cfg.iterations):
                 row = algo.run_iteration(it)
+                row["iteration_env_steps"] = row["env_steps"]
                 env_steps += int(row["env_steps"])
                 row.update(iteration=it + 1, env_steps=env_steps,
-                           env_steps_per_s=row["env_steps"] / max(row["iteration_s"], 1e-9))
+                           env_steps_per_s=row["iteration_env_steps"] / max(row["iteration_s"], 1e-9))
                 writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
                 metrics_file.flush()
                 if tb is not None:
@@ -330,10 +331,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             ray.shutdown()
     wall = time.perf_counter() - t_start
-    steps_run = sum(h["env_steps"] for h in history) if history else 0
+    steps_run = sum(h["iteration_env_steps"] for h in history)
+    loop_s = sum(h["iteration_s"] for h in history)
     summary = {
         "algo": a.name, "suite": cfg.suite, "tasks": tasks, "iterations": cfg.iterations, "env_steps": env_steps,
-        "wall_s": round(wall, 1), "env_steps_per_s": round(steps_run / wall, 1) if history else None,
+        "wall_s": round(wall, 1), "env_steps_per_s": round(steps_run / loop_s, 1) if history else None,
         "runtime": OmegaConf.to_container(OmegaConf.structured(r)), "checkpoint": str(out / "checkpoint" / "policy"),
         "time_split_s": {k: round(sum(h[k] for h in history), 2)
                          for k in ("sim_s", "inference_s", "learn_s", "wait_s")} if history else None,
