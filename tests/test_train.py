@@ -82,16 +82,20 @@ def test_resume_after_sigkill(tmp_path):
     assert policies.load(out / "checkpoint" / "policy").config.sampler == "noise"
 
 
-def test_cluster_runtime_with_two_remote_env_runners(tmp_path):
+def test_cluster_runtime_with_two_remote_env_runners_and_a_remote_learner(tmp_path):
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
-    proc = _train(f"init={init}", f"out={out}", "runtime=cluster", "runtime.num_env_runners=2", "iterations=2",
-                  *RUN)
+    proc = _train(f"init={init}", f"out={out}", "runtime=cluster", "runtime.num_env_runners=2",
+                  "runtime.num_learners=1", "iterations=2", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
     # two runners x 2 envs x 3 chunks x 3 steps per iteration
     assert [int(r["env_steps"]) for r in rows] == [36, 72]
-    assert json.loads((out / "train.json").read_text())["runtime"]["num_env_runners"] == 2
+    runtime = json.loads((out / "train.json").read_text())["runtime"]
+    assert runtime["num_env_runners"] == 2 and runtime["num_learners"] == 1
+    before = policies.load(init)
+    after = policies.load(out / "checkpoint" / "policy")  # the remote learner's weights came back
+    assert any(not (a == b).all() for a, b in zip(before.parameters(), after.parameters()))
 
 
 def test_token_ppo_sequential_and_configuration_errors(tmp_path):

@@ -3,7 +3,8 @@
 For each runtime in ``runtimes`` (a *case*): ``local-sequential`` (one process: sample, then
 learn), ``local-overlap`` (one process: sampling of iteration k+1 in a thread while the learner
 updates on iteration k) and, when listed, ``cluster-overlap`` (``cluster_env_runners`` remote env
-runners as Ray actors, the learner in the driver). Every case builds the same algorithm (same
+runners as Ray actors with ``num_envs`` envs each, the learner in the driver: more envs in
+parallel processes, so rendering scales with cores). Every case builds the same algorithm (same
 policy weights, suite, tasks, envs, chunks per iteration, hyper-parameters) with
 :func:`embodied.rllib.build_algorithm` and runs ``warmup`` untimed iterations then ``iterations``
 timed ones. The cases run one after the other, ``rounds`` times in alternation (A B A B ...) so
@@ -144,6 +145,9 @@ def run(cfg: TrainBenchConfig, out: Path) -> dict[str, Any]:
     speedup = None
     if "local-sequential" in cases and "local-overlap" in cases:
         speedup = round(cases["local-overlap"]["env_steps_per_s"] / cases["local-sequential"]["env_steps_per_s"], 3)
+    if "local-sequential" in cases:  # throughput of every case relative to the sequential loop
+        for c in cases.values():
+            c["vs_local_sequential"] = round(c["env_steps_per_s"] / cases["local-sequential"]["env_steps_per_s"], 3)
     result = {
         "config": asdict(cfg), "machine": machine_info(), "wall_s": round(time.perf_counter() - t0, 1),
         "policy": {"family": policy.family, "sampler": policy.config.sampler, "init": cfg.init,

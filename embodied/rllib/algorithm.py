@@ -22,7 +22,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray.rllib.policy.sample_batch import SampleBatch
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from embodied.algorithms import normalize_advantages
@@ -158,7 +158,7 @@ class ChunkRL(Algorithm):
             seed = int(self.config.seed or 0) * 1_000_003 + it
             self._on_learners(lambda learner: learner.seed_update(seed))
             self.learner_group.update(
-                batch=SampleBatch(dict(batch)),
+                batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=rows),
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)},
                 num_epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
                 shuffle_batch_per_epoch=True,
