@@ -98,3 +98,26 @@ def test_bench_errors_are_clear(tmp_path):
     assert proc.returncode != 0 and "num_envs must be" in proc.stderr
     proc = _run("bench=sim", f"out={tmp_path}", "bogus_key=1")
     assert proc.returncode != 0 and "bogus_key" in proc.stderr
+
+
+def test_bench_train_times_sequential_overlap_and_cluster(tmp_path):
+    import policies
+
+    init = policies.save(policies.make("flow", d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3,
+                                       prefix_layers=1, expert_layers=1), tmp_path / "sft")
+    out = tmp_path / "b"
+    proc = _run("bench=train", f"out={out}", f"init={init}", "num_envs=2", "image_size=32", "chunks_per_iter=2",
+                "iterations=2", "rounds=1", "warmup=0", "max_episode_steps=5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "train.json").read_text())
+    assert set(result["cases"]) == {"local-sequential", "local-overlap", "cluster-overlap"}
+    for case in result["cases"].values():
+        # 2 envs x (3 + 2) steps: the 5-step limit ends each episode inside its second chunk
+        assert case["iterations"] == 2 and case["env_steps_per_iteration"] == 2 * 5
+        assert set(case["time_split_s"]) == {"sim_s", "inference_s", "learn_s", "wait_s", "iteration_s"}
+        assert case["env_steps_per_s"] > 0 and "vs_local_sequential" in case
+    assert result["overlap_speedup"] > 0 and isinstance(result["target"]["met"], bool)
+    rows = list(csv.DictReader(open(out / "train.csv")))
+    assert [r["case"] for r in rows] == ["local-sequential", "local-overlap", "cluster-overlap"]
+    proc = _run("bench=train", f"out={tmp_path / 'c'}", "runtimes=[warp]")
+    assert proc.returncode != 0 and "runtimes" in proc.stderr
