@@ -76,12 +76,11 @@ def _policy(cfg: TrainBenchConfig) -> Any:
 
 def _run_case(cfg: TrainBenchConfig, case: str, policy: Any, round_index: int) -> list[dict[str, float]]:
     import sims
-    from embodied.rllib import build_algorithm
+    from embodied.rllib import build_algorithm, make_env_config
 
     cluster = case.startswith("cluster")
-    env_config = dict(suite=cfg.suite, tasks=list(cfg.tasks), num_envs=cfg.num_envs, image_size=cfg.image_size,
-                      reward_type="sparse", chunks_per_iter=cfg.chunks_per_iter, max_steps=cfg.max_episode_steps,
-                      algo="ppo", group_size=2, gamma=0.99, lam=0.95, torch_threads=1)
+    env_config = make_env_config(suite=cfg.suite, tasks=cfg.tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
+                                 chunks_per_iter=cfg.chunks_per_iter, max_steps=cfg.max_episode_steps)
     rl = dict(lr=5e-6, critic_lr=1e-4, num_epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
               overlap=case.endswith("overlap"))
     if cluster:  # the same envs in total, split over the runner processes

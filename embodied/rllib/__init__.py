@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from embodied.rllib.algorithm import ChunkRL, ChunkRLConfig
-from embodied.rllib.env_runner import VecEnvRunner, chunk_spaces
+from embodied.rllib.env_runner import VecEnvRunner, chunk_spaces, make_env_config
 from embodied.rllib.learner import ChunkPPOLearner
 from embodied.rllib.module import PolicyRLModule, module_config
 
@@ -57,4 +57,4 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
 
 
 __all__ = ["ChunkPPOLearner", "ChunkRL", "ChunkRLConfig", "PolicyRLModule", "RL_FIELDS", "VecEnvRunner",
-           "build_algorithm", "chunk_spaces", "module_config"]
+           "build_algorithm", "chunk_spaces", "make_env_config", "module_config"]

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
@@ -26,7 +27,16 @@ from embodied.data.collect import TRAIN_INIT_OFFSET
 from embodied.rl.batch import grpo_batch, ppo_batch
 from embodied.rl.rollout import collect_chunks
 
-INPUT_ENV_SPACES = "__env__"
+def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: int, chunks_per_iter: int,
+                    reward_type: str = "sparse", max_steps: int | None = None, algo: str = "ppo",
+                    group_size: int = 2, gamma: float = 0.99, lam: float = 0.95) -> dict[str, Any]:
+    """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
+    GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration)."""
+    if algo not in ("ppo", "grpo"):
+        raise ValueError(f"env runner algo must be ppo or grpo, got {algo!r}")
+    return dict(suite=suite, tasks=list(tasks), num_envs=num_envs, image_size=image_size, reward_type=reward_type,
+                chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
+                lam=lam, torch_threads=1)
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:

@@ -244,7 +244,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     import torch
 
     import sims
-    from embodied.rllib import build_algorithm
+    from embodied.rllib import build_algorithm, make_env_config
     from embodied.train_state import load_train_state
 
     check_config(cfg)
@@ -263,11 +263,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         start_iter, env_steps = int(meta["step"]), int(meta["extra"].get("env_steps", 0))
     else:
         torch.manual_seed(cfg.seed)
-    env_config = dict(suite=cfg.suite, tasks=tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
-                      reward_type=cfg.reward_type, chunks_per_iter=cfg.chunks_per_iter,
-                      max_steps=cfg.max_episode_steps,
-                      algo="grpo" if a.name == "grpo" else "ppo", group_size=a.group_size, gamma=a.gamma, lam=a.lam,
-                      torch_threads=1)
+    env_config = make_env_config(suite=cfg.suite, tasks=tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
+                                 chunks_per_iter=cfg.chunks_per_iter, reward_type=cfg.reward_type,
+                                 max_steps=cfg.max_episode_steps, algo="grpo" if a.name == "grpo" else "ppo",
+                                 group_size=a.group_size, gamma=a.gamma, lam=a.lam)
     rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,

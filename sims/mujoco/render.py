@@ -47,13 +47,13 @@ class BatchRenderer:
         # raises from Renderer.__del__ at exit).
         ref = weakref.ref(self)
         atexit.register(lambda: ref() is not None and ref().close())
+        self._backend = os.environ.get("MUJOCO_GL", "")
         self._release_context()
 
-    @staticmethod
-    def _release_context() -> None:
+    def _release_context(self) -> None:
         """Detach the GL context from this thread (a context current in one thread cannot be made
         current in another: EGL_BAD_ACCESS)."""
-        backend = os.environ.get("MUJOCO_GL", "")
+        backend = self._backend
         if backend == "egl":
             from mujoco import egl
 
