@@ -4,7 +4,7 @@
     embodied-bench bench=sim out=/tmp/b num_envs=[1,8] steps=20 repeats=3
 
 ``bench`` selects the benchmark (an option of the config group ``configs/bench/``; available
-now: ``sim``, ``experts``, ``policy``, ``train``; ``serve`` is planned); ``out`` is the run folder and is
+now: ``sim``, ``experts``, ``policy``, ``train``, ``latency``; ``serve`` is planned); ``out`` is the run folder and is
 required. Hydra writes its own files (``.hydra/``, ``bench.log``) into the run folder too. Each
 benchmark prints a table and writes ``<out>/<bench>.json`` and ``<out>/<bench>.csv``. Schemas:
 :mod:`embodied.bench.config`.
@@ -32,6 +32,7 @@ BENCHES: dict[str, str] = {
     "experts": "embodied.bench.experts:run",
     "policy": "embodied.bench.policy:run",
     "train": "embodied.bench.train:run",
+    "latency": "embodied.bench.latency:run",
 }
 #: named by the design, not built yet.
 PLANNED = ("serve",)

@@ -81,3 +81,6 @@ def register() -> None:
     from embodied.bench.train import TrainBenchConfig
 
     store("bench_train_schema", TrainBenchConfig)
+    from embodied.bench.latency import LatencyBenchConfig
+
+    store("bench_latency_schema", LatencyBenchConfig)

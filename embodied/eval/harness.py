@@ -21,13 +21,15 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 import numpy as np
 import torch
 
-EXECUTION_MODES = ("sync",)
+from embodied.latency import ChunkExecutor, LatencyConfig
+from embodied.latency.rtc import rtc_sample
 
 
 class Agent(Protocol):
     """What the harness drives: a policy (any family) or the scripted experts."""
 
     cameras: Sequence[str]
+    chunk_size: int
 
     def begin_wave(self, seed: int) -> None: ...
 
@@ -40,12 +42,14 @@ class Agent(Protocol):
 class PolicyAgent:
     """A :class:`policies.base.Policy` in greedy (default) or explore mode."""
 
-    def __init__(self, policy: Any, mode: str = "greedy"):
+    def __init__(self, policy: Any, mode: str = "greedy", rtc_beta: float = 5.0):
         if mode not in ("greedy", "explore"):
             raise ValueError(f"mode must be 'greedy' or 'explore', got {mode!r}")
         self.policy = policy.eval()
         self.mode = mode
+        self.rtc_beta = rtc_beta
         self.cameras = list(policy.config.cameras)
+        self.chunk_size = policy.chunk_size
         self._gen = torch.Generator()
 
     def begin_wave(self, seed: int) -> None:
@@ -57,6 +61,14 @@ class PolicyAgent:
         with torch.no_grad():
             return self.policy.sample(batch, mode=self.mode, generator=self._gen).actions.cpu()
 
+    def act_rtc(self, obs: dict[str, torch.Tensor], env: Any, prev: torch.Tensor, prev_valid: torch.Tensor,
+                frozen: int) -> torch.Tensor:
+        """Real-time chunking: a chunk that continues ``prev`` ``[N, L, A]`` (flow policies)."""
+        batch = {"rgb": obs["rgb"], "state": obs["state"],
+                 "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
+        return rtc_sample(self.policy, batch, prev, prev_valid, frozen, beta=self.rtc_beta,
+                          generator=self._gen).cpu()
+
     def episode_done(self, mask: np.ndarray) -> None:
         pass
 
@@ -65,6 +77,7 @@ class ExpertAgent:
     """The suite's scripted experts (closed loop: chunks of one action)."""
 
     cameras = ("agentview", "wrist")
+    chunk_size = 1
 
     def __init__(self, suite: str, num_envs: int):
         import sims
@@ -122,13 +135,14 @@ FrameSink = Callable[[str, int, int, list[np.ndarray], bool, int], None]
 
 
 def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, num_envs: int, image_size: int,
-              seed: int, execution: str = "sync", done: Iterable[EpisodeRecord] = (),
+              seed: int, latency: LatencyConfig | None = None, done: Iterable[EpisodeRecord] = (),
               on_episode: Callable[[EpisodeRecord], None] | None = None, record_frames: bool = False,
               on_frames: FrameSink | None = None, progress: Any = None,
               check: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
+        latency: execution mode and inference delay (default: sync, no delay).
         done: records from an interrupted run; their complete waves are skipped.
         on_episode: called for every finished episode (append it to ``episodes.jsonl``).
         record_frames / on_frames: keep each env's frames ``[V, H, W, 3]`` and hand the episode's
@@ -137,8 +151,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     """
     import sims
 
-    if execution not in EXECUTION_MODES:
-        raise ValueError(f"execution={execution!r} is not available yet; choose one of {EXECUTION_MODES}")
+    latency = latency or LatencyConfig()
+    latency.check(agent.chunk_size)
     specs = sims.suites.tasks(suite)
     work = work_list(tasks, episodes)
     n = max(1, min(num_envs, len(work)))
@@ -149,11 +163,13 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             recorded.setdefault(r.wave, set()).add((r.task, r.init_id))
     todo = [w for w, items in enumerate(waves) if not set(items) <= recorded.get(w, set())]
     if not todo:
-        return {"env_steps": 0, "seconds": 0.0}
+        return {"env_steps": 0, "seconds": 0.0, "latency": {}}
     env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras), image_size=image_size)
+    seen = aware_view(env, agent, latency) if latency.mode == "aware" else env  # sets latency.max_delay
     if check is not None:
-        check(env)
-    env_steps = 0
+        check(seen)
+    executor = ChunkExecutor(latency, n, agent.chunk_size, int(env.action_spec.shape[0]), env.control_hz)
+    env_steps = held = 0
     start = time.perf_counter()
     try:
         for w in todo:
@@ -162,6 +178,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             padded = wave + [wave[0]] * (n - k)
             obs = env.reset(task_ids=[t for t, _ in padded], init_ids=[i for _, i in padded])
             agent.begin_wave(wave_seed(seed, suite, w))
+            executor.reset()
             active = np.zeros(n, bool)
             active[:k] = True
             success = np.zeros(n, bool)
@@ -170,32 +187,49 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                 for j in range(k):
                     frames[j].append(obs["rgb"][j].numpy())
             while active.any():
-                chunk = agent.act(obs, env)
-                for h in range(chunk.shape[1]):
-                    obs, _, _, _, info = env.step(chunk[:, h], active=torch.as_tensor(active))
-                    env_steps += int(active.sum())
-                    ended = info["done"].numpy() & active
-                    success |= info["success"].numpy() & active
-                    if record_frames:
-                        shown = info["final_obs"]["rgb"]
-                        for j in np.flatnonzero(active):
-                            frames[j].append(shown[j].numpy())
-                    for j in np.flatnonzero(ended):
-                        t, init_id = wave[j]
-                        rec = EpisodeRecord(suite, t, specs[t].name, init_id, w, bool(success[j]),
-                                            int(info["episode"]["length"][j]), bool(info["diverged"][j]))
-                        if on_episode is not None and (t, init_id) not in recorded.get(w, set()):
-                            on_episode(rec)
-                        if record_frames and on_frames is not None:
-                            on_frames(suite, t, init_id, frames[j], rec.success, rec.length)
-                            frames[j] = []
-                        if progress is not None:
-                            progress.update(1)
-                    if ended.any():
-                        agent.episode_done(ended)
-                    active &= ~ended
-                    if not active.any():
-                        break
+                action, from_chunk = executor.next_action(obs, env, agent)
+                obs, _, _, _, info = env.step(action, active=torch.as_tensor(active))
+                env_steps += int(active.sum())
+                held += int((~from_chunk.numpy() & active).sum())
+                ended = info["done"].numpy() & active
+                success |= info["success"].numpy() & active
+                if record_frames:
+                    shown = info["final_obs"]["rgb"]
+                    for j in np.flatnonzero(active):
+                        frames[j].append(shown[j].numpy())
+                for j in np.flatnonzero(ended):
+                    t, init_id = wave[j]
+                    rec = EpisodeRecord(suite, t, specs[t].name, init_id, w, bool(success[j]),
+                                        int(info["episode"]["length"][j]), bool(info["diverged"][j]))
+                    if on_episode is not None and (t, init_id) not in recorded.get(w, set()):
+                        on_episode(rec)
+                    if record_frames and on_frames is not None:
+                        on_frames(suite, t, init_id, frames[j], rec.success, rec.length)
+                        frames[j] = []
+                    if progress is not None:
+                        progress.update(1)
+                if ended.any():
+                    agent.episode_done(ended)
+                active &= ~ended
     finally:
         env.close()
-    return {"env_steps": env_steps, "seconds": time.perf_counter() - start}
+    return {"env_steps": env_steps, "seconds": time.perf_counter() - start,
+            "latency": {"held_steps": held, "requests": executor.requests, **executor.stats.summary()}}
+
+
+def aware_view(env: Any, agent: Any, latency: LatencyConfig) -> Any:
+    """The env as a latency-aware policy sees it (augmented state), for its spec check; sets
+    ``latency.max_delay`` from the policy's state size."""
+    from embodied.latency.delay_env import DelayedChunkEnv
+
+    s, a = int(env.observation_spec["state"].shape[0]), int(env.action_spec.shape[0])
+    p = int(getattr(getattr(agent, "policy", None), "config", None).state_dim) if hasattr(agent, "policy") else s
+    extra = p - s - 1
+    if extra < 0 or extra % a:
+        raise ValueError(f"execution=aware needs a policy trained with latency-aware RL (state of {s} + "
+                         f"max_delay * {a} + 1 dims); this policy reads {p}")
+    if latency.max_delay is None:
+        latency.max_delay = extra // a
+    if latency.delay > latency.max_delay:
+        raise ValueError(f"delay {latency.delay} exceeds the policy's max_delay {latency.max_delay}")
+    return DelayedChunkEnv(env, agent.chunk_size, [latency.max_delay])

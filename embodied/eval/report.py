@@ -105,8 +105,16 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Evaluation: {results['agent']['label']}", ""]
     cfg = results["config"]
     lines += [f"Protocol: {cfg['episodes']} fixed initial states per task, one episode each, "
-              f"{cfg['mode']} policy, execution `{cfg['execution']}`, {cfg['num_envs']} parallel envs, seed {cfg['seed']}.",
+              f"{cfg['mode']} policy, execution `{cfg['execution']}` with an inference delay of "
+              f"{cfg.get('delay', 0)} control steps ({cfg.get('delay_source', 'steps')}), "
+              f"{cfg['num_envs']} parallel envs, seed {cfg['seed']}.",
               f"Wall time {results['wall_s']:.1f} s, {results['env_steps_per_s']:.0f} env-steps/s.", ""]
+    for suite, lat in (results.get("latency") or {}).items():
+        inf = lat.get("inference")
+        if inf:
+            lines += [f"Latency ({suite}): {lat['requests']} chunk requests, inference p50 {inf['p50'] * 1e3:.1f} ms, "
+                      f"p95 {inf['p95'] * 1e3:.1f} ms, max {inf['max'] * 1e3:.1f} ms; {lat['held_steps']} env-steps "
+                      "spent holding still (no action queued).", ""]
     if results.get("interrupted"):
         lines += ["**Interrupted**: the numbers cover the episodes finished so far; run the same command to resume.", ""]
     for suite, res in results["suites"].items():

@@ -49,8 +49,12 @@ class EvalConfig:
     mode: str = "greedy"  # greedy | explore
     seed: int = 0  # seeds the policy's sampling (per wave)
     device: str = "cpu"
-    execution: str = "sync"  # sync (the latency module adds async and rtc)
-    delay: int = 0  # inference delay in control steps (with execution modes that use it)
+    execution: str = "sync"  # sync | async | rtc | aware (embodied/latency/executor.py)
+    delay: int = 0  # inference delay in control steps (simulated; sync waits it out, holding still)
+    delay_source: str = "steps"  # steps (the delay above, deterministic) | wallclock (measured inference time)
+    threshold: Optional[int] = None  # async/rtc: ask for a chunk at <= this many queued actions (default max(d, H/2))
+    merge: str = "replace"  # async: new chunk vs queued actions: replace | keep | blend
+    rtc_beta: float = 5.0  # rtc: bound on the guidance weight
     videos: str = "failures"  # failures | all | none
     video_max: int = 10  # videos per suite at most
     compare: Optional[str] = None  # a previous run folder or results.json to compare with
@@ -80,8 +84,12 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
         raise EvalError(f"episodes must be in 1..{sims.suites.NUM_INIT_STATES} (fixed initial states per task)")
     if cfg.videos not in VIDEO_CHOICES:
         raise EvalError(f"videos must be one of {VIDEO_CHOICES}, got {cfg.videos!r}")
-    if cfg.delay and cfg.execution == "sync":
-        raise EvalError("delay=... needs an asynchronous execution mode; sync execution has no inference delay")
+    from embodied.latency import EXECUTION_MODES
+
+    if cfg.execution not in EXECUTION_MODES:
+        raise EvalError(f"execution must be one of {EXECUTION_MODES}, got {cfg.execution!r}")
+    if cfg.execution in ("rtc", "aware") and (cfg.checkpoint is None):
+        raise EvalError(f"execution={cfg.execution} needs a policy checkpoint (checkpoint=...)")
     tasks_of, names = {}, {}
     for s in suites:
         specs = sims.suites.tasks(s)
@@ -94,10 +102,30 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
     return suites, tasks_of, names
 
 
+def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
+    """The execution mode and delay must suit the policy (chunk length, family, augmented state)."""
+    import sims
+    from embodied.eval.harness import aware_view
+    from embodied.latency import LatencyConfig
+
+    lat = LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source, threshold=cfg.threshold,
+                        merge=cfg.merge, rtc_beta=cfg.rtc_beta)
+    try:
+        lat.check(policy.chunk_size if policy is not None else 1)
+        if cfg.execution == "rtc" and policy.family != "flow":
+            raise ValueError(f"execution=rtc inpaints flow chunks; this is a {policy.family} policy (use async)")
+        if cfg.execution == "aware":
+            with sims.make("mujoco", suite=suite, num_envs=1, cameras=()) as env:
+                aware_view(env, type("_A", (), {"policy": policy, "chunk_size": policy.chunk_size})(), lat)
+    except ValueError as err:
+        raise EvalError(str(err)) from None
+
+
 def run(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
     import policies
     from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, run_suite
+    from embodied.latency import LatencyConfig
     from embodied.eval.report import aggregate, compare, load_previous, markdown, plot_suite, write_csv
     from embodied.video import VideoWriter, annotate_frame
 
@@ -119,6 +147,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     else:
         policy = None
         agent_info = {"label": "scripted experts", "family": "expert"}
+    _check_latency(cfg, policy, suites[0])
 
     out = prepare_run_dir(cfg.out)
     identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare")}
@@ -159,19 +188,25 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         videos.append(rel)
 
     env_steps, seconds, interrupted = 0, 0.0, False
+    latency_stats: dict[str, Any] = {}
     total = sum(len(tasks_of[s]) * cfg.episodes for s in suites)
     start = time.perf_counter()
     try:
         with tqdm(total=total, initial=len(records), desc="eval", unit="ep") as bar:
             for suite in suites:
-                agent = PolicyAgent(policy, cfg.mode) if policy is not None else ExpertAgent(suite, cfg.num_envs)
+                agent = (PolicyAgent(policy, cfg.mode, rtc_beta=cfg.rtc_beta) if policy is not None
+                         else ExpertAgent(suite, cfg.num_envs))
+                latency = LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source,
+                                        threshold=cfg.threshold, merge=cfg.merge, rtc_beta=cfg.rtc_beta)
                 check = policy.check_env if policy is not None else None
                 stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
-                                  image_size=cfg.image_size, seed=cfg.seed, execution=cfg.execution, done=records[:],
+                                  image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],
                                   on_episode=record, record_frames=cfg.videos != "none", on_frames=film,
                                   progress=bar, check=check)
                 env_steps += stats["env_steps"]
                 seconds += stats["seconds"]
+                if stats["latency"]:
+                    latency_stats[suite] = stats["latency"]
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -184,6 +219,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         "device": cfg.device,
         "wall_s": round(time.perf_counter() - start, 1),
         "env_steps": env_steps,
+        "latency": latency_stats,
         "env_steps_per_s": round(env_steps / seconds, 1) if seconds > 0 else 0.0,
         "interrupted": interrupted,
         "videos": sorted(str(p.relative_to(out)) for p in (out / "videos").rglob("*.mp4")),

@@ -103,6 +103,9 @@ class TrainConfig:
     chunks_per_iter: int = 16  # RL steps (chunks) per env per iteration
     max_episode_steps: Optional[int] = None  # training step limit (truncation, bootstrapped); default: the task's
     reward_type: str = "sparse"  # sparse: success (as pi_RL on LIBERO) | shaped: progress made + success | dense
+    # latency-aware RL (ARLI): each chunk acts d control steps after its observation, d drawn per episode
+    # from this list (each < the chunk size); the policy's state gains the committed actions and d
+    latency_delays: Optional[list[int]] = None
     save_every: int = 10  # iterations between checkpoints (and one at the end)
     seed: int = 0
     device: str = "cpu"  # learner device in the driver (cuda with a GPU)
@@ -174,12 +177,36 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
             raise TrainError("give init=CKPT (an SFT bundle) or policy=flow|autoregressive")
         fam, overrides = policy_overrides(cfg.policy)
         policy = policies.make(fam, **overrides)
+    if cfg.latency_delays:
+        policy = _latency_aware(cfg, policy)
     if policy.family != family:
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
                          f"use {'algo=ppo or algo=grpo' if policy.family == 'autoregressive' else 'algo=flow_sde'}")
     if sampler is not None:
         policy.config.sampler = sampler
     return policy, resumed
+
+
+def _latency_aware(cfg: TrainConfig, policy: Any) -> Any:
+    """The policy with the latency-aware state (committed actions + d): a policy that reads the
+    env's plain state is widened (new inputs zero-initialised); one already widened for the same
+    largest delay is kept."""
+    import sims
+    from embodied.latency import augmented_state_dim, widen_state_input
+
+    delays = list(cfg.latency_delays or [])
+    if min(delays) < 0 or max(delays) >= policy.chunk_size:
+        raise TrainError(f"latency_delays {delays} must lie in 0..{policy.chunk_size - 1} (below the policy's "
+                         f"chunk size {policy.chunk_size}): train a policy with longer chunks for longer delays")
+    with sims.make("mujoco", suite=cfg.suite, num_envs=1, cameras=()) as env:
+        s, a = int(env.observation_spec["state"].shape[0]), int(env.action_spec.shape[0])
+    wide = augmented_state_dim(s, a, max(delays))
+    if policy.config.state_dim == wide:
+        return policy
+    if policy.config.state_dim != s:
+        raise TrainError(f"latency_delays={delays} needs a policy reading the env's {s}-D state (it is widened to "
+                         f"{wide}) or one already widened to {wide}; this one reads {policy.config.state_dim}")
+    return widen_state_input(policy, wide - s)
 
 
 def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> None:
@@ -189,6 +216,10 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> None:
 
     with sims.make("mujoco", suite=cfg.suite, num_envs=1, cameras=tuple(policy.config.cameras),
                    image_size=cfg.image_size) as env:
+        if cfg.latency_delays:
+            from embodied.latency.delay_env import DelayedChunkEnv
+
+            env = DelayedChunkEnv(env, policy.chunk_size, cfg.latency_delays)
         policy.check_env(env)
     if cfg.algo.name == "grpo":
         longest = cfg.max_episode_steps or max(sims.suites.tasks(cfg.suite)[t].max_steps for t in tasks)
@@ -266,7 +297,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     env_config = make_env_config(suite=cfg.suite, tasks=tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
                                  chunks_per_iter=cfg.chunks_per_iter, reward_type=cfg.reward_type,
                                  max_steps=cfg.max_episode_steps, algo="grpo" if a.name == "grpo" else "ppo",
-                                 group_size=a.group_size, gamma=a.gamma, lam=a.lam)
+                                 group_size=a.group_size, gamma=a.gamma, lam=a.lam,
+                                 latency_delays=cfg.latency_delays)
     rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,
