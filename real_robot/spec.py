@@ -1,0 +1,123 @@
+"""What a policy server accepts: the request spec derived from a checkpoint bundle.
+
+A request is one observation dict (openpi style keys):
+
+- ``observation/state``: float32 or float64 ``[S]``;
+- ``observation/images/<camera>``: uint8 ``[H, W, 3]`` per camera of the bundle (any size within
+  ``min_image..max_image``; the policy resizes to its own input size);
+- ``prompt``: the instruction, a string.
+
+The reply holds ``actions`` float32 ``[H, A]`` (the chunk, env action space ``[-1, 1]``) and
+``server_timing`` (milliseconds per stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+STATE_KEY = "observation/state"
+IMAGE_PREFIX = "observation/images/"
+PROMPT_KEY = "prompt"
+# optional, for real-time chunking on the server (flow policies): the queued plan from the
+# observation's step on, float32 [L, A] with L <= H, and how many of its steps are frozen
+RTC_PREV_KEY = "rtc/prev_actions"
+RTC_FROZEN_KEY = "rtc/frozen"
+
+
+class RequestError(ValueError):
+    """A request that does not match the spec; the server answers it with this message."""
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    family: str
+    action_dim: int
+    chunk_size: int
+    state_dim: int
+    cameras: tuple[str, ...]
+    image_size: int
+    control_hz: float
+    min_image: int = 16
+    max_image: int = 1024
+    max_prompt: int = 1000
+
+    @classmethod
+    def from_policy(cls, policy: Any) -> "PolicySpec":
+        c = policy.config
+        return cls(family=policy.family, action_dim=c.action_dim, chunk_size=c.chunk_size, state_dim=c.state_dim,
+                   cameras=tuple(c.cameras), image_size=c.image_size, control_hz=float(c.control_hz))
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, Any]) -> "PolicySpec":
+        fields = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta}
+        fields["cameras"] = tuple(fields.get("cameras", ()))
+        return cls(**fields)
+
+    def metadata(self) -> dict[str, Any]:
+        """Sent to every client on connect."""
+        meta = asdict(self)
+        meta["cameras"] = list(self.cameras)
+        meta["request_keys"] = [STATE_KEY, *(IMAGE_PREFIX + c for c in self.cameras), PROMPT_KEY]
+        return meta
+
+    def keys(self) -> set[str]:
+        return {STATE_KEY, PROMPT_KEY, *(IMAGE_PREFIX + c for c in self.cameras)}
+
+    def validate(self, obs: Any) -> dict[str, Any]:
+        """Check a decoded request; returns ``{"rgb" [V, H, W, 3] uint8, "state" [S] float32, "prompt"}``."""
+        if not isinstance(obs, dict):
+            raise RequestError(f"a request must be a map of observation keys, got {type(obs).__name__}")
+        keys = set(obs)
+        optional = {RTC_PREV_KEY, RTC_FROZEN_KEY}
+        missing, unknown = sorted(self.keys() - keys), sorted(map(str, keys - self.keys() - optional))
+        if missing or unknown:
+            raise RequestError(f"request keys do not match the policy: missing {missing}, unknown {unknown}; "
+                               f"expected {sorted(self.keys())}")
+        state = obs[STATE_KEY]
+        if not isinstance(state, np.ndarray) or state.dtype not in (np.float32, np.float64):
+            raise RequestError(f"{STATE_KEY} must be a float32/float64 array, got "
+                               f"{getattr(state, 'dtype', type(state).__name__)}")
+        if state.shape != (self.state_dim,):
+            raise RequestError(f"{STATE_KEY} must have shape [{self.state_dim}], got {list(state.shape)}")
+        if not np.isfinite(state).all():
+            raise RequestError(f"{STATE_KEY} holds NaN or inf")
+        prompt = obs[PROMPT_KEY]
+        if not isinstance(prompt, str) or not prompt or len(prompt) > self.max_prompt:
+            raise RequestError(f"{PROMPT_KEY} must be a non-empty string of at most {self.max_prompt} characters")
+        images = []
+        shape = None
+        for cam in self.cameras:
+            key = IMAGE_PREFIX + cam
+            img = obs[key]
+            if not isinstance(img, np.ndarray) or img.dtype != np.uint8:
+                raise RequestError(f"{key} must be a uint8 array, got {getattr(img, 'dtype', type(img).__name__)}")
+            if img.ndim != 3 or img.shape[2] != 3:
+                raise RequestError(f"{key} must have shape [H, W, 3], got {list(img.shape)}")
+            if not (self.min_image <= img.shape[0] <= self.max_image and self.min_image <= img.shape[1] <= self.max_image):
+                raise RequestError(f"{key} is {img.shape[0]}x{img.shape[1]}; sizes must lie in "
+                                   f"{self.min_image}..{self.max_image}")
+            if shape is not None and img.shape != shape:
+                raise RequestError(f"all camera images must have the same size, got {list(shape)} and {list(img.shape)}")
+            shape = img.shape
+            images.append(img)
+        out = {"rgb": np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8),
+               "state": state.astype(np.float32), "prompt": prompt}
+        if (RTC_PREV_KEY in obs) != (RTC_FROZEN_KEY in obs):
+            raise RequestError(f"real-time chunking needs both {RTC_PREV_KEY} and {RTC_FROZEN_KEY}")
+        if RTC_PREV_KEY in obs:
+            if self.family != "flow":
+                raise RequestError(f"real-time chunking needs a flow policy; this server runs {self.family}")
+            prev, frozen = obs[RTC_PREV_KEY], obs[RTC_FROZEN_KEY]
+            if not isinstance(prev, np.ndarray) or prev.dtype not in (np.float32, np.float64) or prev.ndim != 2 \
+                    or prev.shape[1] != self.action_dim or not 0 <= prev.shape[0] <= self.chunk_size:
+                raise RequestError(f"{RTC_PREV_KEY} must be float [L <= {self.chunk_size}, {self.action_dim}]")
+            if not np.isfinite(prev).all():
+                raise RequestError(f"{RTC_PREV_KEY} holds NaN or inf")
+            if isinstance(frozen, (bool, np.bool_)) or not isinstance(frozen, (int, np.integer)) or \
+                    not 0 <= int(frozen) < self.chunk_size:
+                raise RequestError(f"{RTC_FROZEN_KEY} must be an int in 0..{self.chunk_size - 1}")
+            out["rtc"] = (prev.astype(np.float32), int(frozen))
+        return out
