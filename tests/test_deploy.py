@@ -338,3 +338,16 @@ def _port_of(proc: subprocess.Popen) -> int:
         except urllib.error.HTTPError:
             time.sleep(0.2)
     raise RuntimeError("embodied-serve never became ready")
+
+
+def test_serve_benchmark_runs(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([str(BIN / "embodied-bench"), "bench=serve", f"out={out}", "requests=3", "rounds=1",
+                           "warmup=1", "clients=2", "concurrency_seconds=1", "image_size=32"],
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "serve.json").read_text())
+    assert result["round_trip_ms"]["p50"] > 0 and result["in_process_ms"]["p50"] > 0
+    assert result["concurrency"]["many"]["clients"] == 2 and result["concurrency"]["many"]["requests"] > 0
+    assert "meets_target" in result

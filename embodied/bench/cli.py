@@ -4,7 +4,7 @@
     embodied-bench bench=sim out=/tmp/b num_envs=[1,8] steps=20 repeats=3
 
 ``bench`` selects the benchmark (an option of the config group ``configs/bench/``; available
-now: ``sim``, ``experts``, ``policy``, ``train``, ``latency``; ``serve`` is planned); ``out`` is the run folder and is
+now: ``sim``, ``experts``, ``policy``, ``train``, ``latency``, ``serve``); ``out`` is the run folder and is
 required. Hydra writes its own files (``.hydra/``, ``bench.log``) into the run folder too. Each
 benchmark prints a table and writes ``<out>/<bench>.json`` and ``<out>/<bench>.csv``. Schemas:
 :mod:`embodied.bench.config`.
@@ -33,9 +33,10 @@ BENCHES: dict[str, str] = {
     "policy": "embodied.bench.policy:run",
     "train": "embodied.bench.train:run",
     "latency": "embodied.bench.latency:run",
+    "serve": "embodied.bench.serve:run",
 }
 #: named by the design, not built yet.
-PLANNED = ("serve",)
+PLANNED: tuple[str, ...] = ()
 
 log = logging.getLogger(__name__)
 

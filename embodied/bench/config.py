@@ -84,3 +84,6 @@ def register() -> None:
     from embodied.bench.latency import LatencyBenchConfig
 
     store("bench_latency_schema", LatencyBenchConfig)
+    from embodied.bench.serve import ServeBenchConfig
+
+    store("bench_serve_schema", ServeBenchConfig)
