@@ -351,3 +351,31 @@ def test_serve_benchmark_runs(tmp_path):
     assert result["round_trip_ms"]["p50"] > 0 and result["in_process_ms"]["p50"] > 0
     assert result["concurrency"]["many"]["clients"] == 2 and result["concurrency"]["many"]["requests"] > 0
     assert "meets_target" in result
+
+
+def test_serve_and_deploy_commands_record_a_dataset(tmp_path):
+    from embodied.data.lerobot_format import Dataset
+
+    ckpt = policies.save(policies.make("flow", chunk_size=6, **TINY), tmp_path / "ckpt")
+    env = dict(os.environ, OMP_NUM_THREADS="1", EMBODIED_API_KEY="k3y")
+    proc = subprocess.Popen([str(BIN / "embodied-serve"), f"checkpoint={ckpt}", "port=0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        port = _port_of(proc)
+        out = tmp_path / "deploy"
+        run = subprocess.run([str(BIN / "embodied-deploy"), f"server=ws://127.0.0.1:{port}", f"out={out}",
+                              "sim.image_size=32", "episodes=2", "max_steps=12", "mode=rtc"],
+                             capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert run.returncode == 0, run.stderr[-3000:]
+        wrong = subprocess.run([str(BIN / "embodied-deploy"), f"server=ws://127.0.0.1:{port}",
+                                f"out={tmp_path / 'd2'}", "api_key=nope", "sim.image_size=32"],
+                               capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert wrong.returncode != 0 and "401" in wrong.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+    summary = json.loads((out / "deploy.json").read_text())
+    assert [e["steps"] for e in summary["episodes"]] == [12, 12] and "api_key" not in summary["config"]
+    data = Dataset(out / "dataset")
+    assert data.num_episodes == 2 and len(data) == 24
+    ep = data.episode(0)
+    assert ep["action"].shape == (12, 7)
