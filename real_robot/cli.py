@@ -72,7 +72,7 @@ class DeployAppConfig:
     robot_address: Optional[str] = None  # robot=network: ws://ROBOT_PC:PORT of the robot adapter
     sim: SimRobotOptions = field(default_factory=SimRobotOptions)
     instruction: Optional[str] = None  # default: the sim task's instruction (required for robot=network)
-    mode: str = "async"  # sync | async | rtc
+    mode: str = "async"  # sync | async | rtc | aware (a policy trained with latency_delays)
     threshold: Optional[int] = None
     episodes: int = 1
     max_steps: int = 300

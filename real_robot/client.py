@@ -9,7 +9,10 @@ background thread so the loop keeps its rate while the server thinks:
 - ``async``: ask when ``threshold`` actions are left; the chunk is planned from the observation
   of the request step; on arrival its actions for steps already past are dropped;
 - ``rtc``: as async, and the request carries the queued plan so the server inpaints the new
-  chunk onto it (its first d actions, d measured from the round-trip times, are the queued ones).
+  chunk onto it (its first d actions, d measured from the round-trip times, are the queued ones);
+- ``aware``: a policy trained with latency-aware RL (``embodied-train latency_delays=[...]``):
+  ask when d actions are left, send the state augmented with those committed actions and d; the
+  chunk starts d steps after the request and runs in full.
 
 Faults: a lost server clears the queue (the robot holds from the next period); the
 :class:`Watchdog` holds after ``hold_timeout_s`` without a fresh action and stops the robot
@@ -31,13 +34,13 @@ import cv2
 import numpy as np
 import torch
 
-from embodied.latency import ActionQueue, LatencyStats, delay_steps
+from embodied.latency import ActionQueue, LatencyStats, augment_state, delay_steps
 from real_robot.policy_client import PolicyClient, ServerError
 from real_robot.robots.base import Observation, Robot
 from real_robot.safety import SafetyFilter
 from real_robot.spec import IMAGE_PREFIX, PROMPT_KEY, RTC_FROZEN_KEY, RTC_PREV_KEY, STATE_KEY, PolicySpec
 
-CLIENT_MODES = ("sync", "async", "rtc")
+CLIENT_MODES = ("sync", "async", "rtc", "aware")
 
 
 class DeployError(RuntimeError):
@@ -86,7 +89,15 @@ class EpisodeResult:
     images: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False)
 
 
-def check_compatible(policy: PolicySpec, robot: Robot) -> None:
+def aware_max_delay(policy: PolicySpec, robot: Robot) -> int | None:
+    """The latency-aware policy's largest delay (its state = robot state + max_delay * A + 1), or None."""
+    extra = policy.state_dim - robot.spec.state_dim - 1
+    if extra < 0 or extra % robot.spec.action_dim:
+        return None
+    return extra // robot.spec.action_dim
+
+
+def check_compatible(policy: PolicySpec, robot: Robot, mode: str = "async") -> None:
     """Refuse a policy whose action space, control rate or cameras do not fit the robot."""
     r = robot.spec
     problems = []
@@ -98,8 +109,13 @@ def check_compatible(policy: PolicySpec, robot: Robot) -> None:
     missing = [c for c in policy.cameras if c not in r.cameras]
     if missing:
         problems.append(f"the policy needs cameras {list(policy.cameras)}, the robot has {sorted(r.cameras)}")
-    if policy.state_dim != r.state_dim:
-        problems.append(f"the policy reads a {policy.state_dim}-D state, the robot gives {r.state_dim}-D")
+    if mode == "aware":
+        if aware_max_delay(policy, robot) is None:
+            problems.append(f"mode aware needs a policy trained with latency-aware RL (state of {r.state_dim} + "
+                            f"max_delay * {r.action_dim} + 1 dims); this one reads {policy.state_dim}")
+    elif policy.state_dim != r.state_dim:
+        problems.append(f"the policy reads a {policy.state_dim}-D state, the robot gives {r.state_dim}-D"
+                        + (" (a latency-aware policy: use mode=aware)" if aware_max_delay(policy, robot) else ""))
     if problems:
         raise DeployError("policy and robot do not fit: " + "; ".join(problems))
 
@@ -113,7 +129,8 @@ class Deployer:
             raise ValueError(f"mode must be one of {CLIENT_MODES}, got {cfg.mode!r}")
         self.robot, self.client, self.cfg, self.instruction = robot, client, cfg, instruction
         self.spec = client.connect() if not client.metadata else PolicySpec.from_metadata(client.metadata)
-        check_compatible(self.spec, robot)
+        check_compatible(self.spec, robot, cfg.mode)
+        self.max_delay = aware_max_delay(self.spec, robot) if cfg.mode == "aware" else None
         if cfg.mode == "rtc" and self.spec.family != "flow":
             raise DeployError(f"mode rtc needs a flow policy; the server runs {self.spec.family} (use async)")
         self.safety = safety or SafetyFilter(robot.spec)
@@ -155,15 +172,20 @@ class Deployer:
         threading.Thread(target=run, name="estop-keyboard", daemon=True).start()
 
     # ------------------------------------------------------------------ one episode
-    def _request(self, obs: Observation, prev: Optional[np.ndarray], frozen: int) -> tuple[np.ndarray, float]:
+    def _request(self, obs: Observation, prev: Optional[np.ndarray], frozen: int,
+                 committed: Optional[np.ndarray] = None) -> tuple[np.ndarray, float]:
         size = self.spec.image_size
-        msg: dict[str, Any] = {STATE_KEY: obs.state.astype(np.float32), PROMPT_KEY: self.instruction}
+        state = obs.state.astype(np.float32)
+        if committed is not None:  # latency-aware: the actions that run meanwhile, and d
+            state = augment_state(torch.from_numpy(state)[None], torch.from_numpy(committed)[None],
+                                  torch.tensor([frozen]), self.max_delay)[0].numpy()
+        msg: dict[str, Any] = {STATE_KEY: state, PROMPT_KEY: self.instruction}
         for cam in self.spec.cameras:
             img = obs.images[cam]
             if img.shape[:2] != (size, size):
                 img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA)
             msg[IMAGE_PREFIX + cam] = np.ascontiguousarray(img)
-        if prev is not None:
+        if prev is not None and committed is None:
             msg[RTC_PREV_KEY] = prev.astype(np.float32)
             msg[RTC_FROZEN_KEY] = int(frozen)
         start = time.perf_counter()
@@ -180,6 +202,7 @@ class Deployer:
         watchdog = Watchdog(cfg.hold_timeout_s, cfg.stop_timeout_s)
         period = 1.0 / self.hz
         inflight: Optional[tuple[Future, int]] = None
+        req_delay = 0
         held = 0
         reason, success = "max_steps", False
         last_frames: dict[str, tuple[int, float]] = {}
@@ -206,7 +229,7 @@ class Deployer:
                 try:
                     chunk, seconds = fut.result()
                     self.stats.record("round_trip", seconds)
-                    start = req_step if cfg.mode != "sync" else step
+                    start = {"sync": step, "aware": req_step + req_delay}.get(cfg.mode, req_step)
                     queue.push(torch.from_numpy(np.array(chunk, np.float32))[None], start)
                     watchdog.fresh()
                 except (ConnectionError, ServerError, TimeoutError) as err:
@@ -217,16 +240,27 @@ class Deployer:
                 queue.clear()  # the server is gone: hold from this period on
                 self.last_error = "connection to the policy server lost"
             left = int(queue.remaining()[0])
-            want = left == 0 if cfg.mode == "sync" else left <= self.threshold
+            rt = self.stats.summary().get("round_trip")
+            measured = delay_steps(rt["p95"], self.hz) if rt else 1
+            if cfg.mode == "sync":
+                want = left == 0
+            elif cfg.mode == "aware":
+                want = left <= min(measured, self.max_delay)
+            else:
+                want = left <= self.threshold
             if want and inflight is None and self.client.alive():
-                prev, frozen = None, 0
+                prev, frozen, committed = None, 0, None
                 if cfg.mode == "rtc":
                     acts, ok = queue.peek(self.spec.chunk_size)
                     prev = acts[0, :int(ok[0].sum())].numpy()
-                    rt = self.stats.summary().get("round_trip")
-                    frozen = min(delay_steps(rt["p95"], self.hz) if rt else 1, max(len(prev), 0),
-                                 self.spec.chunk_size - 1)
-                inflight = (self._pool.submit(self._request, obs, prev, frozen), step)
+                    frozen = min(measured, max(len(prev), 0), self.spec.chunk_size - 1)
+                elif cfg.mode == "aware":
+                    frozen = min(measured, self.max_delay)
+                    acts, ok = queue.peek(max(self.max_delay, 1))
+                    hold = self.safety.hold(obs.state)
+                    committed = np.where(ok[0, :, None].numpy(), acts[0].numpy(), hold[None]).astype(np.float32)
+                req_delay = frozen
+                inflight = (self._pool.submit(self._request, obs, prev, frozen, committed), step)
             action, ok, _ = queue.pop()
             state = watchdog.state()
             if state == "stop":

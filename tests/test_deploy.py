@@ -379,3 +379,21 @@ def test_serve_and_deploy_commands_record_a_dataset(tmp_path):
     assert data.num_episodes == 2 and len(data) == 24
     ep = data.episode(0)
     assert ep["action"].shape == (12, 7)
+
+
+def test_latency_aware_policy_deploys_in_aware_mode_only():
+    from embodied.latency import widen_state_input
+
+    aware = widen_state_input(policies.make("flow", chunk_size=6, **TINY), 2 * 7 + 1)
+    with ServerThread(PolicyServer(aware)) as port:
+        robot = SimRobot(suite="goal", task=8, image_size=32, realtime=True)
+        robot.connect()
+        with pytest.raises(DeployError, match="use mode=aware"):
+            Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}"), DeployConfig(mode="async"), "x")
+        dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}"), DeployConfig(mode="aware", max_steps=20),
+                       robot.instruction)
+        assert dep.max_delay == 2
+        res = dep.run_episode()
+        dep.close()
+        robot.disconnect()
+    assert res.steps == 20 and res.latency["round_trip"]["count"] >= 2
