@@ -170,7 +170,7 @@ def deploy_main(cfg) -> None:
                     robot.reset(c.sim.init_id + e if c.robot == "sim" else None)
             res = deployer.run_episode(record=c.record)
             row = {"episode": e, "success": res.success, "reason": res.reason, "steps": res.steps,
-                   "held_steps": res.held_steps, "safety_counts": res.safety_counts,
+                   "held_steps": res.held_steps, "starved_steps": res.starved_steps, "safety_counts": res.safety_counts,
                    "round_trip_ms": {k: round(v * 1e3, 2) for k, v in res.latency.get("round_trip", {}).items()
                                      if k != "count"}}
             episodes.append(row)

@@ -14,9 +14,10 @@ background thread so the loop keeps its rate while the server thinks:
   ask when d actions are left, send the state augmented with those committed actions and d; the
   chunk starts d steps after the request and runs in full.
 
-Faults: a lost server clears the queue (the robot holds from the next period); the
-:class:`Watchdog` holds after ``hold_timeout_s`` without a fresh action and stops the robot
-(motors off, disconnected) after ``stop_timeout_s``; a camera whose frames stop changing for
+Faults: a lost server clears the queue (the robot holds from the next period); without an
+action queued for the current step the robot holds at once; the :class:`Watchdog` counts the
+periods without any fresh action for over ``hold_timeout_s`` (``starved_steps``) and stops the
+robot (motors off, disconnected) when that lasts ``stop_timeout_s``; a camera whose frames stop changing for
 ``stall_timeout_s`` stops the episode; the emergency stop (SIGUSR1, the keyboard's ``e`` + Enter,
 or :meth:`Deployer.emergency_stop`) holds and disconnects, and only :meth:`Deployer.reset_estop`
 leaves it. Episodes are recorded in the demonstration dataset format.
@@ -69,7 +70,7 @@ class DeployConfig:
     mode: str = "async"  # sync | async | rtc
     threshold: Optional[int] = None  # async/rtc: ask at <= this many queued actions (default H/2)
     max_steps: int = 300  # control steps per episode
-    hold_timeout_s: float = 0.25  # no fresh action this long: hold still
+    hold_timeout_s: float = 0.25  # no fresh action this long: counted as starved (the robot already holds)
     stop_timeout_s: float = 1.0  # ... this long: stop the robot and disconnect
     stall_timeout_s: float = 0.5  # a camera frame unchanged this long: stalled
     request_timeout_s: float = 5.0
@@ -81,7 +82,8 @@ class EpisodeResult:
     steps: int
     success: bool
     reason: str  # success | max_steps | watchdog | camera_stalled | estop | server_lost
-    held_steps: int
+    held_steps: int  # steps without a queued action (the robot held still)
+    starved_steps: int  # of those, steps after hold_timeout_s without any fresh action (the watchdog's hold)
     safety_counts: dict[str, int]
     latency: dict[str, Any]
     states: list[np.ndarray] = field(default_factory=list, repr=False)
@@ -203,6 +205,8 @@ class Deployer:
         period = 1.0 / self.hz
         inflight: Optional[tuple[Future, int]] = None
         req_delay = 0
+        starved = 0
+        counts_before = dict(self.safety.counts)
         held = 0
         reason, success = "max_steps", False
         last_frames: dict[str, tuple[int, float]] = {}
@@ -231,7 +235,6 @@ class Deployer:
                     self.stats.record("round_trip", seconds)
                     start = {"sync": step, "aware": req_step + req_delay}.get(cfg.mode, req_step)
                     queue.push(torch.from_numpy(np.array(chunk, np.float32))[None], start)
-                    watchdog.fresh()
                 except (ConnectionError, ServerError, TimeoutError) as err:
                     self.stats.record("failures", 1.0)
                     queue.clear()  # hold from this period on: never act on a plan nobody refreshes
@@ -262,11 +265,15 @@ class Deployer:
                 req_delay = frozen
                 inflight = (self._pool.submit(self._request, obs, prev, frozen, committed), step)
             action, ok, _ = queue.pop()
-            state = watchdog.state()
-            if state == "stop":
-                reason = "watchdog"
-                break
-            if bool(ok[0]) and state == "ok":
+            if bool(ok[0]):
+                watchdog.fresh()  # an action planned for this very step: fresh
+            else:
+                state = watchdog.state()
+                if state == "stop":
+                    reason = "watchdog"
+                    break
+                starved += state == "hold"
+            if bool(ok[0]):
                 wanted = action[0].numpy().astype(np.float64)
             else:
                 wanted = self.safety.hold(obs.state)
@@ -291,7 +298,9 @@ class Deployer:
         elif reason == "max_steps":
             robot.hold()
         return EpisodeResult(steps=step + 1 if reason == "max_steps" else step, success=success, reason=reason,
-                             held_steps=held, safety_counts=dict(self.safety.counts),
+                             held_steps=held, starved_steps=starved,
+                             safety_counts={k: v - counts_before.get(k, 0) for k, v in self.safety.counts.items()
+                                            if v - counts_before.get(k, 0)},
                              latency=self.stats.summary(), states=states, actions=actions, images=images)
 
     def _stalled_camera(self, obs: Observation, last: dict[str, tuple[int, float]], now: float) -> Optional[str]:
