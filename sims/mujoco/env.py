@@ -80,6 +80,8 @@ class MujocoVecEnv(VecEnv):
         init_noise: float = 0.02,
         max_steps: int | None = None,
         scene_builder: Callable[[mujoco.MjSpec], None] | None = None,
+        physics: str = "mujoco",
+        warp_device: str | None = None,
     ):
         """Args beyond :func:`sims.make`'s:
 
@@ -87,7 +89,11 @@ class MujocoVecEnv(VecEnv):
         scene_builder: adds the objects of a scene shared by all ``tasks`` (a suite's scene);
             None for one stand-alone task that builds its own.
         max_steps: overrides every task's step limit.
+        physics: ``mujoco`` (MuJoCo's C batch, multi-threaded) or ``warp`` (MuJoCo Warp worlds on
+            ``warp_device``: ``cuda`` when available, else ``cpu``; see sims/mujoco/warp_batch.py).
         """
+        if physics not in ("mujoco", "warp"):
+            raise ValueError(f"physics must be 'mujoco' or 'warp', got {physics!r}")
         if not tasks:
             raise ValueError("at least one task is needed")
         if scene_builder is None and len(tasks) != 1:
@@ -132,7 +138,13 @@ class MujocoVecEnv(VecEnv):
         self.model = spec.compile()
         threads = num_threads if num_threads is not None else (os.cpu_count() or 1)
         self.num_threads = max(1, min(int(threads), num_envs))
-        self.sim = mjbatch.Batch(self.model, num_envs, nthread=self.num_threads)
+        self.physics = physics
+        if physics == "warp":
+            from sims.mujoco.warp_batch import WarpBatch
+
+            self.sim = WarpBatch(self.model, num_envs, device=warp_device)
+        else:
+            self.sim = mjbatch.Batch(self.model, num_envs, nthread=self.num_threads)
         self._bind()
         for t in self.task_objs:
             t.bind(self)
@@ -465,3 +477,11 @@ def make_mujoco_env(
         return MujocoVecEnv(suite_tasks, num_envs, seed=seed, device=device,
                             scene_builder=suite_tasks[0].scene.build, **kwargs)
     return MujocoVecEnv([make_task(task)], num_envs, seed=seed, device=device, **kwargs)
+
+
+def make_mujoco_gpu_env(
+    *, task: str | None, suite: str | None, num_envs: int, seed: int, device, **kwargs: Any
+) -> MujocoVecEnv:
+    """Factory registered as backend ``"mujoco_gpu"``: the same scenes on MuJoCo Warp physics."""
+    kwargs.setdefault("physics", "warp")
+    return make_mujoco_env(task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs)
