@@ -397,3 +397,24 @@ def test_latency_aware_policy_deploys_in_aware_mode_only():
         dep.close()
         robot.disconnect()
     assert res.steps == 20 and res.latency["round_trip"]["count"] >= 2
+
+
+def test_sim_robot_injects_latency_noise_and_dynamics_changes():
+    up = np.array([0, 0, 1.0, 0, 0, 0, -1])
+    base = SimRobot(suite="goal", task=8, image_size=32, realtime=False)
+    odd = SimRobot(suite="goal", task=8, image_size=32, realtime=False, mass_scale=3.0, friction_scale=0.5,
+                   obs_latency_steps=2, action_delay_steps=1, camera_noise_std=5.0, color_shift=20.0)
+    base.connect()
+    odd.connect()
+    assert np.allclose(odd.env.sim.expand("body_mass")[0], 3.0 * base.env.sim.expand("body_mass")[0])
+    start = odd.observe().state.copy()
+    for _ in range(3):
+        base.send_action(up)
+        odd.send_action(up)
+    assert base.observe().state[2] > start[2] + 0.05  # moved up
+    # the first command ran one tick late and the reading is two ticks old: nothing visible yet
+    assert np.allclose(odd.observe().state[:3], start[:3], atol=2e-3) and odd.ticks == 3
+    diff = np.abs(base.observe().images["agentview"].astype(int) - odd.observe().images["agentview"].astype(int))
+    assert diff.mean() > 2.0
+    base.disconnect()
+    odd.disconnect()
