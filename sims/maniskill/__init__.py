@@ -1,0 +1,1 @@
+"""ManiSkill3 adapter (backend ``"maniskill"``); imported lazily by :func:`sims.make`."""
