@@ -53,3 +53,29 @@ def test_maniskill_step_limit_resets_and_chunks():
     with pytest.raises(ValueError, match="no camera"):
         sims.make("maniskill", task="pick_cube", num_envs=1, cameras=("wrist",))
     env.close()
+
+
+def test_maniskill_suite_in_embodied_train_and_eval(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import policies
+
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    init = policies.save(policies.make("flow", expert_layers=1, d_model=32, image_size=32, vision_channels=[8, 16],
+                                       chunk_size=3, prefix_layers=1, cameras=["agentview"]), tmp_path / "init")
+    train = subprocess.run([str(bin_dir / "embodied-train"), f"init={init}", f"out={tmp_path / 'rl'}", "suite=maniskill",
+                            "tasks=[0,1]", "num_envs=2", "image_size=32", "chunks_per_iter=2",
+                            "algo.minibatch_size=4", "iterations=1"], capture_output=True, text=True, env=env,
+                           timeout=600, check=False)
+    assert train.returncode == 0, train.stderr[-3000:]
+    ev = subprocess.run([str(bin_dir / "embodied-eval"), f"checkpoint={tmp_path / 'rl' / 'checkpoint' / 'policy'}",
+                         "suite=maniskill", "tasks=[1]", "episodes=2", "num_envs=2", "image_size=32", "videos=none",
+                         f"out={tmp_path / 'ev'}"], capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    res = json.loads((tmp_path / "ev" / "results.json").read_text())
+    assert res["suites"]["maniskill"]["tasks"][0]["name"] == "push_cube" and res["suites"]["maniskill"]["episodes"] == 2

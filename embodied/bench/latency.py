@@ -57,7 +57,7 @@ def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_env
     from embodied.latency import LatencyStats
 
     stats = LatencyStats()
-    with sims.make("mujoco", suite=suite, num_envs=num_envs, seed=0, cameras=tuple(policy.config.cameras),
+    with sims.make(sims.suites.backend(suite), suite=suite, num_envs=num_envs, seed=0, cameras=tuple(policy.config.cameras),
                    image_size=image_size) as env:
         obs = env.reset(task_ids=[tasks[i % len(tasks)] for i in range(num_envs)], init_ids=list(range(num_envs)))
         batch = {"rgb": obs["rgb"], "state": obs["state"],
@@ -89,8 +89,8 @@ def run(cfg: LatencyBenchConfig, out: Path) -> dict[str, Any]:
     if "aware" in cfg.modes and cfg.aware_checkpoint is None:
         raise BenchError("mode aware needs aware_checkpoint=... (a policy trained with embodied-train "
                          "latency_delays=[...]); or drop it from modes")
-    if cfg.suite not in sims.suites.names():
-        raise BenchError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.names()}")
+    if cfg.suite not in sims.suites.all_names():
+        raise BenchError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.all_names()}")
     specs = sims.suites.tasks(cfg.suite)
     tasks = list(range(len(specs))) if cfg.tasks is None else list(cfg.tasks)
     names = {cfg.suite: [t.name for t in specs]}

@@ -164,7 +164,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     todo = [w for w, items in enumerate(waves) if not set(items) <= recorded.get(w, set())]
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}}
-    env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras), image_size=image_size)
+    env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras), image_size=image_size)
     seen = aware_view(env, agent, latency) if latency.mode == "aware" else env  # sets latency.max_delay
     if check is not None:
         check(seen)

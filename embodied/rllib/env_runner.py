@@ -78,7 +78,7 @@ class VecEnvRunner(EnvRunner):
             self.env.close()
         first, n = runner_envs(ec, self.worker_index or 0)
         self.first_env = first
-        self.env = sims.make("mujoco", suite=ec["suite"], num_envs=n, seed=int(ec["seed"]) + 7919 * first,
+        self.env = sims.make(sims.suites.backend(ec["suite"]), suite=ec["suite"], num_envs=n, seed=int(ec["seed"]) + 7919 * first,
                              cameras=tuple(self.module.policy.config.cameras), image_size=int(ec["image_size"]),
                              reward_type=ec.get("reward_type", "sparse"), num_threads=ec.get("num_threads") or None,
                              max_steps=ec.get("max_steps"))

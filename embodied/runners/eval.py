@@ -77,9 +77,9 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
     suites = ([cfg.suite] if cfg.suite else []) + [s for s in cfg.suites if s != cfg.suite]
     if not suites:
         raise EvalError("no suite given: add suite=spatial (or suites=[spatial,goal])")
-    unknown = [s for s in suites if s not in sims.suites.names()]
+    unknown = [s for s in suites if s not in sims.suites.all_names()]
     if unknown:
-        raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.names()}")
+        raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.all_names()}")
     if not 1 <= cfg.episodes <= sims.suites.NUM_INIT_STATES:
         raise EvalError(f"episodes must be in 1..{sims.suites.NUM_INIT_STATES} (fixed initial states per task)")
     if cfg.videos not in VIDEO_CHOICES:
@@ -115,7 +115,7 @@ def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
         if cfg.execution == "rtc" and policy.family != "flow":
             raise ValueError(f"execution=rtc inpaints flow chunks; this is a {policy.family} policy (use async)")
         if cfg.execution == "aware":
-            with sims.make("mujoco", suite=suite, num_envs=1, cameras=()) as env:
+            with sims.make(sims.suites.backend(suite), suite=suite, num_envs=1, cameras=()) as env:
                 aware_view(env, type("_A", (), {"policy": policy, "chunk_size": policy.chunk_size})(), lat)
     except ValueError as err:
         raise EvalError(str(err)) from None

@@ -147,8 +147,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise TrainError("runtime=local runs in one process: use runtime=cluster for num_env_runners/num_learners > 0")
     if r.name == "cluster" and r.num_env_runners < 1:
         raise TrainError("runtime=cluster needs runtime.num_env_runners >= 1")
-    if cfg.suite not in sims.suites.names():
-        raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.names()}")
+    if cfg.suite not in sims.suites.all_names():
+        raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.all_names()}")
     n_tasks = len(sims.suites.tasks(cfg.suite))
     if cfg.tasks is not None and any(not 0 <= t < n_tasks for t in cfg.tasks):
         raise TrainError(f"tasks {cfg.tasks} out of range for suite {cfg.suite!r} (0..{n_tasks - 1})")
@@ -198,7 +198,7 @@ def _latency_aware(cfg: TrainConfig, policy: Any) -> Any:
     if min(delays) < 0 or max(delays) >= policy.chunk_size:
         raise TrainError(f"latency_delays {delays} must lie in 0..{policy.chunk_size - 1} (below the policy's "
                          f"chunk size {policy.chunk_size}): train a policy with longer chunks for longer delays")
-    with sims.make("mujoco", suite=cfg.suite, num_envs=1, cameras=()) as env:
+    with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=()) as env:
         s, a = int(env.observation_spec["state"].shape[0]), int(env.action_spec.shape[0])
     wide = augmented_state_dim(s, a, max(delays))
     if policy.config.state_dim == wide:
@@ -214,7 +214,7 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> None:
     GRPO's episodes cannot finish inside one iteration."""
     import sims
 
-    with sims.make("mujoco", suite=cfg.suite, num_envs=1, cameras=tuple(policy.config.cameras),
+    with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=tuple(policy.config.cameras),
                    image_size=cfg.image_size) as env:
         if cfg.latency_delays:
             from embodied.latency.delay_env import DelayedChunkEnv

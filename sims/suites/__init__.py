@@ -29,9 +29,29 @@ _SUITES: dict[str, str] = {
 }
 
 
+#: suites simulated by another backend: name -> (backend, "module:function" giving its TaskSpecs)
+_EXTERNAL: dict[str, tuple[str, str]] = {
+    "maniskill": ("maniskill", "sims.maniskill.env:task_specs"),
+}
+
+
 def names() -> list[str]:
-    """Suite names in their canonical order."""
+    """Suite names in their canonical order (the MuJoCo suites)."""
     return list(_SUITES)
+
+
+def all_names() -> list[str]:
+    """The MuJoCo suites and the suites of other backends (``maniskill``)."""
+    return list(_SUITES) + list(_EXTERNAL)
+
+
+def backend(suite: str) -> str:
+    """The :func:`sims.make` backend that simulates ``suite``."""
+    if suite in _EXTERNAL:
+        return _EXTERNAL[suite][0]
+    if suite not in _SUITES:
+        raise ValueError(f"unknown suite {suite!r}; available suites: {all_names()}")
+    return "mujoco"
 
 
 def _factory(suite: str) -> Callable[[], list[Any]]:
@@ -50,6 +70,11 @@ def build_tasks(suite: str) -> list[Any]:
 
 def tasks(suite: str) -> list[TaskSpec]:
     """The suite's tasks, as backend-independent specs."""
+    if suite in _EXTERNAL:
+        import importlib
+
+        module, _, attr = _EXTERNAL[suite][1].partition(":")
+        return getattr(importlib.import_module(module), attr)()
     return [t.spec for t in build_tasks(suite)]
 
 
@@ -82,9 +107,11 @@ def expert(suite: str, task: int | str | None = None, num_envs: int = 1):
     """
     from sims.suites.experts import SuiteExpert
 
+    if suite in _EXTERNAL:
+        raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
     if task is not None:
         _task_index(suite, task)
     return SuiteExpert(build_tasks(suite), num_envs)
 
 
-__all__ = ["NUM_INIT_STATES", "build_tasks", "expert", "init_states", "names", "tasks"]
+__all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "expert", "init_states", "names", "tasks"]
