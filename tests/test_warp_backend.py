@@ -38,3 +38,21 @@ def test_warp_physics_matches_the_cpu_backend_on_a_contact_task():
     assert (warp.qpos[1] == before).all()
     cpu.close()
     warp.close()
+
+
+def test_embodied_train_steps_warp_envs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import policies
+
+    init = policies.save(policies.make("flow", expert_layers=1, d_model=32, image_size=32, vision_channels=[8, 16],
+                                       chunk_size=3, prefix_layers=1), tmp_path / "init")
+    proc = subprocess.run([str(Path(sys.executable).parent / "embodied-train"), f"init={init}", f"out={tmp_path / 'rl'}",
+                           "suite=goal", "tasks=[8]", "num_envs=2", "image_size=32", "chunks_per_iter=2",
+                           "algo.minibatch_size=4", "iterations=1", "backend=mujoco_gpu"], capture_output=True,
+                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "rl" / "checkpoint" / "policy" / "model.safetensors").is_file()

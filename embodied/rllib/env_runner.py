@@ -7,7 +7,8 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 ``config.env_config`` keys: ``suite``, ``tasks`` (indices), ``num_envs`` (per runner), ``image_size``,
 ``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
 ``gamma``, ``lam``, ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
-``torch_threads``, ``latency_delays`` (latency-aware RL: the envs are wrapped in
+``torch_threads``, ``backend`` (a :func:`sims.make` backend, e.g. ``mujoco_gpu``; default the
+suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
 :class:`embodied.latency.delay_env.DelayedChunkEnv`).
 """
 
@@ -31,14 +32,15 @@ from embodied.rl.rollout import collect_chunks
 def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: int, chunks_per_iter: int,
                     reward_type: str = "sparse", max_steps: int | None = None, algo: str = "ppo",
                     group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
-                    latency_delays: list[int] | None = None) -> dict[str, Any]:
+                    latency_delays: list[int] | None = None, backend: str | None = None) -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
     GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration)."""
     if algo not in ("ppo", "grpo"):
         raise ValueError(f"env runner algo must be ppo or grpo, got {algo!r}")
     return dict(suite=suite, tasks=list(tasks), num_envs=num_envs, image_size=image_size, reward_type=reward_type,
                 chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
-                lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None)
+                lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None,
+                backend=backend)
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -78,7 +80,7 @@ class VecEnvRunner(EnvRunner):
             self.env.close()
         first, n = runner_envs(ec, self.worker_index or 0)
         self.first_env = first
-        self.env = sims.make(sims.suites.backend(ec["suite"]), suite=ec["suite"], num_envs=n, seed=int(ec["seed"]) + 7919 * first,
+        self.env = sims.make(ec.get("backend") or sims.suites.backend(ec["suite"]), suite=ec["suite"], num_envs=n, seed=int(ec["seed"]) + 7919 * first,
                              cameras=tuple(self.module.policy.config.cameras), image_size=int(ec["image_size"]),
                              reward_type=ec.get("reward_type", "sparse"), num_threads=ec.get("num_threads") or None,
                              max_steps=ec.get("max_steps"))

@@ -95,7 +95,8 @@ class TrainConfig:
     policy: Any = None  # config group policy/ (used without init)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    suite: str = "spatial"  # task suite (sims.suites.names())
+    suite: str = "spatial"  # task suite (sims.suites.all_names())
+    backend: Optional[str] = None  # simulation backend of the env runners (mujoco | mujoco_gpu); default: the suite's
     tasks: Optional[list[int]] = None  # subset of the suite's tasks (default: all)
     num_envs: int = 10  # envs per env runner (runtime=local: the envs)
     image_size: int = 64  # rendered size (match the policy's input size to skip resizing)
@@ -152,6 +153,10 @@ def check_config(cfg: TrainConfig) -> None:
     n_tasks = len(sims.suites.tasks(cfg.suite))
     if cfg.tasks is not None and any(not 0 <= t < n_tasks for t in cfg.tasks):
         raise TrainError(f"tasks {cfg.tasks} out of range for suite {cfg.suite!r} (0..{n_tasks - 1})")
+    if cfg.backend is not None and cfg.backend not in sims.backends():
+        raise TrainError(f"unknown backend {cfg.backend!r}; choose from {sims.backends()}")
+    if cfg.backend is not None and (cfg.backend == "maniskill") != (cfg.suite == "maniskill"):
+        raise TrainError(f"backend={cfg.backend} cannot simulate suite {cfg.suite!r}")
     if cfg.iterations < 1 or cfg.chunks_per_iter < 1 or cfg.num_envs < 1:
         raise TrainError("iterations, chunks_per_iter and num_envs must be >= 1")
 
@@ -298,7 +303,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                  chunks_per_iter=cfg.chunks_per_iter, reward_type=cfg.reward_type,
                                  max_steps=cfg.max_episode_steps, algo="grpo" if a.name == "grpo" else "ppo",
                                  group_size=a.group_size, gamma=a.gamma, lam=a.lam,
-                                 latency_delays=cfg.latency_delays)
+                                 latency_delays=cfg.latency_delays, backend=cfg.backend)
     rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,
