@@ -79,3 +79,22 @@ def test_maniskill_suite_in_embodied_train_and_eval(tmp_path):
     assert ev.returncode == 0, ev.stderr[-3000:]
     res = json.loads((tmp_path / "ev" / "results.json").read_text())
     assert res["suites"]["maniskill"]["tasks"][0]["name"] == "push_cube" and res["suites"]["maniskill"]["episodes"] == 2
+
+
+def test_sim_benchmark_gpu_backends_section(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "b"
+    proc = subprocess.run([str(Path(sys.executable).parent / "embodied-bench"), "bench=sim", f"out={out}",
+                           "num_envs=[2]", "num_threads=[1]", "repeats=1", "steps=3", "cameras=[]", "rollout=false",
+                           "gpu_backends=[maniskill]", "gpu_num_envs=[2]", "gpu_steps=3", "gpu_repeats=1",
+                           "gpu_image_size=32", "warmup_steps=1"], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((out / "sim.json").read_text())["gpu_backends"]
+    assert [(r["backend"], r["camera"]) for r in rows] == [("maniskill", False), ("maniskill", True)]
+    assert all(r["env_steps_per_s"] > 0 for r in rows)

@@ -57,6 +57,12 @@ class SimBenchConfig(BenchConfig):
     # Targets reported as booleans in sim.json (never asserted by tests).
     target_env_vs_raw: float = 0.85  # our env / raw Batch, state-only, every N and T
     target_thread_scaling: float = 1.7  # env-steps/s at 2 threads / 1 thread, state-only, N >= 8
+    # GPU backends (embodied/bench/sim_gpu.py), run only when listed: mujoco_gpu, maniskill
+    gpu_backends: list[str] = field(default_factory=list)
+    gpu_num_envs: list[int] = field(default_factory=lambda: [256, 1024, 4096, 8192])
+    gpu_image_size: int = 128
+    gpu_steps: int = 50  # control steps per timed repeat
+    gpu_repeats: int = 3
 
 
 @dataclass

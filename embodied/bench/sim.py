@@ -239,6 +239,12 @@ def validate(cfg: SimBenchConfig) -> None:
         if not values or any(int(v) < 1 for v in values):
             raise BenchError(f"{name} must be a non-empty list of integers >= 1, got {list(values)}")
 
+    bad_gpu = [b for b in cfg.gpu_backends if b not in ("mujoco_gpu", "maniskill")]
+    if bad_gpu:
+        raise BenchError(f"gpu_backends must name mujoco_gpu and/or maniskill, got {bad_gpu}")
+    if cfg.gpu_backends:
+        positive_list("gpu_num_envs", cfg.gpu_num_envs)
+
     positive_list("num_envs", cfg.num_envs)
     positive_list("num_threads", cfg.num_threads)
     for name in ("repeats", "image_size", "min_steps", "max_steps"):
@@ -423,6 +429,10 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
     payload["runtime"]["loadavg_start"] = load_start
     payload["runtime"]["loadavg_end"] = _loadavg()
     payload["runtime"]["other_cores_avg"] = _other_cores(t_start, cpu_start)
+    if cfg.gpu_backends:
+        from embodied.bench.sim_gpu import run_gpu_backends
+
+        payload["gpu_backends"] = run_gpu_backends(cfg)
     write_json(out / "sim.json", payload)
     _write_csv(out / "sim.csv", cfg, plan, series, payload, sizes, views)
     print(format_table(payload))

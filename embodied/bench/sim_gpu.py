@@ -1,0 +1,55 @@
+"""The GPU backends part of ``bench=sim``: env-steps/s of ``mujoco_gpu`` (our pick scene on MuJoCo
+Warp) and ``maniskill`` (PickCube-v1) at large N, state-only and with one camera.
+
+For every backend in ``cfg.gpu_backends`` and N in ``cfg.gpu_num_envs``: build the env (state
+only, then with ``agentview`` at ``cfg.gpu_image_size``), ``cfg.warmup_steps`` untimed random-action
+steps, then ``cfg.gpu_repeats`` timed runs of ``cfg.gpu_steps`` control steps; median env-steps/s.
+On a machine without CUDA, MuJoCo Warp runs on Warp's CPU device and ManiSkill on PhysX CPU
+(one scene per env): the numbers then only check the path, they say nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+import sims
+
+TASK = {"mujoco_gpu": dict(task="pick_cube"), "maniskill": dict(task="pick_cube")}
+
+
+def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
+    rows = []
+    gen = torch.Generator().manual_seed(cfg.seed)
+    for backend in cfg.gpu_backends:
+        for n in cfg.gpu_num_envs:
+            for cams in ((), ("agentview",)):
+                kwargs = dict(TASK[backend], num_envs=int(n), seed=cfg.seed, cameras=cams,
+                              image_size=cfg.gpu_image_size)
+                t0 = time.perf_counter()
+                env = sims.make(backend, **kwargs)
+                build = time.perf_counter() - t0
+                try:
+                    env.reset()
+                    for _ in range(cfg.warmup_steps):
+                        env.step(torch.rand(int(n), 7, generator=gen) * 2 - 1)
+                    rates = []
+                    for _ in range(cfg.gpu_repeats):
+                        acts = [torch.rand(int(n), 7, generator=gen) * 2 - 1 for _ in range(cfg.gpu_steps)]
+                        t0 = time.perf_counter()
+                        for a in acts:
+                            env.step(a)
+                        rates.append(int(n) * cfg.gpu_steps / (time.perf_counter() - t0))
+                    device = getattr(getattr(env, "sim", None), "device", None) or getattr(env, "sim_backend", "")
+                finally:
+                    env.close()
+                row = {"backend": backend, "num_envs": int(n), "camera": bool(cams), "image_size": cfg.gpu_image_size,
+                       "device": str(device), "build_s": round(build, 2),
+                       "env_steps_per_s": round(statistics.median(rates), 1), "samples": [round(r, 1) for r in rates]}
+                rows.append(row)
+                print(f"{backend:10s} N={n:5d} {'rgb' if cams else 'state'}: {row['env_steps_per_s']:.0f} env-steps/s "
+                      f"({row['device']})", flush=True)
+    return rows
