@@ -151,3 +151,22 @@ def test_shaped_reward_is_potential_based_along_an_expert_episode():
         assert bool(info["success"][0])
         assert abs(total - (2.0 - start)) < 1e-4
         assert abs(float(info["episode"]["return"][0]) - total) < 1e-4
+
+
+def test_history_camera_shows_the_view_k_steps_ago():
+    import torch
+
+    import sims
+
+    env = sims.make("mujoco", suite="dynamic", num_envs=2, cameras=("agentview", "wrist", "agentview_prev2"),
+                    image_size=32)
+    obs = env.reset(task_ids=[0, 0], init_ids=[0, 1])
+    assert obs["rgb"].shape == (2, 3, 32, 32, 3) and torch.equal(obs["rgb"][:, 0], obs["rgb"][:, 2])  # episode start
+    frames = [obs["rgb"][:, 0].clone()]
+    for _ in range(4):
+        obs, *_ = env.step(torch.zeros(2, 7))
+        frames.append(obs["rgb"][:, 0].clone())
+    assert torch.equal(obs["rgb"][:, 2], frames[2]) and not torch.equal(obs["rgb"][:, 2], frames[4])  # the slider moved
+    with pytest.raises(ValueError, match="_prev<k>"):
+        sims.make("mujoco", suite="dynamic", num_envs=1, cameras=("top",))
+    env.close()

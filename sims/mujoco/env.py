@@ -107,9 +107,7 @@ class MujocoVecEnv(VecEnv):
             raise ValueError(
                 f"control period 1/{control_hz} s is not a whole number of physics steps of {physics_dt} s"
             )
-        unknown = [c for c in cameras if c not in CAMERAS]
-        if unknown:
-            raise ValueError(f"unknown camera(s) {unknown}; available: {list(CAMERAS)}")
+        views = [parse_camera(c) for c in cameras]  # (base camera, lag in control steps)
         dims = {t.privileged_dim for t in tasks}
         if len(dims) != 1:
             raise ValueError(f"tasks of one env must share the privileged layout, got sizes {dims}")
@@ -165,7 +163,13 @@ class MujocoVecEnv(VecEnv):
             )
             from sims.mujoco.render import BatchRenderer
 
-            self._renderer = BatchRenderer(self.model, self.cameras, image_size, image_size)
+            bases = list(dict.fromkeys(b for b, _ in views))  # each camera rendered once per step
+            self._view_src = [(bases.index(b), lag) for b, lag in views]
+            self._renderer = BatchRenderer(self.model, tuple(bases), image_size, image_size)
+            # frames of the last max-lag + 1 control steps, newest first: [N, L, B, H, W, 3]
+            self._frames = np.zeros((num_envs, max(lag for _, lag in views) + 1, len(bases), image_size,
+                                     image_size, 3), np.uint8)
+            self._rendered = np.zeros((num_envs, len(bases), image_size, image_size, 3), np.uint8)
             self._rgb = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
         else:
             self._renderer = None
@@ -272,7 +276,7 @@ class MujocoVecEnv(VecEnv):
         self._init_ids[:] = -1 if iids is None else iids
         all_ids = np.arange(self.num_envs)
         self._reset_envs(all_ids)
-        return self._observe(all_ids)
+        return self._observe(all_ids, fresh=True)
 
     # ------------------------------------------------------------------ step
     def _apply_actions(self, actions: np.ndarray, ids: np.ndarray) -> None:
@@ -369,7 +373,7 @@ class MujocoVecEnv(VecEnv):
         }
         if len(done_ids):
             self._reset_envs(done_ids)
-            obs = self._observe(done_ids)
+            obs = self._observe(done_ids, fresh=True)
         to_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=self.device)  # noqa: E731
         info: dict[str, Any] = {
             "success": to_t(success, torch.bool),
@@ -397,8 +401,11 @@ class MujocoVecEnv(VecEnv):
         return out
 
     # ------------------------------------------------------------------ observations
-    def _observe(self, ids: np.ndarray) -> Obs:
-        """Refresh the cached observation rows of envs ``ids`` and return a copy of all rows."""
+    def _observe(self, ids: np.ndarray, fresh: bool = False) -> Obs:
+        """Refresh the cached observation rows of envs ``ids`` and return a copy of all rows.
+
+        ``fresh``: the envs start an episode, so past frames of history cameras repeat this one.
+        """
         if not hasattr(self, "_state"):
             self._state = np.zeros((self.num_envs, STATE_DIM), np.float32)
         sel = slice(None) if len(ids) == self.num_envs else ids
@@ -417,7 +424,14 @@ class MujocoVecEnv(VecEnv):
             "privileged": torch.from_numpy(self._privileged()).to(dev),
         }
         if self._renderer is not None:
-            self._renderer.render(self.sim, ids, self._rgb)
+            self._renderer.render(self.sim, ids, self._rendered)
+            if fresh:
+                self._frames[ids] = self._rendered[ids][:, None]
+            else:
+                self._frames[ids, 1:] = self._frames[ids, :-1]
+                self._frames[ids, 0] = self._rendered[ids]
+            for v, (b, lag) in enumerate(self._view_src):
+                self._rgb[ids, v] = self._frames[ids, lag, b]
             obs["rgb"] = torch.from_numpy(self._rgb.copy()).to(dev)
         self._last_obs = obs
         return obs
@@ -464,6 +478,18 @@ class MujocoVecEnv(VecEnv):
         for r in (self._renderer, getattr(self, "_video_renderer", None)):
             if r is not None:
                 r.close()
+
+
+def parse_camera(name: str) -> tuple[str, int]:
+    """``"agentview"`` -> ``("agentview", 0)``; ``"agentview_prev4"`` -> ``("agentview", 4)``: the view
+    that camera showed 4 control steps ago (a frame history lets a policy see motion)."""
+    base, sep, lag = name.rpartition("_prev")
+    if sep and base in CAMERAS and lag.isdigit() and int(lag) >= 1:
+        return base, int(lag)
+    if name in CAMERAS:
+        return name, 0
+    raise ValueError(f"unknown camera {name!r}; available: {list(CAMERAS)}, or <camera>_prev<k> for the view k "
+                     "control steps ago")
 
 
 def make_mujoco_env(
