@@ -57,8 +57,8 @@ def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_env
     from embodied.latency import LatencyStats
 
     stats = LatencyStats()
-    with sims.make(sims.suites.backend(suite), suite=suite, num_envs=num_envs, seed=0, cameras=tuple(policy.config.cameras),
-                   image_size=image_size) as env:
+    with sims.make(sims.suites.backend(suite), suite=suite, num_envs=num_envs, seed=0,
+                   cameras=tuple(policy.config.cameras), image_size=image_size) as env:
         obs = env.reset(task_ids=[tasks[i % len(tasks)] for i in range(num_envs)], init_ids=list(range(num_envs)))
         batch = {"rgb": obs["rgb"], "state": obs["state"],
                  "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}

@@ -176,8 +176,8 @@ def run(cfg: ServeBenchConfig, out: Path) -> dict[str, Any]:
         w.writerow(["round_trip", result["round_trip_ms"]["p50"], result["round_trip_ms"]["p95"]])
         w.writerow(["clients_1_req_per_s", single["requests_per_s"], ""])
         w.writerow([f"clients_{cfg.clients}_req_per_s", many["requests_per_s"], ""])
-    print(f"in-process p50 {result['in_process_ms']['p50']:.2f} ms, round trip p50 {result['round_trip_ms']['p50']:.2f} "
-          f"ms (p95 {result['round_trip_ms']['p95']:.2f}): overhead {result['overhead_ms_p50']:.2f} ms "
+    print(f"in-process p50 {result['in_process_ms']['p50']:.2f} ms, round trip p50 "
+          f"{result['round_trip_ms']['p50']:.2f} ms (p95 {result['round_trip_ms']['p95']:.2f}): overhead {result['overhead_ms_p50']:.2f} ms "
           f"(target <= {cfg.target_overhead_ms}); 1 client {single['requests_per_s']} req/s, {cfg.clients} clients "
           f"{many['requests_per_s']} req/s (mean batch {many['mean_batch']:.2f})", flush=True)
     return result
