@@ -35,8 +35,9 @@ import cv2
 import numpy as np
 import torch
 
-from embodied.latency import ActionQueue, LatencyStats, augment_state, delay_steps
+from embodied.latency import ActionQueue, LatencyStats, augment_state, chunk_start, max_delay_of, wants_chunk
 from real_robot.policy_client import PolicyClient, ServerError
+from real_robot.rate import FixedRate
 from real_robot.robots.base import Observation, Robot
 from real_robot.safety import SafetyFilter
 from real_robot.spec import IMAGE_PREFIX, PROMPT_KEY, RTC_FROZEN_KEY, RTC_PREV_KEY, STATE_KEY, PolicySpec
@@ -93,10 +94,7 @@ class EpisodeResult:
 
 def aware_max_delay(policy: PolicySpec, robot: Robot) -> int | None:
     """The latency-aware policy's largest delay (its state = robot state + max_delay * A + 1), or None."""
-    extra = policy.state_dim - robot.spec.state_dim - 1
-    if extra < 0 or extra % robot.spec.action_dim:
-        return None
-    return extra // robot.spec.action_dim
+    return max_delay_of(policy.state_dim, robot.spec.state_dim, robot.spec.action_dim)
 
 
 def check_compatible(policy: PolicySpec, robot: Robot, mode: str = "async") -> None:
@@ -202,16 +200,16 @@ class Deployer:
         a_dim = self.spec.action_dim
         queue = ActionQueue(1, a_dim, merge="replace")
         watchdog = Watchdog(cfg.hold_timeout_s, cfg.stop_timeout_s)
-        period = 1.0 / self.hz
+        rate = FixedRate(self.hz)
         inflight: Optional[tuple[Future, int]] = None
         req_delay = 0
+        measured = 1  # d in control steps: the p95 round trip, updated when one completes
         starved = 0
         counts_before = dict(self.safety.counts)
         held = 0
         reason, success = "max_steps", False
         last_frames: dict[str, tuple[int, float]] = {}
         states, actions, images = [], [], []
-        next_t = time.perf_counter()
         step = 0
         for step in range(cfg.max_steps):
             if self.estopped:
@@ -233,7 +231,9 @@ class Deployer:
                 try:
                     chunk, seconds = fut.result()
                     self.stats.record("round_trip", seconds)
-                    start = {"sync": step, "aware": req_step + req_delay}.get(cfg.mode, req_step)
+                    measured = self.stats.delay(self.hz, "round_trip")
+                    # sync: the robot waited for this chunk, it starts now
+                    start = chunk_start(cfg.mode, req_step, step - req_step if cfg.mode == "sync" else req_delay)
                     queue.push(torch.from_numpy(np.array(chunk, np.float32))[None], start)
                 except (ConnectionError, ServerError, TimeoutError) as err:
                     self.stats.record("failures", 1.0)
@@ -242,15 +242,8 @@ class Deployer:
             if not self.client.alive():
                 queue.clear()  # the server is gone: hold from this period on
                 self.last_error = "connection to the policy server lost"
-            left = int(queue.remaining()[0])
-            rt = self.stats.summary().get("round_trip")
-            measured = delay_steps(rt["p95"], self.hz) if rt else 1
-            if cfg.mode == "sync":
-                want = left == 0
-            elif cfg.mode == "aware":
-                want = left <= min(measured, self.max_delay)
-            else:
-                want = left <= self.threshold
+            d_plan = min(measured, self.max_delay) if cfg.mode == "aware" else measured
+            want = wants_chunk(cfg.mode, int(queue.remaining()[0]), d_plan, self.threshold)
             if want and inflight is None and self.client.alive():
                 prev, frozen, committed = None, 0, None
                 if cfg.mode == "rtc":
@@ -258,7 +251,7 @@ class Deployer:
                     prev = acts[0, :int(ok[0].sum())].numpy()
                     frozen = min(measured, max(len(prev), 0), self.spec.chunk_size - 1)
                 elif cfg.mode == "aware":
-                    frozen = min(measured, self.max_delay)
+                    frozen = d_plan
                     acts, ok = queue.peek(max(self.max_delay, 1))
                     hold = self.safety.hold(obs.state)
                     committed = np.where(ok[0, :, None].numpy(), acts[0].numpy(), hold[None]).astype(np.float32)
@@ -286,12 +279,7 @@ class Deployer:
                 images.append({c: obs.images[c] for c in robot.spec.cameras})
             if on_step is not None:
                 on_step(step, obs, sent)
-            next_t += period
-            delay = next_t - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_t = time.perf_counter()
+            rate.wait()
         if reason in ("watchdog", "estop") or reason.startswith("camera_stalled"):
             robot.hold()
             robot.disconnect()  # motors stopped cleanly; a new episode needs connect()

@@ -26,10 +26,9 @@ class PolicyClient:
         """Open the connection and read the server's metadata (the policy's spec)."""
         from websockets.sync.client import connect
 
-        headers = {"Authorization": f"Api-Key {self.api_key}"} if self.api_key else None
         try:
             self._ws = connect(self.uri, compression=None, max_size=self.max_message_bytes,
-                               additional_headers=headers, open_timeout=self.timeout)
+                               additional_headers=protocol.auth_headers(self.api_key), open_timeout=self.timeout)
         except Exception as err:
             raise ConnectionError(f"cannot connect to the policy server at {self.uri}: {err}") from None
         self.metadata = protocol.unpackb(self._ws.recv(timeout=self.timeout), self.max_message_bytes)

@@ -11,6 +11,7 @@ and the message size is capped before msgpack sees it. Anything else raises :cla
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 import msgpack
@@ -23,6 +24,19 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
 class ProtocolError(ValueError):
     """A message that is not valid msgpack in our encoding."""
+
+
+def auth_headers(api_key: str | None) -> dict[str, str] | None:
+    """The ``Authorization`` header a client sends (openpi's ``Api-Key <key>`` scheme)."""
+    return {"Authorization": f"Api-Key {api_key}"} if api_key else None
+
+
+def authorized(headers: Any, api_key: str | None) -> bool:
+    """Whether request ``headers`` carry ``api_key`` (always, when no key is required); constant time."""
+    if api_key is None:
+        return True
+    given = headers.get("Authorization", "") or ""
+    return hmac.compare_digest(given.encode(), f"Api-Key {api_key}".encode())
 
 
 def _pack_default(obj: Any) -> Any:

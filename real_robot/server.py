@@ -21,7 +21,6 @@ preprocess (stacking into tensors), inference, encode (of the previous reply on 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import threading
@@ -151,11 +150,8 @@ class PolicyServer:
                     "timing_ms": {k: {q: round(v * 1e3, 3) if q != "count" else v for q, v in s.items()}
                                   for k, s in self.stats.summary().items()}}
             return connection.respond(HTTPStatus.OK, json.dumps(body) + "\n")
-        if self.api_key is not None:
-            given = request.headers.get("Authorization", "")
-            expected = f"Api-Key {self.api_key}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        if not protocol.authorized(request.headers, self.api_key):
+            return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
         if not self.ready:
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
         return None

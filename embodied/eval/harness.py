@@ -164,8 +164,14 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     todo = [w for w, items in enumerate(waves) if not set(items) <= recorded.get(w, set())]
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}}
-    env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras), image_size=image_size)
-    seen = aware_view(env, agent, latency) if latency.mode == "aware" else env  # sets latency.max_delay
+    env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
+                    image_size=image_size)
+    if latency.mode == "aware":  # sets latency.max_delay
+        policy = getattr(agent, "policy", None)
+        policy_state = policy.config.state_dim if policy is not None else env.observation_spec["state"].shape[0]
+        seen = aware_view(env, int(policy_state), agent.chunk_size, latency)
+    else:
+        seen = env
     if check is not None:
         check(seen)
     executor = ChunkExecutor(latency, n, agent.chunk_size, int(env.action_spec.shape[0]), env.control_hz)
@@ -217,19 +223,19 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             "latency": {"held_steps": held, "requests": executor.requests, **executor.stats.summary()}}
 
 
-def aware_view(env: Any, agent: Any, latency: LatencyConfig) -> Any:
-    """The env as a latency-aware policy sees it (augmented state), for its spec check; sets
-    ``latency.max_delay`` from the policy's state size."""
+def aware_view(env: Any, policy_state_dim: int, chunk_size: int, latency: LatencyConfig) -> Any:
+    """The env as a latency-aware policy reading ``policy_state_dim`` state dims sees it (augmented
+    state), for its spec check; sets ``latency.max_delay`` from that size."""
+    from embodied.latency import max_delay_of
     from embodied.latency.delay_env import DelayedChunkEnv
 
     s, a = int(env.observation_spec["state"].shape[0]), int(env.action_spec.shape[0])
-    p = int(getattr(getattr(agent, "policy", None), "config", None).state_dim) if hasattr(agent, "policy") else s
-    extra = p - s - 1
-    if extra < 0 or extra % a:
+    max_delay = max_delay_of(policy_state_dim, s, a)
+    if max_delay is None:
         raise ValueError(f"execution=aware needs a policy trained with latency-aware RL (state of {s} + "
-                         f"max_delay * {a} + 1 dims); this policy reads {p}")
+                         f"max_delay * {a} + 1 dims); this policy reads {policy_state_dim}")
     if latency.max_delay is None:
-        latency.max_delay = extra // a
+        latency.max_delay = max_delay
     if latency.delay > latency.max_delay:
         raise ValueError(f"delay {latency.delay} exceeds the policy's max_delay {latency.max_delay}")
-    return DelayedChunkEnv(env, agent.chunk_size, [latency.max_delay])
+    return DelayedChunkEnv(env, chunk_size, [latency.max_delay])

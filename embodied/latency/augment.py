@@ -17,6 +17,15 @@ def augmented_state_dim(state_dim: int, action_dim: int, max_delay: int) -> int:
     return state_dim + max_delay * action_dim + 1
 
 
+def max_delay_of(policy_state_dim: int, state_dim: int, action_dim: int) -> int | None:
+    """The largest delay a latency-aware policy reading ``policy_state_dim`` dims was built for
+    (the inverse of :func:`augmented_state_dim`), or None if it is not one."""
+    extra = policy_state_dim - state_dim - 1
+    if extra < 0 or extra % action_dim:
+        return None
+    return extra // action_dim
+
+
 def augment_state(state: torch.Tensor, committed: torch.Tensor, delay: torch.Tensor, max_delay: int) -> torch.Tensor:
     """``[N, S]`` -> ``[N, S + max_delay * A + 1]``.
 

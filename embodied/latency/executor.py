@@ -81,6 +81,21 @@ class LatencyConfig:
             raise ValueError(f"threshold must be in 0..{chunk_size - 1}, got {self.threshold}")
 
 
+def wants_chunk(mode: str, queued: int, delay: int, threshold: int) -> bool:
+    """Whether to ask for a chunk with ``queued`` actions left (no request in flight)."""
+    if mode == "sync":
+        return queued == 0
+    if mode == "aware":
+        return queued <= delay
+    return queued <= threshold
+
+
+def chunk_start(mode: str, request_step: int, delay: int) -> int:
+    """The control step a chunk's first action is meant for: the observation's step (async, rtc:
+    its first ``delay`` actions are past on arrival), or the arrival (sync waits, aware plans for it)."""
+    return request_step + delay if mode in ("sync", "aware") else request_step
+
+
 def hold_action(last: torch.Tensor) -> torch.Tensor:
     """Hold still ``[N, A]``: zero end-effector motion, the gripper command of ``last``."""
     out = torch.zeros_like(last)
@@ -116,16 +131,6 @@ class ChunkExecutor:
     def now(self) -> int:
         return self.queue.now
 
-    def _wants_chunk(self) -> bool:
-        if self.pending is not None:
-            return False
-        left = int(self.queue.remaining().max())
-        if self.cfg.mode == "sync":
-            return left == 0
-        if self.cfg.mode == "aware":
-            return left <= self.cfg.delay
-        return left <= self.threshold
-
     def committed(self, count: int) -> torch.Tensor:
         """The actions for steps ``now .. now + count - 1`` ``[N, count, A]`` (hold where none is queued)."""
         acts, ok = self.queue.peek(count)
@@ -159,11 +164,12 @@ class ChunkExecutor:
         if self.pending is not None and self.pending[0] <= t:
             self.queue.push(self.pending[2], self.pending[1])
             self.pending = None
-        if self._wants_chunk():
+        if self.pending is None and wants_chunk(self.cfg.mode, int(self.queue.remaining().max()), self.cfg.delay,
+                                                self.threshold):
             chunk, seconds = self._request(obs, env, agent)
             d = self.cfg.delay if self.cfg.delay_source == "steps" else delay_steps(seconds, self.hz)
             self.stats.record("delay_steps", float(d))
-            start = t + d if self.cfg.mode in ("sync", "aware") else t
+            start = chunk_start(self.cfg.mode, t, d)
             if d == 0:
                 self.queue.push(chunk, start)
             else:

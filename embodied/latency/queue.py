@@ -8,8 +8,8 @@ ones that overlap queued actions are merged by the queue's rule, the rest are ap
 action is executed twice, none after its step has passed, and the order within and across chunks
 is the order of their steps.
 
-On a real robot the step of an action is ``round((t - t0) * control_hz)``; :meth:`timestamps`
-gives the wall-clock times of the queued actions.
+On a real robot the step of an action is its control period (the robot client counts them); the
+action queued in slot ``j`` runs at ``t0 + (now + j) / control_hz``.
 """
 
 from __future__ import annotations
@@ -50,10 +50,6 @@ class ActionQueue:
         """The next ``count`` actions ``[N, count, A]`` and their validity ``[N, count]`` (no pop)."""
         self._grow(count)
         return self.actions[:, :count].clone(), self.valid[:, :count].clone()
-
-    def timestamps(self, t0: float, control_hz: float) -> torch.Tensor:
-        """Wall-clock time ``[L]`` of each slot when step 0 was at ``t0``."""
-        return t0 + (self.now + torch.arange(self.actions.shape[1], dtype=torch.float64)) / control_hz
 
     # ------------------------------------------------------------------ writing
     def push(self, chunk: torch.Tensor, start: int, mask: torch.Tensor | None = None) -> torch.Tensor:

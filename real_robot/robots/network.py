@@ -24,7 +24,7 @@ A user's adapter implements :class:`~real_robot.robots.base.Robot` against their
 
 from __future__ import annotations
 
-import hmac
+from contextlib import suppress
 import threading
 from http import HTTPStatus
 from typing import Any, Optional
@@ -44,10 +44,8 @@ class RobotAdapterServer:
         self._server: Any = None
 
     def _process_request(self, connection: Any, request: Any) -> Any:
-        if self.api_key is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Api-Key {self.api_key}".encode()):
-                return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        if not protocol.authorized(request.headers, self.api_key):
+            return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
         return None
 
     def _dispatch(self, msg: Any) -> dict[str, Any]:
@@ -134,9 +132,8 @@ class NetworkRobot(Robot):
         from websockets.sync.client import connect
 
         if self._ws is None:
-            headers = {"Authorization": f"Api-Key {self.api_key}"} if self.api_key else None
             self._ws = connect(self.address, compression=None, max_size=protocol.DEFAULT_MAX_BYTES,
-                               additional_headers=headers, open_timeout=self.timeout)
+                               additional_headers=protocol.auth_headers(self.api_key), open_timeout=self.timeout)
         self.spec = RobotSpec.from_dict(self._call("spec")["spec"])
         self._call("connect")
         self.connected = True
@@ -151,24 +148,18 @@ class NetworkRobot(Robot):
 
     def hold(self) -> None:
         if self._ws is not None:
-            try:
+            with suppress(Exception):  # best effort: the adapter may be gone already
                 self._call("hold")
-            except Exception:
-                pass
 
     def reset(self, init_id: Optional[int] = None) -> None:
         self._call("reset", **({"init_id": int(init_id)} if init_id is not None else {}))
 
     def disconnect(self) -> None:
         if self._ws is not None:
-            try:
+            with suppress(Exception):
                 self._call("disconnect")
-            except Exception:
-                pass
-            try:
+            with suppress(Exception):
                 self._ws.close()
-            except Exception:
-                pass
             self._ws = None
         self.connected = False
 

@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from real_robot.rate import FixedRate
 from real_robot.robots.base import Observation, Robot, RobotSpec
 
 
@@ -163,16 +164,10 @@ class SimRobot(Robot):
                 self._obs.popleft()
 
     def _run(self) -> None:
-        period = 1.0 / self.spec.control_hz
-        next_t = time.perf_counter()
+        rate = FixedRate(self.spec.control_hz)
         while not self._stop.is_set():
             self.tick()
-            next_t += period
-            delay = next_t - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_t = time.perf_counter()
+            rate.wait()
 
     def _observation(self, obs: dict) -> Observation:
         images = {}
@@ -180,16 +175,15 @@ class SimRobot(Robot):
         for i, cam in enumerate(self.cfg.cameras):
             c = self.cfg
             if c.stall_camera == cam and 0 <= c.stall_camera_after <= self.ticks:
-                if cam not in self._stalled:
-                    self._stalled[cam] = images.get(cam, rgb[i]).copy()
-                images[cam] = self._stalled[cam]
+                images[cam] = self._stalled.setdefault(cam, rgb[i].copy())  # frozen from now on
                 continue
-            img = rgb[i].astype(np.float32)
-            if c.camera_noise_std:
-                img = img + self._rng.normal(0, c.camera_noise_std, img.shape)
-            if c.color_shift:
-                img = img + self._shift
-            images[cam] = np.clip(img, 0, 255).astype(np.uint8) if (c.camera_noise_std or c.color_shift) else rgb[i]
+            img = rgb[i]
+            if c.camera_noise_std or c.color_shift:
+                noisy = img.astype(np.float32) + self._shift
+                if c.camera_noise_std:
+                    noisy += self._rng.normal(0, c.camera_noise_std, img.shape)
+                img = np.clip(noisy, 0, 255).astype(np.uint8)
+            images[cam] = img
             self._frames[cam] += 1
         return Observation(state=obs["state"][0].numpy().astype(np.float32), images=images,
                            frame_ids=dict(self._frames), timestamp=time.time(), success=self.success)

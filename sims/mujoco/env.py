@@ -166,10 +166,12 @@ class MujocoVecEnv(VecEnv):
             bases = list(dict.fromkeys(b for b, _ in views))  # each camera rendered once per step
             self._view_src = [(bases.index(b), lag) for b, lag in views]
             self._renderer = BatchRenderer(self.model, tuple(bases), image_size, image_size)
-            # frames of the last max-lag + 1 control steps, newest first: [N, L, B, H, W, 3]
-            self._frames = np.zeros((num_envs, max(lag for _, lag in views) + 1, len(bases), image_size,
-                                     image_size, 3), np.uint8)
-            self._rendered = np.zeros((num_envs, len(bases), image_size, image_size, 3), np.uint8)
+            self._history = any(lag for _, lag in views) or len(bases) != len(views)
+            if self._history:
+                # frames of the last max-lag + 1 control steps, newest first: [N, L, B, H, W, 3]
+                self._frames = np.zeros((num_envs, max(lag for _, lag in views) + 1, len(bases), image_size,
+                                         image_size, 3), np.uint8)
+                self._rendered = np.zeros((num_envs, len(bases), image_size, image_size, 3), np.uint8)
             self._rgb = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
         else:
             self._renderer = None
@@ -423,7 +425,10 @@ class MujocoVecEnv(VecEnv):
             "task_id": torch.from_numpy(self._task_ids.copy()).to(dev),
             "privileged": torch.from_numpy(self._privileged()).to(dev),
         }
-        if self._renderer is not None:
+        if self._renderer is not None and not self._history:  # the views are the rendered cameras
+            self._renderer.render(self.sim, ids, self._rgb)
+            obs["rgb"] = torch.from_numpy(self._rgb.copy()).to(dev)
+        elif self._renderer is not None:
             self._renderer.render(self.sim, ids, self._rendered)
             if fresh:
                 self._frames[ids] = self._rendered[ids][:, None]

@@ -68,15 +68,11 @@ class WarpBatch:
             dev = getattr(self.d, name)
             dev.assign(self.host[name].reshape(dev.numpy().shape) if name == "site_xmat" else self.host[name])
 
-    def _download(self, names: tuple[str, ...] = STATE_FIELDS + DERIVED_FIELDS, rows: Any = None) -> None:
+    def _download(self, names: tuple[str, ...] = STATE_FIELDS + DERIVED_FIELDS) -> None:
         if self._zero_copy:
             return
         for name in names:
-            arr = getattr(self.d, name).numpy().reshape(self.host[name].shape)
-            if rows is None:
-                self.host[name][...] = arr
-            else:
-                self.host[name][rows] = arr[rows]
+            self.host[name][...] = getattr(self.d, name).numpy().reshape(self.host[name].shape)
 
     # ------------------------------------------------------------------ the Batch interface used by the env
     def bind(self, name: str) -> np.ndarray:
@@ -95,26 +91,24 @@ class WarpBatch:
             for _ in range(nstep):
                 self.mjw.step(self.m, self.d)
             if keep is not None:  # worlds that were not stepped get their state back
-                if self._zero_copy:
-                    for name, values in keep.items():
-                        self.host[name][rest] = values
-                else:
-                    self._download(STATE_FIELDS)
-                    for name, values in keep.items():
-                        self.host[name][rest] = values
-                    self._upload()
-            self.mjw.kinematics(self.m, self.d)
-            self.mjw.com_pos(self.m, self.d)
-            self.wp.synchronize()
+                self._download(STATE_FIELDS)
+                for name, values in keep.items():
+                    self.host[name][rest] = values
+                self._upload()
+            self._positions()
         self._download()
+
+    def _positions(self) -> None:
+        """Position-dependent fields at the current state (what ``mjSTAGE_POS`` gives the C batch)."""
+        self.mjw.kinematics(self.m, self.d)
+        self.mjw.com_pos(self.m, self.d)
+        self.wp.synchronize()
 
     def forward(self, ids: Optional[np.ndarray] = None, stage: Any = None) -> None:
         """Position-dependent fields of every world (cheap to recompute for all)."""
         self._upload()
         with self.wp.ScopedDevice(self.device):
-            self.mjw.kinematics(self.m, self.d)
-            self.mjw.com_pos(self.m, self.d)
-            self.wp.synchronize()
+            self._positions()
         self._download(DERIVED_FIELDS)
 
     def reset(self, ids: Optional[np.ndarray] = None, stage: Any = None) -> None:
