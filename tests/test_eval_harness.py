@@ -69,8 +69,10 @@ def test_interrupted_run_keeps_episodes_and_resumes(tmp_path):
     args = ["policy=expert", "suite=goal", "tasks=[2,3]", "episodes=15", "num_envs=2", "image_size=32",
             "videos=none", f"out={out}"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    # a shell running the suite in the background ignores SIGINT, and a child would inherit that
     proc = subprocess.Popen([str(BIN / "embodied-eval"), *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = out / "episodes.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 3):
