@@ -6,6 +6,8 @@ only, then with ``agentview`` at ``cfg.gpu_image_size``), ``cfg.warmup_steps`` u
 steps, then ``cfg.gpu_repeats`` timed runs of ``cfg.gpu_steps`` control steps; median env-steps/s.
 On a machine without CUDA, MuJoCo Warp runs on Warp's CPU device and ManiSkill on PhysX CPU
 (one scene per env): the numbers then only check the path, they say nothing about a GPU.
+``mujoco_gpu``'s camera rows render with the env's ``renderer="auto"``: MuJoCo Warp's batched ray
+tracer on CUDA, OpenGL otherwise; each row records which (``renderer``).
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
                             env.step(a)
                         rates.append(int(n) * cfg.gpu_steps / (time.perf_counter() - t0))
                     device = getattr(getattr(env, "sim", None), "device", None) or getattr(env, "sim_backend", "")
+                    renderer = getattr(env, "renderer", backend) if cams else None
                 finally:
                     env.close()
                 row = {"backend": backend, "num_envs": int(n), "camera": bool(cams), "image_size": cfg.gpu_image_size,
-                       "device": str(device), "build_s": round(build, 2),
+                       "device": str(device), "renderer": renderer, "build_s": round(build, 2),
                        "env_steps_per_s": round(statistics.median(rates), 1), "samples": [round(r, 1) for r in rates]}
                 rows.append(row)
                 print(f"{backend:10s} N={n:5d} {'rgb' if cams else 'state'}: {row['env_steps_per_s']:.0f} env-steps/s "
-                      f"({row['device']})", flush=True)
+                      f"({row['device']}{', ' + str(renderer) + ' renderer' if renderer else ''})", flush=True)
     return rows

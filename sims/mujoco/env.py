@@ -46,6 +46,10 @@ ACTION_MODES = ("ee_delta", "joint_pos")
 #: shaped: potential-based, the progress made this step plus 1 at success (an episode's return is
 #: final progress - initial progress + success, so lingering near the goal earns nothing)
 REWARD_TYPES = ("sparse", "dense", "shaped")
+#: gl: MuJoCo's OpenGL renderer, one env and camera at a time (sims/mujoco/render.py); warp: MuJoCo
+#: Warp's batched ray tracer over all worlds (sims/mujoco/warp_render.py, physics="warp" only);
+#: auto: warp when the physics is warp on a cuda device, else gl
+RENDERERS = ("auto", "gl", "warp")
 
 
 def _as_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str) -> np.ndarray | None:
@@ -82,6 +86,7 @@ class MujocoVecEnv(VecEnv):
         scene_builder: Callable[[mujoco.MjSpec], None] | None = None,
         physics: str = "mujoco",
         warp_device: str | None = None,
+        renderer: str = "auto",
     ):
         """Args beyond :func:`sims.make`'s:
 
@@ -91,9 +96,16 @@ class MujocoVecEnv(VecEnv):
         max_steps: overrides every task's step limit.
         physics: ``mujoco`` (MuJoCo's C batch, multi-threaded) or ``warp`` (MuJoCo Warp worlds on
             ``warp_device``: ``cuda`` when available, else ``cpu``; see sims/mujoco/warp_batch.py).
+        renderer: camera renderer, one of :data:`RENDERERS` (``warp`` needs ``physics="warp"``);
+            the choice made is ``self.renderer``.
         """
         if physics not in ("mujoco", "warp"):
             raise ValueError(f"physics must be 'mujoco' or 'warp', got {physics!r}")
+        if renderer not in RENDERERS:
+            raise ValueError(f"renderer must be one of {RENDERERS}, got {renderer!r}")
+        if renderer == "warp" and physics != "warp":
+            raise ValueError("renderer='warp' ray-traces MuJoCo Warp worlds and needs physics='warp' (backend "
+                             "'mujoco_gpu'); with the mujoco backend use renderer='gl' or 'auto'")
         if not tasks:
             raise ValueError("at least one task is needed")
         if scene_builder is None and len(tasks) != 1:
@@ -143,6 +155,7 @@ class MujocoVecEnv(VecEnv):
             self.sim = WarpBatch(self.model, num_envs, device=warp_device)
         else:
             self.sim = mjbatch.Batch(self.model, num_envs, nthread=self.num_threads)
+        self.renderer = self._pick_renderer(renderer)
         self._bind()
         for t in self.task_objs:
             t.bind(self)
@@ -161,11 +174,9 @@ class MujocoVecEnv(VecEnv):
             self.observation_spec["rgb"] = Spec(
                 (len(self.cameras), image_size, image_size, 3), torch.uint8, 0, 255
             )
-            from sims.mujoco.render import BatchRenderer
-
             bases = list(dict.fromkeys(b for b, _ in views))  # each camera rendered once per step
             self._view_src = [(bases.index(b), lag) for b, lag in views]
-            self._renderer = BatchRenderer(self.model, tuple(bases), image_size, image_size)
+            self._renderer = self._make_renderer(tuple(bases))
             self._history = any(lag for _, lag in views) or len(bases) != len(views)
             if self._history:
                 # frames of the last max-lag + 1 control steps, newest first: [N, L, B, H, W, 3]
@@ -185,6 +196,24 @@ class MujocoVecEnv(VecEnv):
         self._rngs = self._make_rngs(seed)
         self._closed = False
         self.reset()
+
+    def _pick_renderer(self, renderer: str) -> str:
+        """``auto`` -> ``warp`` for Warp physics on a cuda device (one launch for all worlds), else ``gl``."""
+        if renderer != "auto":
+            return renderer
+        if self.physics == "warp" and self.sim.wp.get_device(self.sim.device).is_cuda:
+            return "warp"
+        return "gl"
+
+    def _make_renderer(self, cameras: tuple[str, ...]) -> Any:
+        size = self.image_size
+        if self.renderer == "warp":
+            from sims.mujoco.warp_render import WarpBatchRenderer
+
+            return WarpBatchRenderer(self.sim, cameras, size, size)
+        from sims.mujoco.render import BatchRenderer
+
+        return BatchRenderer(self.model, cameras, size, size)
 
     # ------------------------------------------------------------------ binding and accessors
     def _bind(self) -> None:
