@@ -35,6 +35,9 @@ class PolicyConfig:
         control_hz: the control rate the policy was trained at (checked at deployment).
         d_model: width of the prefix tokens and of the heads.
         vision_channels: channels of the small CNN's stages.
+        vision_keypoints: K spatial-softmax keypoint tokens per view added to the CNN's 4 x 4 grid
+            of pooled features (0: grid only). Keypoints keep sub-cell positions: use them when
+            small objects must be located precisely (e.g. the ``spatial`` suite).
         prefix_layers / prefix_heads: the fusion transformer over image, text and state tokens.
         max_text_len: instruction bytes kept by the byte-level tokenizer.
         language_encoder: ``"bytes"`` (learned, from scratch) or ``"minilm"`` (pretrained
@@ -54,6 +57,7 @@ class PolicyConfig:
     control_hz: float = 20.0
     d_model: int = 128
     vision_channels: list[int] = field(default_factory=lambda: [32, 64, 96])
+    vision_keypoints: int = 0
     prefix_layers: int = 2
     prefix_heads: int = 4
     max_text_len: int = 96

@@ -57,11 +57,13 @@ def test_sft_trains_checkpoints_and_resumes(demos, tmp_path):
 def test_sft_autoregressive_with_evaluation(demos, tmp_path):
     out = tmp_path / "ar"
     proc = _sft(f"data={demos}", f"out={out}", "policy=autoregressive", "steps=2", "eval.suite=goal",
+                "augment_shift=2", "policy.vision_keypoints=2",
                 "eval.tasks=[1,2]", "eval.episodes_per_task=1", "eval.num_envs=2", "eval.image_size=32", *TINY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "eval.json").read_text())
     assert [t["task"] for t in result["tasks"]] == [1, 2] and 0.0 <= result["success_rate"] <= 1.0
-    assert policies.load(out / "ckpt").family == "autoregressive"
+    loaded = policies.load(out / "ckpt")
+    assert loaded.family == "autoregressive" and loaded.config.vision_keypoints == 2
 
 
 def test_sft_errors_are_clear(tmp_path):
@@ -69,3 +71,5 @@ def test_sft_errors_are_clear(tmp_path):
     assert proc.returncode != 0 and "meta/info.json is missing" in proc.stderr
     proc = _sft(f"data={tmp_path}", f"out={tmp_path / 'y'}", "policy.bogus=1")
     assert proc.returncode != 0 and "bogus" in proc.stderr
+    proc = _sft(f"data={tmp_path}", f"out={tmp_path / 'z'}", "augment_shift=-1", *TINY)
+    assert proc.returncode != 0 and "augment_shift" in proc.stderr

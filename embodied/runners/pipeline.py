@@ -45,6 +45,7 @@ class PipelineSFTConfig:
     lr: float = 3e-4
     warmup_steps: int = 100
     save_every: int = 250
+    augment_shift: int = 0  # random image shift in pixels during SFT (0 = off)
 
 
 @dataclass
@@ -181,7 +182,8 @@ def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
     resume = (out / "sft" / "ckpt" / "config.json").is_file() and (out / "sft" / "train_state").is_dir()
     summary = sft_train(SFTConfig(data=str(out / "data"), out=str(out / "sft"), policy=cfg.policy, steps=s.steps,
                                   batch_size=s.batch_size, lr=s.lr, warmup_steps=s.warmup_steps,
-                                  save_every=s.save_every, seed=cfg.seed, resume=resume))
+                                  save_every=s.save_every, augment_shift=s.augment_shift, seed=cfg.seed,
+                                  resume=resume))
     return {k: summary[k] for k in ("family", "episodes", "samples", "steps", "final_loss", "train_seconds",
                                     "parameters")} | {"checkpoint": "sft/ckpt"}
 

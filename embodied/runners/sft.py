@@ -51,6 +51,7 @@ class SFTConfig:
     weight_decay: float = 1e-4
     warmup_steps: int = 100  # linear warm-up, then cosine decay to 10%
     grad_clip: float = 1.0
+    augment_shift: int = 0  # random shift of every view by up to this many pixels (DrQ); 0 = off
     save_every: int = 500  # bundle + training state every this many steps
     log_every: int = 25
     seed: int = 0
@@ -74,9 +75,12 @@ def _lr_at(step: int, cfg: SFTConfig) -> float:
 def train(cfg: SFTConfig) -> dict[str, Any]:
     """Run SFT as configured; returns the summary written to ``sft.json``."""
     import policies
+    from embodied.data.augment import random_shift
     from embodied.data.training import load_demonstrations
     from embodied.train_state import load_train_state
 
+    if cfg.augment_shift < 0:
+        raise ValueError(f"augment_shift must be >= 0 pixels, got {cfg.augment_shift}")
     out = prepare_run_dir(cfg.out)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -124,6 +128,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
                     group["lr"] = lr
                 idx = torch.randint(0, len(demos), (cfg.batch_size,), generator=gen)
                 obs, chunks = demos.batch(idx)
+                obs["rgb"] = random_shift(obs["rgb"], cfg.augment_shift, gen)
                 loss = policy.sft_loss(obs, chunks)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite SFT loss at step {step}; lower lr=... (now {cfg.lr})")

@@ -32,8 +32,11 @@ def build_vision_encoder(config: Any) -> nn.Module:
         if path:
             raise ValueError(f"pretrained_vision={path!r} is set but vision_encoder='cnn' ignores it: "
                              "set vision_encoder='siglip' to use it, or clear pretrained_vision")
-        return ViewEncoder(list(config.vision_channels), config.d_model, len(config.cameras))
+        return ViewEncoder(list(config.vision_channels), config.d_model, len(config.cameras),
+                           keypoints=int(getattr(config, "vision_keypoints", 0)))
     if kind == "siglip":
+        if getattr(config, "vision_keypoints", 0):
+            raise ValueError("vision_keypoints applies to vision_encoder='cnn' only; set vision_keypoints=0 with siglip")
         if not path:
             raise ValueError("vision_encoder='siglip' needs pretrained_vision=<a local folder with a SigLIP or "
                              "PaliGemma checkpoint> (nothing is downloaded); or use vision_encoder='cnn'")
