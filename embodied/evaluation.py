@@ -31,5 +31,5 @@ def evaluate_suite(policy: Any, suite: str, *, tasks: Sequence[int] | None = Non
                          "success_rate": float(np.mean([r.success for r in eps])),
                          "mean_length": float(np.mean([r.length for r in eps]))})
     return {"suite": suite, "success_rate": float(np.mean([r["success_rate"] for r in per_task])),
-            "episodes_per_task": episodes_per_task, "tasks": per_task,
+            "episodes_per_task": episodes_per_task, "image_size": image_size, "tasks": per_task,
             "env_steps_per_s": stats["env_steps"] / max(stats["seconds"], 1e-9)}

@@ -154,6 +154,11 @@ def test_execution_modes_follow_their_timelines():
     # rtc: the frozen actions are the ones that were queued, so nothing jumps at the switch
     _, ex, acts, ok = _run("rtc", 2, steps=20, threshold=3)
     assert all(ok[2:, 0].tolist())
+    # sync with a receding horizon: only the first 2 actions of each chunk run, then a new request
+    agent, ex, acts, ok = _run("sync", 0, steps=8, action_steps=2)
+    assert all(ok[:, 0].tolist()) and agent.requests == 4
+    assert (acts[:, 0, 1] * 10).round().long().tolist() == [0, 1] * 4
+    assert (acts[:, 0, 0] * 10).round().long().tolist() == [1, 1, 2, 2, 3, 3, 4, 4]
 
 
 def test_executor_rejects_impossible_settings():
@@ -161,6 +166,10 @@ def test_executor_rejects_impossible_settings():
         ChunkExecutor(LatencyConfig(mode="async", delay=6), 1, 6, 7, 20.0)
     with pytest.raises(ValueError, match="execution mode must be one of"):
         ChunkExecutor(LatencyConfig(mode="later"), 1, 6, 7, 20.0)
+    with pytest.raises(ValueError, match="action_steps must be in 1..6"):
+        ChunkExecutor(LatencyConfig(action_steps=7), 1, 6, 7, 20.0)
+    with pytest.raises(ValueError, match="action_steps applies to sync"):
+        ChunkExecutor(LatencyConfig(mode="async", delay=1, action_steps=2), 1, 6, 7, 20.0)
 
 
 def test_augment_and_widen_keep_the_policy_output():

@@ -58,10 +58,11 @@ def test_sft_autoregressive_with_evaluation(demos, tmp_path):
     out = tmp_path / "ar"
     proc = _sft(f"data={demos}", f"out={out}", "policy=autoregressive", "steps=2", "eval.suite=goal",
                 "augment_shift=2", "policy.vision_keypoints=2",
-                "eval.tasks=[1,2]", "eval.episodes_per_task=1", "eval.num_envs=2", "eval.image_size=32", *TINY)
+                "eval.tasks=[1,2]", "eval.episodes_per_task=1", "eval.num_envs=2", *TINY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "eval.json").read_text())
     assert [t["task"] for t in result["tasks"]] == [1, 2] and 0.0 <= result["success_rate"] <= 1.0
+    assert result["image_size"] == 32  # rendered like the dataset's frames
     loaded = policies.load(out / "ckpt")
     assert loaded.family == "autoregressive" and loaded.config.vision_keypoints == 2
 

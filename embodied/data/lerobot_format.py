@@ -298,6 +298,13 @@ class Dataset:
         return self._data.num_rows
 
     @property
+    def image_size(self) -> int | None:
+        """Side of the recorded (square) camera frames, None for a dataset without cameras."""
+        if not self.cameras:
+            return None
+        return int(self.features[video_key(self.cameras[0])]["shape"][0])
+
+    @property
     def num_episodes(self) -> int:
         return len(self.episodes)
 

@@ -6,7 +6,8 @@ for N envs (envs of one wave advance in lockstep). Inference of a chunk takes ``
 (``"wallclock"``: ``ceil(seconds * control_hz)`` of the real inference call).
 
 - ``sync``: when the queue is empty, ask for a chunk and wait ``d`` steps holding still; the chunk
-  then executes in full. Time is lost, the world moves on meanwhile.
+  then executes in full (or its first ``action_steps``: a receding horizon, LeRobot's
+  ``n_action_steps``). Time is lost, the world moves on meanwhile.
 - ``async``: ask when ``threshold`` or fewer actions are queued; the chunk is planned from the
   observation at the request step t, so when it arrives at t + d its first d actions are in the
   past and are dropped, the rest merge into the queue. The robot never waits when
@@ -53,6 +54,8 @@ class LatencyConfig:
         rtc_beta: bound on the RTC guidance weight.
         max_delay: aware: the committed-action slots of the policy's augmented state (default
             ``delay``); must match the policy it drives.
+        action_steps: sync: execute only the first k actions of each chunk, then ask again
+            (replanning more often from fresher observations; default: the whole chunk).
     """
 
     mode: str = "sync"
@@ -62,6 +65,7 @@ class LatencyConfig:
     merge: str = "replace"
     rtc_beta: float = 5.0
     max_delay: Optional[int] = None
+    action_steps: Optional[int] = None
 
     def check(self, chunk_size: int) -> None:
         if self.mode not in EXECUTION_MODES:
@@ -77,6 +81,12 @@ class LatencyConfig:
                              f"all in the past after a delay of {self.delay} steps; use a policy with longer chunks")
         if self.mode == "aware" and self.max_delay is not None and self.delay > self.max_delay:
             raise ValueError(f"delay {self.delay} exceeds the policy's max_delay {self.max_delay}")
+        if self.action_steps is not None:
+            if self.mode != "sync":
+                raise ValueError(f"action_steps applies to sync execution; {self.mode} decides when to replan "
+                                 "from threshold / delay")
+            if not 1 <= self.action_steps <= chunk_size:
+                raise ValueError(f"action_steps must be in 1..{chunk_size} (the chunk size), got {self.action_steps}")
         if self.threshold is not None and not 0 <= self.threshold < chunk_size:
             raise ValueError(f"threshold must be in 0..{chunk_size - 1}, got {self.threshold}")
 
@@ -170,6 +180,8 @@ class ChunkExecutor:
             d = self.cfg.delay if self.cfg.delay_source == "steps" else delay_steps(seconds, self.hz)
             self.stats.record("delay_steps", float(d))
             start = chunk_start(self.cfg.mode, t, d)
+            if self.cfg.action_steps is not None:
+                chunk = chunk[:, :self.cfg.action_steps]
             if d == 0:
                 self.queue.push(chunk, start)
             else:

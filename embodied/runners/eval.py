@@ -55,6 +55,7 @@ class EvalConfig:
     threshold: Optional[int] = None  # async/rtc: ask for a chunk at <= this many queued actions (default max(d, H/2))
     merge: str = "replace"  # async: new chunk vs queued actions: replace | keep | blend
     rtc_beta: float = 5.0  # rtc: bound on the guidance weight
+    action_steps: Optional[int] = None  # sync: execute the first k actions of each chunk, then replan (default: all)
     videos: str = "failures"  # failures | all | none
     video_max: int = 10  # videos per suite at most
     compare: Optional[str] = None  # a previous run folder or results.json to compare with
@@ -109,7 +110,8 @@ def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
     from embodied.latency import LatencyConfig
 
     lat = LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source, threshold=cfg.threshold,
-                        merge=cfg.merge, rtc_beta=cfg.rtc_beta)
+                        merge=cfg.merge, rtc_beta=cfg.rtc_beta,
+                        action_steps=cfg.action_steps)
     try:
         lat.check(policy.chunk_size if policy is not None else 1)
         if cfg.execution == "rtc" and policy.family != "flow":
@@ -197,7 +199,8 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                 agent = (PolicyAgent(policy, cfg.mode, rtc_beta=cfg.rtc_beta) if policy is not None
                          else ExpertAgent(suite, cfg.num_envs))
                 latency = LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source,
-                                        threshold=cfg.threshold, merge=cfg.merge, rtc_beta=cfg.rtc_beta)
+                                        threshold=cfg.threshold, merge=cfg.merge, rtc_beta=cfg.rtc_beta,
+                                        action_steps=cfg.action_steps)
                 check = policy.check_env if policy is not None else None
                 stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
                                   image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],

@@ -35,7 +35,9 @@ class SFTEvalConfig:
     tasks: Optional[list[int]] = None  # task indices (default: all)
     episodes_per_task: int = 10  # fixed initial states 0..k-1 per task
     num_envs: int = 10
-    image_size: int = 128  # rendered size (the policy resizes to its own)
+    # rendered size; default: the dataset's frame size, so the policy sees images made as in training
+    # (rendering at another size and resizing changes how small objects look)
+    image_size: Optional[int] = None
 
 
 @dataclass
@@ -165,11 +167,18 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
 
         result = evaluate_suite(policy, cfg.eval.suite, tasks=cfg.eval.tasks,
                                 episodes_per_task=cfg.eval.episodes_per_task, num_envs=cfg.eval.num_envs,
-                                image_size=cfg.eval.image_size, seed=cfg.seed)
+                                image_size=cfg.eval.image_size or _dataset_image_size(cfg.data, policy),
+                                seed=cfg.seed)
         write_json(out / "eval.json", result)
         summary["eval_success_rate"] = result["success_rate"]
     write_json(out / "sft.json", summary)
     return summary
+
+
+def _dataset_image_size(data: str, policy: Any) -> int:
+    from embodied.data.lerobot_format import Dataset
+
+    return Dataset(data).image_size or policy.config.image_size
 
 
 def _checkpoint(policy: Any, optimizer: torch.optim.Optimizer, step: int, out: Path, cfg: SFTConfig) -> None:
