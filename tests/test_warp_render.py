@@ -139,3 +139,15 @@ def test_renderer_option_and_errors(env):
     with pytest.raises(ValueError, match="out must be uint8"):
         env._renderer.render(env.sim, np.arange(2), np.zeros((2, 1, SIZE, SIZE, 3), np.uint8))
     auto.close()
+
+
+def test_sim_benchmark_camera_rows_use_the_chosen_renderer():
+    from types import SimpleNamespace
+
+    from embodied.bench.sim_gpu import run_gpu_backends
+
+    cfg = SimpleNamespace(seed=0, gpu_backends=["mujoco_gpu"], gpu_num_envs=[2], gpu_image_size=SIZE,
+                          gpu_renderer="warp", warmup_steps=1, gpu_steps=2, gpu_repeats=1)
+    rows = run_gpu_backends(cfg)
+    assert [(r["camera"], r["renderer"]) for r in rows] == [(False, None), (True, "warp")]
+    assert all(r["env_steps_per_s"] > 0 for r in rows)

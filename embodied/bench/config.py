@@ -61,6 +61,7 @@ class SimBenchConfig(BenchConfig):
     gpu_backends: list[str] = field(default_factory=list)
     gpu_num_envs: list[int] = field(default_factory=lambda: [256, 1024, 4096, 8192])
     gpu_image_size: int = 128
+    gpu_renderer: str = "auto"  # mujoco_gpu camera rows: auto (warp on cuda, else gl) | gl | warp
     gpu_steps: int = 50  # control steps per timed repeat
     gpu_repeats: int = 3
 

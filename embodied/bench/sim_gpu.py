@@ -6,8 +6,9 @@ only, then with ``agentview`` at ``cfg.gpu_image_size``), ``cfg.warmup_steps`` u
 steps, then ``cfg.gpu_repeats`` timed runs of ``cfg.gpu_steps`` control steps; median env-steps/s.
 On a machine without CUDA, MuJoCo Warp runs on Warp's CPU device and ManiSkill on PhysX CPU
 (one scene per env): the numbers then only check the path, they say nothing about a GPU.
-``mujoco_gpu``'s camera rows render with the env's ``renderer="auto"``: MuJoCo Warp's batched ray
-tracer on CUDA, OpenGL otherwise; each row records which (``renderer``).
+``mujoco_gpu``'s camera rows render with ``cfg.gpu_renderer`` (default ``auto``: MuJoCo Warp's
+batched ray tracer on CUDA, OpenGL otherwise; ``warp`` / ``gl`` force one); each row records which
+(``renderer``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
             for cams in ((), ("agentview",)):
                 kwargs = dict(TASK[backend], num_envs=int(n), seed=cfg.seed, cameras=cams,
                               image_size=cfg.gpu_image_size)
+                if backend == "mujoco_gpu" and cams:
+                    kwargs["renderer"] = cfg.gpu_renderer
                 t0 = time.perf_counter()
                 env = sims.make(backend, **kwargs)
                 build = time.perf_counter() - t0
