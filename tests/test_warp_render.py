@@ -151,3 +151,17 @@ def test_sim_benchmark_camera_rows_use_the_chosen_renderer():
     rows = run_gpu_backends(cfg)
     assert [(r["camera"], r["renderer"]) for r in rows] == [(False, None), (True, "warp")]
     assert all(r["env_steps_per_s"] > 0 for r in rows)
+
+
+def test_env_rgb_comes_from_the_device_buffer_and_is_not_aliased(env):
+    obs = env.reset(seed=3)
+    host = np.zeros((2, len(CAMS), SIZE, SIZE, 3), np.uint8)
+    env._renderer.render(env.sim, np.arange(2), host)  # the host path on the same state
+    assert torch.equal(obs["rgb"], torch.from_numpy(host))
+    kept = obs["rgb"].clone()
+    moved, *_ = env.step(UP_AND_SIDEWAYS)
+    assert torch.equal(obs["rgb"], kept)  # the next render did not overwrite an earlier observation
+    assert not torch.equal(moved["rgb"], kept)
+    # only env 0 steps: env 1's rows are re-rendered from its unchanged state, identical
+    still, *_ = env.step(UP_AND_SIDEWAYS, active=torch.tensor([True, False]))
+    assert torch.equal(still["rgb"][1], moved["rgb"][1]) and not torch.equal(still["rgb"][0], moved["rgb"][0])

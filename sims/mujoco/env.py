@@ -454,7 +454,12 @@ class MujocoVecEnv(VecEnv):
             "task_id": torch.from_numpy(self._task_ids.copy()).to(dev),
             "privileged": torch.from_numpy(self._privileged()).to(dev),
         }
-        if self._renderer is not None and not self._history:  # the views are the rendered cameras
+        if self._renderer is not None and not self._history and self.renderer == "warp":
+            # device-resident: the ray tracer's buffer as a torch tensor on the Warp device, copied
+            # once (on that device when the obs live there: the next render overwrites the buffer).
+            # Worlds outside ``ids`` are re-rendered from their unchanged state: their rows stay the same.
+            obs["rgb"] = self._renderer.render_torch(self.sim).to(dev, copy=True)
+        elif self._renderer is not None and not self._history:  # the views are the rendered cameras
             self._renderer.render(self.sim, ids, self._rgb)
             obs["rgb"] = torch.from_numpy(self._rgb.copy()).to(dev)
         elif self._renderer is not None:
