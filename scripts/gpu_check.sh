@@ -31,7 +31,8 @@ cp "$OUT"/bench_cuda/policy.json "$OUT"/policy_cuda.json 2>/dev/null || true
 # MuJoCo Warp on CUDA (issue 9), when its packages are there: the warp physics and renderer tests
 # and bench=sim's GPU rows. mujoco and mujoco-warp wheels fit one device call; warp-lang (~149 MB)
 # does not fit the 64 MiB a call carries: split it (`split -b 60M`) into ignored folders carried by
-# successive calls made while the machine stays warm, then `cat` the parts back into one .whl here.
+# successive calls made while the machine stays warm, then `cat` the parts back into one .whl here
+# (a plan, untested: no device was lent so far).
 if python3 -c "import mujoco, mujoco_warp, warp" 2>/dev/null; then
   export MUJOCO_GL=egl
   python3 -m pytest -q -p no:cacheprovider tests/test_warp_backend.py tests/test_warp_render.py 2>&1 \
