@@ -21,7 +21,8 @@ from embodied.data.lerobot_format import Dataset
 class DemoTensors:
     """All steps of a dataset. Shapes: ``rgb [T, V, s, s, 3]`` uint8, ``state [T, S]``,
     ``actions [T, A]``, ``episode [T]``, ``instruction_ids [T]`` into ``instructions``;
-    ``chunk_index [T, H]`` rows of ``actions`` forming each step's chunk, ``chunk_pad [T, H]``."""
+    ``chunk_index [T, H]`` rows of ``actions`` forming each step's chunk, ``chunk_pad [T, H]``;
+    ``frame_size``: side of the frames as recorded (before resizing to ``s``)."""
 
     rgb: torch.Tensor
     state: torch.Tensor
@@ -32,6 +33,7 @@ class DemoTensors:
     chunk_index: torch.Tensor
     chunk_pad: torch.Tensor
     cameras: list[str]
+    frame_size: int
 
     def __len__(self) -> int:
         return len(self.state)
@@ -86,4 +88,5 @@ def load_demonstrations(root: str, *, chunk_size: int, image_size: int, cameras:
         chunk_index=torch.from_numpy(np.concatenate(chunk_index)),
         chunk_pad=torch.from_numpy(np.concatenate(chunk_pad)),
         cameras=cams,
+        frame_size=ds.image_size or image_size,
     )

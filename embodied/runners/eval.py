@@ -103,15 +103,21 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
     return suites, tasks_of, names
 
 
+def _latency_config(cfg: EvalConfig) -> Any:
+    """A fresh :class:`~embodied.latency.LatencyConfig` from the eval keys (``aware`` fills in its
+    ``max_delay``, so every suite gets its own)."""
+    from embodied.latency import LatencyConfig
+
+    return LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source, threshold=cfg.threshold,
+                         merge=cfg.merge, rtc_beta=cfg.rtc_beta, action_steps=cfg.action_steps)
+
+
 def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
     """The execution mode and delay must suit the policy (chunk length, family, augmented state)."""
     import sims
     from embodied.eval.harness import aware_view
-    from embodied.latency import LatencyConfig
 
-    lat = LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source, threshold=cfg.threshold,
-                        merge=cfg.merge, rtc_beta=cfg.rtc_beta,
-                        action_steps=cfg.action_steps)
+    lat = _latency_config(cfg)
     try:
         lat.check(policy.chunk_size if policy is not None else 1)
         if cfg.execution == "rtc" and policy.family != "flow":
@@ -127,7 +133,6 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
     import policies
     from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, run_suite
-    from embodied.latency import LatencyConfig
     from embodied.eval.report import aggregate, compare, load_previous, markdown, plot_suite, write_csv
     from embodied.video import VideoWriter, annotate_frame
 
@@ -198,9 +203,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
             for suite in suites:
                 agent = (PolicyAgent(policy, cfg.mode, rtc_beta=cfg.rtc_beta) if policy is not None
                          else ExpertAgent(suite, cfg.num_envs))
-                latency = LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source,
-                                        threshold=cfg.threshold, merge=cfg.merge, rtc_beta=cfg.rtc_beta,
-                                        action_steps=cfg.action_steps)
+                latency = _latency_config(cfg)
                 check = policy.check_env if policy is not None else None
                 stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
                                   image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],

@@ -167,18 +167,12 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
 
         result = evaluate_suite(policy, cfg.eval.suite, tasks=cfg.eval.tasks,
                                 episodes_per_task=cfg.eval.episodes_per_task, num_envs=cfg.eval.num_envs,
-                                image_size=cfg.eval.image_size or _dataset_image_size(cfg.data, policy),
+                                image_size=cfg.eval.image_size or demos.frame_size,
                                 seed=cfg.seed)
         write_json(out / "eval.json", result)
         summary["eval_success_rate"] = result["success_rate"]
     write_json(out / "sft.json", summary)
     return summary
-
-
-def _dataset_image_size(data: str, policy: Any) -> int:
-    from embodied.data.lerobot_format import Dataset
-
-    return Dataset(data).image_size or policy.config.image_size
 
 
 def _checkpoint(policy: Any, optimizer: torch.optim.Optimizer, step: int, out: Path, cfg: SFTConfig) -> None:

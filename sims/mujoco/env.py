@@ -183,7 +183,10 @@ class MujocoVecEnv(VecEnv):
                 self._frames = np.zeros((num_envs, max(lag for _, lag in views) + 1, len(bases), image_size,
                                          image_size, 3), np.uint8)
                 self._rendered = np.zeros((num_envs, len(bases), image_size, image_size, 3), np.uint8)
-            self._rgb = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
+            # the warp renderer without history makes rgb on the device: no host buffer then
+            self._device_rgb = self.renderer == "warp" and not self._history
+            if not self._device_rgb:
+                self._rgb = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
         else:
             self._renderer = None
 
@@ -454,26 +457,31 @@ class MujocoVecEnv(VecEnv):
             "task_id": torch.from_numpy(self._task_ids.copy()).to(dev),
             "privileged": torch.from_numpy(self._privileged()).to(dev),
         }
-        if self._renderer is not None and not self._history and self.renderer == "warp":
-            # device-resident: the ray tracer's buffer as a torch tensor on the Warp device, copied
-            # once (on that device when the obs live there: the next render overwrites the buffer).
-            # Worlds outside ``ids`` are re-rendered from their unchanged state: their rows stay the same.
-            obs["rgb"] = self._renderer.render_torch(self.sim).to(dev, copy=True)
-        elif self._renderer is not None and not self._history:  # the views are the rendered cameras
-            self._renderer.render(self.sim, ids, self._rgb)
-            obs["rgb"] = torch.from_numpy(self._rgb.copy()).to(dev)
-        elif self._renderer is not None:
-            self._renderer.render(self.sim, ids, self._rendered)
-            if fresh:
-                self._frames[ids] = self._rendered[ids][:, None]
-            else:
-                self._frames[ids, 1:] = self._frames[ids, :-1]
-                self._frames[ids, 0] = self._rendered[ids]
-            for v, (b, lag) in enumerate(self._view_src):
-                self._rgb[ids, v] = self._frames[ids, lag, b]
-            obs["rgb"] = torch.from_numpy(self._rgb.copy()).to(dev)
+        if self._renderer is not None:
+            obs["rgb"] = self._views(ids, fresh)
         self._last_obs = obs
         return obs
+
+    def _views(self, ids: np.ndarray, fresh: bool) -> torch.Tensor:
+        """Render envs ``ids`` and return every env's camera views ``[N, V, H, W, 3]`` uint8 (a new tensor)."""
+        dev = self.device
+        if self._device_rgb:
+            # the ray tracer's buffer as a torch tensor on the Warp device, copied once (on that device
+            # when the obs live there: the next render overwrites the buffer). Worlds outside ``ids``
+            # are re-rendered from their unchanged state, so their rows stay the same.
+            return self._renderer.render_torch(self.sim).to(dev, copy=True)
+        if not self._history:  # the views are the rendered cameras
+            self._renderer.render(self.sim, ids, self._rgb)
+            return torch.from_numpy(self._rgb.copy()).to(dev)
+        self._renderer.render(self.sim, ids, self._rendered)
+        if fresh:
+            self._frames[ids] = self._rendered[ids][:, None]
+        else:
+            self._frames[ids, 1:] = self._frames[ids, :-1]
+            self._frames[ids, 0] = self._rendered[ids]
+        for v, (b, lag) in enumerate(self._view_src):
+            self._rgb[ids, v] = self._frames[ids, lag, b]
+        return torch.from_numpy(self._rgb.copy()).to(dev)
 
     def _privileged(self) -> np.ndarray:
         out = np.zeros((self.num_envs, self.task.privileged_dim), np.float32)
