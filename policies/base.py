@@ -29,8 +29,13 @@ class PolicyConfig:
     Attributes:
         action_dim: A.
         chunk_size: H, actions per chunk.
-        state_dim: S, proprioceptive state size.
-        cameras: camera keys, in the order of ``obs["rgb"]``'s view axis.
+        state_dim: S, size of ``obs["state"]`` (15 proprioceptive values; more with
+            ``state_obs="privileged"``, set from the dataset by SFT).
+        state_obs: what the env's ``obs["state"]`` holds (:data:`sims.core.STATE_OBS`):
+            ``proprio`` (default) or ``privileged`` (proprio + object poses, velocities and goals: a
+            state-only policy for simulation, refused by the real-robot client).
+        cameras: camera keys, in the order of ``obs["rgb"]``'s view axis; ``[]`` for a policy
+            without vision (then usually ``state_obs="privileged"``).
         image_size: square size images are resized to before the vision encoder.
         control_hz: the control rate the policy was trained at (checked at deployment).
         d_model: width of the prefix tokens and of the heads.
@@ -52,6 +57,7 @@ class PolicyConfig:
     action_dim: int = 7
     chunk_size: int = 5
     state_dim: int = 15
+    state_obs: str = "proprio"
     cameras: list[str] = field(default_factory=lambda: ["agentview", "wrist"])
     image_size: int = 64
     control_hz: float = 20.0
@@ -105,6 +111,10 @@ class Policy(nn.Module, abc.ABC):
         super().__init__()
         from policies.processor import Processor
 
+        from sims.core import STATE_OBS
+
+        if getattr(config, "state_obs", "proprio") not in STATE_OBS:
+            raise ValueError(f"state_obs must be one of {STATE_OBS}, got {config.state_obs!r}")
         self.config = config
         self.processor = Processor(config)
 
@@ -162,7 +172,10 @@ class Policy(nn.Module, abc.ABC):
             )
         s_env = tuple(env.observation_spec["state"].shape)
         if s_env != (self.config.state_dim,):
-            raise SpecMismatchError(f"the policy reads a {self.config.state_dim}-D state, the env gives {s_env}")
+            state_obs = getattr(self.config, "state_obs", "proprio")
+            raise SpecMismatchError(f"the policy reads a {self.config.state_dim}-D state (state_obs={state_obs!r}), "
+                                    f"the env gives {s_env}: make the env with state_obs={state_obs!r} on the "
+                                    "suite the policy was trained on")
         cams = list(getattr(env, "cameras", []))
         if cams != list(self.config.cameras):
             raise SpecMismatchError(

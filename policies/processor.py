@@ -13,6 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sims.core import obs_views
+
 STAT_KEYS = ("state_mean", "state_std", "action_mean", "action_std")
 
 
@@ -64,8 +66,10 @@ class Processor:
             raise ValueError(f"rgb has {rgb.shape[1]} views, the policy expects {len(self.config.cameras)} "
                              f"({self.config.cameras})")
         n, v, h, w, _ = rgb.shape
-        x = rgb.to(device).permute(0, 1, 4, 2, 3).reshape(n * v, 3, h, w).float() / 255.0
         s = self.config.image_size
+        if v == 0:  # a policy without cameras
+            return torch.zeros((n, 0, 3, s, s), device=device)
+        x = rgb.to(device).permute(0, 1, 4, 2, 3).reshape(n * v, 3, h, w).float() / 255.0
         if (h, w) != (s, s):
             x = F.interpolate(x, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
         return (x * 2.0 - 1.0).reshape(n, v, 3, s, s)
@@ -104,15 +108,16 @@ class Processor:
 
     def prepare(self, obs: dict[str, Any], device: torch.device) -> dict[str, Any]:
         """All model inputs of a batch: ``images``, ``state``, ``tokens``, ``token_pad``, ``texts``."""
-        missing = [k for k in ("rgb", "state", "instruction") if k not in obs]
+        needed = ("rgb", "state", "instruction") if self.config.cameras else ("state", "instruction")
+        missing = [k for k in needed if k not in obs]
         if missing:
-            raise KeyError(f"observation is missing {missing}; a policy needs rgb, state and instruction")
+            raise KeyError(f"observation is missing {missing}; this policy needs {list(needed)}")
         n = obs["state"].shape[0]
         if len(obs["instruction"]) != n:
             raise ValueError(f"{len(obs['instruction'])} instructions for a batch of {n}")
         tokens, pad = self.tokens(obs["instruction"], device)
         return {
-            "images": self.images(obs["rgb"], device),
+            "images": self.images(obs_views(obs), device),
             "state": self.state(obs["state"], device),
             "tokens": tokens,
             "token_pad": pad,

@@ -106,6 +106,9 @@ def check_compatible(policy: PolicySpec, robot: Robot, mode: str = "async") -> N
                         f"({r.action_mode})")
     if abs(policy.control_hz - r.control_hz) > 1e-6:
         problems.append(f"the policy was trained at {policy.control_hz} Hz, the robot runs at {r.control_hz} Hz")
+    if policy.state_obs != "proprio":
+        problems.append(f"the policy reads simulator-only object state (state_obs={policy.state_obs!r}), which a "
+                        "real robot does not give: deploy a policy trained with state_obs=proprio")
     missing = [c for c in policy.cameras if c not in r.cameras]
     if missing:
         problems.append(f"the policy needs cameras {list(policy.cameras)}, the robot has {sorted(r.cameras)}")

@@ -40,6 +40,7 @@ class PolicySpec:
     cameras: tuple[str, ...]
     image_size: int
     control_hz: float
+    state_obs: str = "proprio"
     min_image: int = 16
     max_image: int = 1024
     max_prompt: int = 1000
@@ -48,7 +49,8 @@ class PolicySpec:
     def from_policy(cls, policy: Any) -> "PolicySpec":
         c = policy.config
         return cls(family=policy.family, action_dim=c.action_dim, chunk_size=c.chunk_size, state_dim=c.state_dim,
-                   cameras=tuple(c.cameras), image_size=c.image_size, control_hz=float(c.control_hz))
+                   cameras=tuple(c.cameras), image_size=c.image_size, control_hz=float(c.control_hz),
+                   state_obs=getattr(c, "state_obs", "proprio"))
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any]) -> "PolicySpec":

@@ -26,6 +26,11 @@ import torch
 
 Obs = dict[str, torch.Tensor]
 
+#: what ``obs["state"]`` holds: ``proprio`` the robot's own state (the default, what a real robot
+#: gives); ``privileged`` that state followed by ``obs["privileged"]`` (object poses, velocities,
+#: goals): for state-only policies in simulation, which cannot be deployed on a real robot
+STATE_OBS = ("proprio", "privileged")
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -258,7 +263,8 @@ def make(
         num_envs: N.
         seed: seed of the per-env random streams (env i uses ``(seed, i)``).
         device: where tensors are returned.
-        **kwargs: backend options (``cameras``, ``image_size``, ``num_threads``, ...).
+        **kwargs: backend options (``cameras``, ``image_size``, ``num_threads``, ...), and
+            ``state_obs`` (one of :data:`STATE_OBS`, default ``proprio``).
     """
     if backend not in _BACKENDS:
         raise ValueError(
@@ -268,9 +274,64 @@ def make(
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if (task is None) == (suite is None):
         raise ValueError("give exactly one of task=... or suite=...")
-    return _resolve(_BACKENDS[backend])(
+    state_obs = kwargs.pop("state_obs", "proprio")
+    if state_obs not in STATE_OBS:
+        raise ValueError(f"state_obs must be one of {STATE_OBS}, got {state_obs!r}")
+    env = _resolve(_BACKENDS[backend])(
         task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs
     )
+    return PrivilegedStateEnv(env) if state_obs == "privileged" else env
+
+
+def obs_views(obs: Obs) -> torch.Tensor:
+    """``obs["rgb"]`` ``[N, V, H, W, 3]``, or an empty ``[N, 0, 1, 1, 3]`` uint8 batch when the env renders
+    no cameras (for state-only policies, whose inputs keep one layout)."""
+    rgb = obs.get("rgb")
+    if rgb is not None:
+        return rgb
+    state = obs["state"]
+    return torch.zeros((state.shape[0], 0, 1, 1, 3), dtype=torch.uint8, device=state.device)
+
+
+class PrivilegedStateEnv(VecEnv):
+    """Wraps a :class:`VecEnv` so that ``obs["state"]`` is ``[N, S + P]``: the proprioceptive state
+    followed by the privileged vector (in every observation, ``final_obs`` included). Everything
+    else (``obs["privileged"]``, rewards, attributes) is the wrapped env's."""
+
+    def __init__(self, env: VecEnv):
+        if "privileged" not in env.observation_spec:
+            raise ValueError(f"state_obs='privileged' needs an env with a 'privileged' observation; "
+                             f"{type(env).__name__} has {sorted(env.observation_spec)}")
+        self.env = env
+        s, p = env.observation_spec["state"], env.observation_spec["privileged"]
+        self.observation_spec = dict(env.observation_spec)
+        self.observation_spec["state"] = Spec((s.shape[0] + p.shape[0],), s.dtype,
+                                              doc=f"{s.doc}; then privileged: {p.doc}")
+        self.state_obs = "privileged"
+
+    def __getattr__(self, name: str) -> Any:  # num_envs, device, tasks, control_hz, cameras, ...
+        if name == "env":  # not set yet (e.g. during unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    @staticmethod
+    def _widen(obs: Obs) -> Obs:
+        out = dict(obs)
+        out["state"] = torch.cat([obs["state"], obs["privileged"].to(obs["state"].dtype)], dim=-1)
+        return out
+
+    def reset(self, **kwargs: Any) -> Obs:
+        return self._widen(self.env.reset(**kwargs))
+
+    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None
+             ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(actions, active=active)
+        info = dict(info)
+        info["final_obs"] = self._widen(info["final_obs"])
+        return self._widen(obs), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.env.close()
 
 
 register_backend("mujoco", "sims.mujoco.env:make_mujoco_env")

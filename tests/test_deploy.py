@@ -399,6 +399,18 @@ def test_latency_aware_policy_deploys_in_aware_mode_only():
     assert res.steps == 20 and res.latency["round_trip"]["count"] >= 2
 
 
+def test_state_only_simulation_policy_is_refused_on_a_robot():
+    from real_robot.client import check_compatible
+    from real_robot.spec import PolicySpec
+
+    robot = SimRobot(suite="goal", task=8, image_size=32)
+    spec = PolicySpec(family="flow", action_dim=7, chunk_size=3, state_dim=15 + 50, cameras=(), image_size=32,
+                      control_hz=20.0, state_obs="privileged")
+    assert PolicySpec.from_metadata(spec.metadata()).state_obs == "privileged"  # travels to the client
+    with pytest.raises(DeployError, match="simulator-only object state"):
+        check_compatible(spec, robot)
+
+
 def test_sim_robot_injects_latency_noise_and_dynamics_changes():
     up = np.array([0, 0, 1.0, 0, 0, 0, -1])
     base = SimRobot(suite="goal", task=8, image_size=32, realtime=False)

@@ -99,3 +99,23 @@ def test_split_parameters_actor_critic_and_frozen_prefix():
     assert prefix and not prefix & {id(p) for p in actor_f + critic_f}
     assert not any(p.requires_grad for p in policy.prefix.parameters())
     assert len(critic_f) == len(critic)
+
+
+def test_state_only_policy_rollout_and_update():
+    """A policy without cameras reading the privileged state: rollouts carry empty image batches."""
+    torch.manual_seed(0)
+    with sims.make("mujoco", suite="goal", num_envs=2, cameras=(), max_steps=4, state_obs="privileged") as env:
+        s = env.observation_spec["state"].shape[0]
+        policy = policies.make("flow", **{**TINY, "cameras": [], "state_dim": s, "state_obs": "privileged"},
+                               sampler="sde", expert_layers=1)
+        assert policy.prefix.vision is None
+        policy.check_env(env)
+        rollout, _ = collect_chunks(env, policy, env.reset(seed=0), num_chunks=2, generator=torch.Generator())
+    assert rollout.rgb.shape[:3] == (2, 2, 0) and rollout.state.shape == (2, 2, s)
+    batch = ppo_batch(rollout)
+    stats = update_policy(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), batch, rollout.instructions,
+                          LossConfig(), epochs=1, minibatch_size=2, generator=torch.Generator())
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    with sims.make("mujoco", suite="goal", num_envs=1, cameras=()) as plain:
+        with pytest.raises(policies.checkpoint.SpecMismatchError, match="state_obs='privileged'"):
+            policy.check_env(plain)

@@ -67,6 +67,22 @@ def test_sft_autoregressive_with_evaluation(demos, tmp_path):
     assert loaded.family == "autoregressive" and loaded.config.vision_keypoints == 2
 
 
+def test_sft_state_only_policy_sized_from_the_data(demos, tmp_path):
+    out = tmp_path / "state"
+    proc = _sft(f"data={demos}", f"out={out}", "policy.cameras=[]", "policy.state_obs=privileged", "steps=2",
+                "eval.suite=goal", "eval.tasks=[2]", "eval.episodes_per_task=1", "eval.num_envs=1", *TINY)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    policy = policies.load(out / "ckpt")
+    import sims
+
+    with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
+        assert policy.config.state_dim == env.observation_spec["state"].shape[0] > 15
+        policy.check_env(env)
+    assert policy.config.cameras == [] and not any(k.startswith("prefix.vision") for k in policy.state_dict())
+    assert len(policy.processor.stats["state_mean"]) == policy.config.state_dim
+    assert json.loads((out / "eval.json").read_text())["tasks"][0]["episodes"] == 1
+
+
 def test_sft_errors_are_clear(tmp_path):
     proc = _sft(f"data={tmp_path / 'missing'}", f"out={tmp_path / 'x'}", *TINY)
     assert proc.returncode != 0 and "meta/info.json is missing" in proc.stderr

@@ -223,3 +223,18 @@ def test_osmesa_fallback_renders():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_privileged_state_obs_appends_object_state_everywhere():
+    with sims.make("mujoco", task="pick_cube", num_envs=2, cameras=(), max_steps=2, state_obs="privileged") as env:
+        assert env.observation_spec["state"].shape == (15 + 10,)
+        obs = env.reset(seed=0)
+        torch.testing.assert_close(obs["state"], torch.cat([obs["state"][:, :15], obs["privileged"]], 1))
+        assert not torch.equal(obs["state"][:, 15:18], torch.zeros(2, 3))  # the cube's position is there
+        res = env.step_chunk(torch.zeros(2, 3, 7))
+        assert res.done.all()  # the final observation is widened too, and keeps the old episode's cube
+        torch.testing.assert_close(res.final_obs["state"][:, 15:], res.final_obs["privileged"])
+        torch.testing.assert_close(res.obs["state"][:, 15:], res.obs["privileged"])
+        assert env.tasks[0].name == "pick_cube" and env.num_envs == 2  # the wrapped env's attributes
+    with pytest.raises(ValueError, match="state_obs must be one of"):
+        sims.make("mujoco", task="pick_cube", state_obs="objects")

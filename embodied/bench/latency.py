@@ -55,12 +55,14 @@ def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_env
 
     import sims
     from embodied.latency import LatencyStats
+    from sims.core import obs_views
 
     stats = LatencyStats()
     with sims.make(sims.suites.backend(suite), suite=suite, num_envs=num_envs, seed=0,
-                   cameras=tuple(policy.config.cameras), image_size=image_size) as env:
+                   cameras=tuple(policy.config.cameras), image_size=image_size,
+                   state_obs=getattr(policy.config, "state_obs", "proprio")) as env:
         obs = env.reset(task_ids=[tasks[i % len(tasks)] for i in range(num_envs)], init_ids=list(range(num_envs)))
-        batch = {"rgb": obs["rgb"], "state": obs["state"],
+        batch = {"rgb": obs_views(obs), "state": obs["state"],
                  "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
         if policy.config.state_dim != batch["state"].shape[1]:
             return {}

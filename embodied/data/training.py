@@ -22,7 +22,9 @@ class DemoTensors:
     """All steps of a dataset. Shapes: ``rgb [T, V, s, s, 3]`` uint8, ``state [T, S]``,
     ``actions [T, A]``, ``episode [T]``, ``instruction_ids [T]`` into ``instructions``;
     ``chunk_index [T, H]`` rows of ``actions`` forming each step's chunk, ``chunk_pad [T, H]``;
-    ``frame_size``: side of the frames as recorded (before resizing to ``s``)."""
+    ``frame_size``: side of the frames as recorded (before resizing to ``s``); ``rgb`` is ``[T, 0, 1, 1, 3]``
+    when no cameras are asked for, and ``state [T, S + P]`` holds the privileged vector too when
+    loaded with ``state_obs="privileged"``."""
 
     rgb: torch.Tensor
     state: torch.Tensor
@@ -49,8 +51,14 @@ class DemoTensors:
 
 
 def load_demonstrations(root: str, *, chunk_size: int, image_size: int, cameras: Sequence[str] | None = None,
-                        episodes: Sequence[int] | None = None) -> DemoTensors:
-    """Decode a v3.0 dataset into :class:`DemoTensors` (images resized to ``image_size``)."""
+                        episodes: Sequence[int] | None = None, state_obs: str = "proprio") -> DemoTensors:
+    """Decode a v3.0 dataset into :class:`DemoTensors` (images resized to ``image_size``).
+
+    ``state_obs``: ``proprio`` (the recorded ``observation.state``) or ``privileged`` (that state
+    followed by ``observation.privileged``, as ``sims.make(..., state_obs="privileged")`` gives it).
+    """
+    if state_obs not in ("proprio", "privileged"):
+        raise ValueError(f"state_obs must be 'proprio' or 'privileged', got {state_obs!r}")
     ds = Dataset(root)
     cams = list(cameras) if cameras is not None else ds.cameras
     missing = [c for c in cams if c not in ds.cameras]
@@ -63,14 +71,22 @@ def load_demonstrations(root: str, *, chunk_size: int, image_size: int, cameras:
     instructions: dict[str, int] = {}
     offset = 0
     for e in ids:
-        ep = ds.episode(e, images=True)
+        ep = ds.episode(e, images=bool(cams))
         t = len(ep["action"])
-        views = ep["rgb"][:, [ds.cameras.index(c) for c in cams]]  # [T, V, H, W, 3]
-        if views.shape[2] != image_size:
+        if not cams:  # a policy without vision
+            views = np.zeros((t, 0, 1, 1, 3), np.uint8)
+        else:
+            views = ep["rgb"][:, [ds.cameras.index(c) for c in cams]]  # [T, V, H, W, 3]
+        if cams and views.shape[2] != image_size:
             views = np.stack([[cv2.resize(v, (image_size, image_size), interpolation=cv2.INTER_AREA) for v in step]
                               for step in views])
         rgb.append(views)
-        state.append(ep["observation.state"])
+        if state_obs == "privileged":
+            if "observation.privileged" not in ep:
+                raise ValueError(f"state_obs='privileged' but the dataset at {root} has no observation.privileged column")
+            state.append(np.concatenate([ep["observation.state"], ep["observation.privileged"]], axis=1))
+        else:
+            state.append(ep["observation.state"])
         actions.append(ep["action"])
         episode.append(np.full(t, e))
         instr.append(np.full(t, instructions.setdefault(ep["instruction"], len(instructions))))

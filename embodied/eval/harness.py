@@ -23,6 +23,7 @@ import torch
 
 from embodied.latency import ChunkExecutor, LatencyConfig
 from embodied.latency.rtc import rtc_sample
+from sims.core import obs_views
 
 
 class Agent(Protocol):
@@ -49,6 +50,7 @@ class PolicyAgent:
         self.mode = mode
         self.rtc_beta = rtc_beta
         self.cameras = list(policy.config.cameras)
+        self.state_obs = getattr(policy.config, "state_obs", "proprio")
         self.chunk_size = policy.chunk_size
         self._gen = torch.Generator()
 
@@ -56,7 +58,7 @@ class PolicyAgent:
         self._gen = torch.Generator(device=self.policy.device).manual_seed(seed)
 
     def act(self, obs: dict[str, torch.Tensor], env: Any) -> torch.Tensor:
-        batch = {"rgb": obs["rgb"], "state": obs["state"],
+        batch = {"rgb": obs_views(obs), "state": obs["state"],
                  "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
         with torch.no_grad():
             return self.policy.sample(batch, mode=self.mode, generator=self._gen).actions.cpu()
@@ -64,7 +66,7 @@ class PolicyAgent:
     def act_rtc(self, obs: dict[str, torch.Tensor], env: Any, prev: torch.Tensor, prev_valid: torch.Tensor,
                 frozen: int) -> torch.Tensor:
         """Real-time chunking: a chunk that continues ``prev`` ``[N, L, A]`` (flow policies)."""
-        batch = {"rgb": obs["rgb"], "state": obs["state"],
+        batch = {"rgb": obs_views(obs), "state": obs["state"],
                  "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
         return rtc_sample(self.policy, batch, prev, prev_valid, frozen, beta=self.rtc_beta,
                           generator=self._gen).cpu()
@@ -77,6 +79,7 @@ class ExpertAgent:
     """The suite's scripted experts (closed loop: chunks of one action)."""
 
     cameras = ("agentview", "wrist")
+    state_obs = "proprio"
     chunk_size = 1
 
     def __init__(self, suite: str, num_envs: int):
@@ -165,7 +168,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}}
     env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
-                    image_size=image_size)
+                    image_size=image_size, state_obs=getattr(agent, "state_obs", "proprio"))
     if latency.mode == "aware":  # sets latency.max_delay
         policy = getattr(agent, "policy", None)
         policy_state = policy.config.state_dim if policy is not None else env.observation_spec["state"].shape[0]
@@ -191,7 +194,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             frames: list[list[np.ndarray]] = [[] for _ in range(n)]
             if record_frames:
                 for j in range(k):
-                    frames[j].append(obs["rgb"][j].numpy())
+                    frames[j].append(_frame(env, obs, j))
             while active.any():
                 action, from_chunk = executor.next_action(obs, env, agent)
                 obs, _, _, _, info = env.step(action, active=torch.as_tensor(active))
@@ -200,9 +203,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                 ended = info["done"].numpy() & active
                 success |= info["success"].numpy() & active
                 if record_frames:
-                    shown = info["final_obs"]["rgb"]
-                    for j in np.flatnonzero(active):
-                        frames[j].append(shown[j].numpy())
+                    for j in np.flatnonzero(active & ~ended if "rgb" not in obs else active):
+                        frames[j].append(_frame(env, info["final_obs"], j))
                 for j in np.flatnonzero(ended):
                     t, init_id = wave[j]
                     rec = EpisodeRecord(suite, t, specs[t].name, init_id, w, bool(success[j]),
@@ -221,6 +223,14 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         env.close()
     return {"env_steps": env_steps, "seconds": time.perf_counter() - start,
             "latency": {"held_steps": held, "requests": executor.requests, **executor.stats.summary()}}
+
+
+def _frame(env: Any, obs: dict[str, torch.Tensor], j: int) -> np.ndarray:
+    """Env ``j``'s views ``[V, H, W, 3]`` from ``obs``; without obs cameras (a state-only policy) the
+    agentview camera rendered now (so an episode's last frame, taken after its reset, is not shown)."""
+    if "rgb" in obs:
+        return obs["rgb"][j].numpy()
+    return env.render(int(j), "agentview")[None]
 
 
 def aware_view(env: Any, policy_state_dim: int, chunk_size: int, latency: LatencyConfig) -> Any:

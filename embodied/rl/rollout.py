@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from sims.core import obs_views
+
 
 @dataclass
 class Rollout:
@@ -56,7 +58,7 @@ class Rollout:
 
 
 def _policy_obs(obs: dict[str, torch.Tensor], instructions: list[str]) -> dict[str, Any]:
-    return {"rgb": obs["rgb"], "state": obs["state"],
+    return {"rgb": obs_views(obs), "state": obs["state"],
             "instruction": [instructions[int(t)] for t in obs["task_id"]]}
 
 
@@ -77,7 +79,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         t1 = time.perf_counter()
         res = env.step_chunk(sample.actions.to(env.device))
         t2 = time.perf_counter()
-        rgb.append(obs["rgb"])
+        rgb.append(obs_views(obs))
         state.append(obs["state"])
         task_id.append(obs["task_id"])
         extras.append({k: v.cpu() for k, v in sample.extras.items()})

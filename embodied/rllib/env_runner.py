@@ -83,7 +83,8 @@ class VecEnvRunner(EnvRunner):
         self.env = sims.make(ec.get("backend") or sims.suites.backend(ec["suite"]), suite=ec["suite"], num_envs=n, seed=int(ec["seed"]) + 7919 * first,
                              cameras=tuple(self.module.policy.config.cameras), image_size=int(ec["image_size"]),
                              reward_type=ec.get("reward_type", "sparse"), num_threads=ec.get("num_threads") or None,
-                             max_steps=ec.get("max_steps"))
+                             max_steps=ec.get("max_steps"),
+                             state_obs=getattr(self.module.policy.config, "state_obs", "proprio"))
         if ec.get("latency_delays"):
             from embodied.latency.delay_env import DelayedChunkEnv
 

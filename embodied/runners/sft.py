@@ -95,8 +95,16 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
         if (out / "ckpt" / "config.json").is_file():
             raise FileExistsError(f"{out} already holds a checkpoint: pass resume=true to continue, or a new out=...")
         policy = policies.make(family, **overrides).to(cfg.device)
+    state_obs = getattr(policy.config, "state_obs", "proprio")
     demos = load_demonstrations(cfg.data, chunk_size=policy.config.chunk_size, image_size=policy.config.image_size,
-                                cameras=policy.config.cameras, episodes=cfg.episodes)
+                                cameras=policy.config.cameras, episodes=cfg.episodes, state_obs=state_obs)
+    width = int(demos.state.shape[1])
+    if width != policy.config.state_dim:
+        if cfg.resume or state_obs != "privileged":
+            raise ValueError(f"the dataset's state has {width} values (state_obs={state_obs!r}), the policy reads "
+                             f"{policy.config.state_dim}: set policy.state_dim={width} or use a matching dataset")
+        # the privileged vector's size depends on the suite: the policy is sized from the data
+        policy = policies.make(family, **{**overrides, "state_dim": width}).to(cfg.device)
     if not cfg.resume:
         stats = policy.processor.stats_from_arrays(demos.state.numpy(), demos.actions.numpy())
         policy.processor.set_stats(stats)
@@ -130,7 +138,8 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
                     group["lr"] = lr
                 idx = torch.randint(0, len(demos), (cfg.batch_size,), generator=gen)
                 obs, chunks = demos.batch(idx)
-                obs["rgb"] = random_shift(obs["rgb"], cfg.augment_shift, gen)
+                if policy.config.cameras:
+                    obs["rgb"] = random_shift(obs["rgb"], cfg.augment_shift, gen)
                 loss = policy.sft_loss(obs, chunks)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite SFT loss at step {step}; lower lr=... (now {cfg.lr})")

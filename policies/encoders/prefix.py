@@ -55,7 +55,9 @@ class PrefixEncoder(nn.Module):
     def __init__(self, config: Any):
         super().__init__()
         d = config.d_model
-        self.vision = build_vision_encoder(config)
+        # a policy without cameras (state-only) has no vision encoder and no image tokens
+        self.vision = build_vision_encoder(config) if config.cameras else None
+        self.d_model = d
         self.language_kind = config.language_encoder
         if config.language_encoder == "bytes":
             self.language: nn.Module = ByteTextEncoder(d, config.max_text_len)
@@ -71,7 +73,11 @@ class PrefixEncoder(nn.Module):
         self.norm = nn.LayerNorm(d)
 
     def forward(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        img = self.vision(inputs["images"]) + self.type_emb[0]
+        if self.vision is not None:
+            img = self.vision(inputs["images"]) + self.type_emb[0]
+        else:
+            st_in = inputs["state"]
+            img = st_in.new_zeros((st_in.shape[0], 0, self.d_model))
         if self.language_kind == "bytes":
             txt = self.language(inputs["tokens"]) + self.type_emb[1]
             txt_pad = inputs["token_pad"]
