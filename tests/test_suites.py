@@ -170,3 +170,36 @@ def test_history_camera_shows_the_view_k_steps_ago():
     with pytest.raises(ValueError, match="_prev<k>"):
         sims.make("mujoco", suite="dynamic", num_envs=1, cameras=("top",))
     env.close()
+
+
+def _expert_episode(suite: str, task: int, gain: float, init_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Actions ``[T, N, 7]`` of the expert on ``init_ids`` and which envs succeeded."""
+    n = len(init_ids)
+    with sims.make("mujoco", suite=suite, num_envs=n, cameras=()) as env:
+        expert = sims.suites.expert(suite, task, num_envs=n, gain=gain)
+        obs = env.reset(task_ids=[task] * n, init_ids=init_ids)
+        finished, solved, actions = np.zeros(n, bool), np.zeros(n, bool), []
+        for _ in range(sims.suites.tasks(suite)[task].max_steps):
+            act = expert.act(obs)
+            actions.append(act.numpy())
+            obs, _, _, _, info = env.step(act, active=torch.as_tensor(~finished))
+            solved |= info["success"].numpy() & ~finished
+            finished |= info["done"].numpy()
+            if finished.all():
+                break
+    return np.stack(actions), solved
+
+
+def test_smooth_expert_makes_smoother_slower_demonstrations():
+    """gain < 1 commands a share of the remaining error per step: fewer saturated commands, about
+    half the step-to-step change of the actions, longer episodes; the task is still solved."""
+    stats = {}
+    for gain in (1.0, 0.35):
+        actions, solved = _expert_episode("goal", 8, gain, [3, 41])
+        assert solved.all(), f"expert with gain {gain} failed"
+        xyz = actions[:, :, :3]
+        stats[gain] = (float((np.abs(xyz) > 0.99).mean()), float(np.abs(np.diff(xyz, axis=0)).mean()), len(actions))
+    (sat1, jerk1, len1), (sat2, jerk2, len2) = stats[1.0], stats[0.35]
+    assert sat2 < 0.5 * sat1 and jerk2 < 0.6 * jerk1 and len2 > len1, stats
+    with pytest.raises(ValueError, match="gain must be in"):
+        sims.suites.expert("goal", num_envs=1, gain=0.0)

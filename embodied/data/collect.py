@@ -50,6 +50,7 @@ def collect_suite(
     max_attempts_per_task: int | None = None,
     seed: int = 0,
     num_threads: int | None = None,
+    expert_gain: float = 1.0,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
 ) -> CollectResult:
     """Run the suite's experts and write ``out`` (a v3.0 dataset). See the module docstring.
@@ -60,6 +61,8 @@ def collect_suite(
             ``max_attempts_per_task`` (default 2x + 2).
         task_ids: subset of the suite's task indices (default: all).
         on_episode: called with each finished episode's summary (for videos, logging).
+        expert_gain: share of the remaining error the experts command per step (1: deadbeat; below
+            1: smoother demonstrations, see :mod:`sims.suites.experts`); recorded in ``info.json``.
     """
     import sims
 
@@ -74,12 +77,13 @@ def collect_suite(
     n = max(1, min(num_envs, episodes_per_task * len(ids)))
     env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
                     image_size=image_size, num_threads=num_threads)
-    expert = sims.suites.expert(suite, num_envs=n)
+    expert = sims.suites.expert(suite, num_envs=n, gain=expert_gain)
     writer = DatasetWriter(
         out, fps=env.control_hz, cameras=cameras, image_size=image_size, state_names=STATE_NAMES,
         action_names=ACTION_NAMES, privileged_dim=env.observation_spec["privileged"].shape[0],
         extra_info={"suite": suite, "task_names": [s.name for s in specs], "control_hz": env.control_hz,
-                    "action_mode": env.action_mode, "init_ids_from": TRAIN_INIT_OFFSET},
+                    "action_mode": env.action_mode, "init_ids_from": TRAIN_INIT_OFFSET,
+                    "expert_gain": expert_gain},
     )
     stats = {t: {"attempts": 0, "successes": 0, "kept": 0} for t in ids}
     next_init = {t: 0 for t in ids}

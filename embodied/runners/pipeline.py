@@ -84,6 +84,7 @@ class PipelineConfig:
     stages: list[str] = field(default_factory=lambda: list(STAGES))  # stages to run, in this order
     seed: int = 0
     episodes_per_task: int = 30  # demonstrations per task
+    expert_gain: float = 1.0  # experts command this share of the remaining error per step (<1: smoother chunks)
     video_tasks: int = 3  # first demonstration of this many tasks goes into videos/collect.mp4
     sft: PipelineSFTConfig = field(default_factory=PipelineSFTConfig)
     rl: PipelineRLConfig = field(default_factory=PipelineRLConfig)
@@ -154,7 +155,7 @@ def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         result = collect_suite(
             cfg.sim.suite, out / "data", episodes_per_task=cfg.episodes_per_task, task_ids=_tasks(cfg),
             num_envs=cfg.sim.num_envs, cameras=cfg.sim.cameras, image_size=cfg.sim.image_size, seed=cfg.seed,
-            num_threads=cfg.sim.num_threads or None, on_episode=film,
+            num_threads=cfg.sim.num_threads or None, on_episode=film, expert_gain=cfg.expert_gain,
         )
     finally:
         if video is not None:

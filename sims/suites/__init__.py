@@ -99,8 +99,9 @@ def init_states(suite: str, task: int | str) -> list[dict[str, Any]]:
     return [initial_state(t, k) for k in range(NUM_INIT_STATES)]
 
 
-def expert(suite: str, task: int | str | None = None, num_envs: int = 1):
+def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: float = 1.0):
     """Scripted expert for envs of this suite (all tasks; ``task`` is checked, for clarity).
+    ``gain`` < 1 makes smoother, slower demonstrations (see :mod:`sims.suites.experts`).
 
     Returns a :class:`~sims.suites.expert.SuiteExpert`: ``expert(obs) -> [N, 1, 7]`` chunks,
     ``expert.act(obs) -> [N, 7]``, ``expert.reset(done_mask)``.
@@ -111,7 +112,7 @@ def expert(suite: str, task: int | str | None = None, num_envs: int = 1):
         raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
     if task is not None:
         _task_index(suite, task)
-    return SuiteExpert(build_tasks(suite), num_envs)
+    return SuiteExpert(build_tasks(suite), num_envs, gain=gain)
 
 
 __all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "expert", "init_states", "names", "tasks"]

@@ -10,6 +10,12 @@ from its context. Plans are sequences of primitives:
 
 Moving objects are tracked with their velocity (from the privileged observation) so the expert
 also solves the dynamic suite.
+
+``gain``: the fraction of the remaining position and orientation error commanded each control
+step. 1 (default) commands the whole error: moves saturate (|a| = 1 on about a fifth of the
+steps) and stop abruptly. Below 1 (e.g. 0.35) each move eases in over several steps, closer to
+teleoperated data: on ``lift_the_can`` a quarter of the saturated steps and half the
+step-to-step change of the actions, episodes 20-60% longer, every task still solved.
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ Script = Generator[Action, None, None]
 class Context:
     """One env's view for its script: the latest observation, parsed."""
 
-    def __init__(self, task: SuiteTask, cfg: EEDeltaConfig):
+    def __init__(self, task: SuiteTask, cfg: EEDeltaConfig, gain: float = 1.0):
         self.task = task
+        self.gain = gain
         self.scene = task.scene
         self.cfg = cfg
         self.layout: dict[str, slice] = {}
@@ -110,8 +117,8 @@ class Context:
         desired = np.stack([np.cross(y_axis, z_axis), y_axis, z_axis], axis=1)
         rot_err = rotation_error(self.rot[None], desired[None])[0]
         a = np.zeros(7)
-        a[:3] = np.clip(gain * err / self.cfg.pos_scale, -1, 1)
-        a[3:6] = np.clip(rot_err / self.cfg.rot_scale, -1, 1)
+        a[:3] = np.clip(self.gain * gain * err / self.cfg.pos_scale, -1, 1)
+        a[3:6] = np.clip(self.gain * rot_err / self.cfg.rot_scale, -1, 1)
         a[6] = grip
         return a
 
@@ -304,10 +311,14 @@ class SuiteExpert:
 
     ``act(obs)`` returns ``[N, 7]`` actions; ``__call__(obs)`` the same as a chunk ``[N, 1, 7]``.
     Call ``reset(mask)`` for envs whose episode restarted (e.g. with ``info["done"]``).
+    ``gain`` in (0, 1]: see the module docstring.
     """
 
     def __init__(self, tasks: Sequence[SuiteTask], num_envs: int, *, control_hz: float = 20.0,
-                 cfg: EEDeltaConfig = EEDeltaConfig()):
+                 cfg: EEDeltaConfig = EEDeltaConfig(), gain: float = 1.0):
+        if not 0.0 < gain <= 1.0:
+            raise ValueError(f"expert gain must be in (0, 1], got {gain}")
+        self.gain = float(gain)
         self.tasks = list(tasks)
         self.num_envs = num_envs
         self.cfg = cfg
@@ -332,7 +343,7 @@ class SuiteExpert:
         for i in range(self.num_envs):
             task = self.tasks[int(task_ids[i])]
             if self._scripts[i] is None or self._ctx[i].task is not task:
-                self._ctx[i] = Context(task, self.cfg)
+                self._ctx[i] = Context(task, self.cfg, self.gain)
                 self._ctx[i].update(state[i], priv[i], self.dt)
                 self._scripts[i] = run_plan(self._ctx[i], task.plan)
             else:
