@@ -112,6 +112,9 @@ def test_state_only_policy_rollout_and_update():
         policy.check_env(env)
         rollout, _ = collect_chunks(env, policy, env.reset(seed=0), num_chunks=2, generator=torch.Generator())
     assert rollout.rgb.shape[:3] == (2, 2, 0) and rollout.state.shape == (2, 2, s)
+    idx = torch.arange(4)  # before any update the recomputed log-probabilities are the stored ones
+    lp, _, _ = policy.logprob(rollout.policy_obs(idx), rollout.flat_extras(idx))
+    torch.testing.assert_close(lp, rollout.logprob.flatten(), rtol=1e-4, atol=1e-4)
     batch = ppo_batch(rollout)
     stats = update_policy(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), batch, rollout.instructions,
                           LossConfig(), epochs=1, minibatch_size=2, generator=torch.Generator())
