@@ -159,6 +159,9 @@ def test_execution_modes_follow_their_timelines():
     assert all(ok[:, 0].tolist()) and agent.requests == 4
     assert (acts[:, 0, 1] * 10).round().long().tolist() == [0, 1] * 4
     assert (acts[:, 0, 0] * 10).round().long().tolist() == [1, 1, 2, 2, 3, 3, 4, 4]
+    # ... and skipping the first action of each chunk (the diagnostic of a late start)
+    agent, ex, acts, ok = _run("sync", 0, steps=6, action_steps=2, action_offset=1)
+    assert all(ok[:, 0].tolist()) and (acts[:, 0, 1] * 10).round().long().tolist() == [1, 2] * 3
 
 
 def test_executor_rejects_impossible_settings():
@@ -168,6 +171,10 @@ def test_executor_rejects_impossible_settings():
         ChunkExecutor(LatencyConfig(mode="later"), 1, 6, 7, 20.0)
     with pytest.raises(ValueError, match="action_steps must be in 1..6"):
         ChunkExecutor(LatencyConfig(action_steps=7), 1, 6, 7, 20.0)
+    with pytest.raises(ValueError, match="must fit in the chunk"):
+        ChunkExecutor(LatencyConfig(action_offset=2, action_steps=5), 1, 6, 7, 20.0)
+    with pytest.raises(ValueError, match="action_offset applies to sync"):
+        ChunkExecutor(LatencyConfig(mode="rtc", delay=1, action_offset=1), 1, 6, 7, 20.0)
     with pytest.raises(ValueError, match="action_steps applies to sync"):
         ChunkExecutor(LatencyConfig(mode="async", delay=1, action_steps=2), 1, 6, 7, 20.0)
 

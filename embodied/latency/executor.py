@@ -56,6 +56,8 @@ class LatencyConfig:
             ``delay``); must match the policy it drives.
         action_steps: sync: execute only the first k actions of each chunk, then ask again
             (replanning more often from fresher observations; default: the whole chunk).
+        action_offset: sync: skip the first j actions of each chunk (a diagnostic: what naive
+            async and RTC do to a chunk under delay, without the delay).
     """
 
     mode: str = "sync"
@@ -66,6 +68,7 @@ class LatencyConfig:
     rtc_beta: float = 5.0
     max_delay: Optional[int] = None
     action_steps: Optional[int] = None
+    action_offset: int = 0
 
     def check(self, chunk_size: int) -> None:
         if self.mode not in EXECUTION_MODES:
@@ -87,6 +90,13 @@ class LatencyConfig:
                                  "from threshold / delay")
             if not 1 <= self.action_steps <= chunk_size:
                 raise ValueError(f"action_steps must be in 1..{chunk_size} (the chunk size), got {self.action_steps}")
+        if self.action_offset:
+            if self.mode != "sync":
+                raise ValueError(f"action_offset applies to sync execution, not {self.mode}")
+            steps = self.action_steps or chunk_size - self.action_offset
+            if self.action_offset < 0 or self.action_offset + steps > chunk_size:
+                raise ValueError(f"action_offset {self.action_offset} + action_steps {steps} must fit in the chunk "
+                                 f"of {chunk_size} actions")
         if self.threshold is not None and not 0 <= self.threshold < chunk_size:
             raise ValueError(f"threshold must be in 0..{chunk_size - 1}, got {self.threshold}")
 
@@ -180,8 +190,9 @@ class ChunkExecutor:
             d = self.cfg.delay if self.cfg.delay_source == "steps" else delay_steps(seconds, self.hz)
             self.stats.record("delay_steps", float(d))
             start = chunk_start(self.cfg.mode, t, d)
-            if self.cfg.action_steps is not None:
-                chunk = chunk[:, :self.cfg.action_steps]
+            if self.cfg.action_steps is not None or self.cfg.action_offset:
+                first = self.cfg.action_offset
+                chunk = chunk[:, first:first + (self.cfg.action_steps or self.h - first)]
             if d == 0:
                 self.queue.push(chunk, start)
             else:

@@ -56,6 +56,7 @@ class EvalConfig:
     merge: str = "replace"  # async: new chunk vs queued actions: replace | keep | blend
     rtc_beta: float = 5.0  # rtc: bound on the guidance weight
     action_steps: Optional[int] = None  # sync: execute the first k actions of each chunk, then replan (default: all)
+    action_offset: int = 0  # sync: skip the first j actions of each chunk (diagnostic: naive async's skip without delay)
     videos: str = "failures"  # failures | all | none
     video_max: int = 10  # videos per suite at most
     compare: Optional[str] = None  # a previous run folder or results.json to compare with
@@ -109,7 +110,8 @@ def _latency_config(cfg: EvalConfig) -> Any:
     from embodied.latency import LatencyConfig
 
     return LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source, threshold=cfg.threshold,
-                         merge=cfg.merge, rtc_beta=cfg.rtc_beta, action_steps=cfg.action_steps)
+                         merge=cfg.merge, rtc_beta=cfg.rtc_beta, action_steps=cfg.action_steps,
+                         action_offset=cfg.action_offset)
 
 
 def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
