@@ -110,10 +110,9 @@ class Policy(nn.Module, abc.ABC):
     def __init__(self, config: PolicyConfig):
         super().__init__()
         from policies.processor import Processor
-
         from sims.core import STATE_OBS
 
-        if getattr(config, "state_obs", "proprio") not in STATE_OBS:
+        if config.state_obs not in STATE_OBS:
             raise ValueError(f"state_obs must be one of {STATE_OBS}, got {config.state_obs!r}")
         self.config = config
         self.processor = Processor(config)
@@ -172,7 +171,7 @@ class Policy(nn.Module, abc.ABC):
             )
         s_env = tuple(env.observation_spec["state"].shape)
         if s_env != (self.config.state_dim,):
-            state_obs = getattr(self.config, "state_obs", "proprio")
+            state_obs = self.config.state_obs
             raise SpecMismatchError(f"the policy reads a {self.config.state_dim}-D state (state_obs={state_obs!r}), "
                                     f"the env gives {s_env}: make the env with state_obs={state_obs!r} on the "
                                     "suite the policy was trained on")

@@ -50,7 +50,7 @@ class PolicySpec:
         c = policy.config
         return cls(family=policy.family, action_dim=c.action_dim, chunk_size=c.chunk_size, state_dim=c.state_dim,
                    cameras=tuple(c.cameras), image_size=c.image_size, control_hz=float(c.control_hz),
-                   state_obs=getattr(c, "state_obs", "proprio"))
+                   state_obs=c.state_obs)
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any]) -> "PolicySpec":

@@ -307,7 +307,6 @@ class PrivilegedStateEnv(VecEnv):
         self.observation_spec = dict(env.observation_spec)
         self.observation_spec["state"] = Spec((s.shape[0] + p.shape[0],), s.dtype,
                                               doc=f"{s.doc}; then privileged: {p.doc}")
-        self.state_obs = "privileged"
 
     def __getattr__(self, name: str) -> Any:  # num_envs, device, tasks, control_hz, cameras, ...
         if name == "env":  # not set yet (e.g. during unpickling): no recursion

@@ -60,7 +60,7 @@ def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_env
     stats = LatencyStats()
     with sims.make(sims.suites.backend(suite), suite=suite, num_envs=num_envs, seed=0,
                    cameras=tuple(policy.config.cameras), image_size=image_size,
-                   state_obs=getattr(policy.config, "state_obs", "proprio")) as env:
+                   state_obs=policy.config.state_obs) as env:
         obs = env.reset(task_ids=[tasks[i % len(tasks)] for i in range(num_envs)], init_ids=list(range(num_envs)))
         batch = {"rgb": obs_views(obs), "state": obs["state"],
                  "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from embodied.data.lerobot_format import Dataset
+from sims.core import STATE_OBS
 
 
 @dataclass
@@ -57,8 +58,8 @@ def load_demonstrations(root: str, *, chunk_size: int, image_size: int, cameras:
     ``state_obs``: ``proprio`` (the recorded ``observation.state``) or ``privileged`` (that state
     followed by ``observation.privileged``, as ``sims.make(..., state_obs="privileged")`` gives it).
     """
-    if state_obs not in ("proprio", "privileged"):
-        raise ValueError(f"state_obs must be 'proprio' or 'privileged', got {state_obs!r}")
+    if state_obs not in STATE_OBS:
+        raise ValueError(f"state_obs must be one of {STATE_OBS}, got {state_obs!r}")
     ds = Dataset(root)
     cams = list(cameras) if cameras is not None else ds.cameras
     missing = [c for c in cams if c not in ds.cameras]

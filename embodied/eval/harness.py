@@ -30,6 +30,7 @@ class Agent(Protocol):
     """What the harness drives: a policy (any family) or the scripted experts."""
 
     cameras: Sequence[str]
+    state_obs: str  # what obs["state"] holds (sims.core.STATE_OBS)
     chunk_size: int
 
     def begin_wave(self, seed: int) -> None: ...
@@ -50,7 +51,7 @@ class PolicyAgent:
         self.mode = mode
         self.rtc_beta = rtc_beta
         self.cameras = list(policy.config.cameras)
-        self.state_obs = getattr(policy.config, "state_obs", "proprio")
+        self.state_obs = policy.config.state_obs
         self.chunk_size = policy.chunk_size
         self._gen = torch.Generator()
 
@@ -168,7 +169,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}}
     env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
-                    image_size=image_size, state_obs=getattr(agent, "state_obs", "proprio"))
+                    image_size=image_size, state_obs=agent.state_obs)
     if latency.mode == "aware":  # sets latency.max_delay
         policy = getattr(agent, "policy", None)
         policy_state = policy.config.state_dim if policy is not None else env.observation_spec["state"].shape[0]

@@ -84,7 +84,7 @@ class VecEnvRunner(EnvRunner):
                              cameras=tuple(self.module.policy.config.cameras), image_size=int(ec["image_size"]),
                              reward_type=ec.get("reward_type", "sparse"), num_threads=ec.get("num_threads") or None,
                              max_steps=ec.get("max_steps"),
-                             state_obs=getattr(self.module.policy.config, "state_obs", "proprio"))
+                             state_obs=self.module.policy.config.state_obs)
         if ec.get("latency_delays"):
             from embodied.latency.delay_env import DelayedChunkEnv
 

@@ -126,7 +126,7 @@ def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
             raise ValueError(f"execution=rtc inpaints flow chunks; this is a {policy.family} policy (use async)")
         if cfg.execution == "aware":
             with sims.make(sims.suites.backend(suite), suite=suite, num_envs=1, cameras=(),
-                           state_obs=getattr(policy.config, "state_obs", "proprio")) as env:
+                           state_obs=policy.config.state_obs) as env:
                 aware_view(env, policy.config.state_dim, policy.chunk_size, lat)
     except ValueError as err:
         raise EvalError(str(err)) from None

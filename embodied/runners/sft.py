@@ -95,7 +95,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
         if (out / "ckpt" / "config.json").is_file():
             raise FileExistsError(f"{out} already holds a checkpoint: pass resume=true to continue, or a new out=...")
         policy = policies.make(family, **overrides).to(cfg.device)
-    state_obs = getattr(policy.config, "state_obs", "proprio")
+    state_obs = policy.config.state_obs
     demos = load_demonstrations(cfg.data, chunk_size=policy.config.chunk_size, image_size=policy.config.image_size,
                                 cameras=policy.config.cameras, episodes=cfg.episodes, state_obs=state_obs)
     width = int(demos.state.shape[1])

@@ -204,7 +204,7 @@ def _latency_aware(cfg: TrainConfig, policy: Any) -> Any:
         raise TrainError(f"latency_delays {delays} must lie in 0..{policy.chunk_size - 1} (below the policy's "
                          f"chunk size {policy.chunk_size}): train a policy with longer chunks for longer delays")
     with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=(),
-                   state_obs=getattr(policy.config, "state_obs", "proprio")) as env:
+                   state_obs=policy.config.state_obs) as env:
         s, a = int(env.observation_spec["state"].shape[0]), int(env.action_spec.shape[0])
     wide = augmented_state_dim(s, a, max(delays))
     if policy.config.state_dim == wide:
@@ -221,7 +221,7 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> None:
     import sims
 
     with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=tuple(policy.config.cameras),
-                   image_size=cfg.image_size, state_obs=getattr(policy.config, "state_obs", "proprio")) as env:
+                   image_size=cfg.image_size, state_obs=policy.config.state_obs) as env:
         if cfg.latency_delays:
             from embodied.latency.delay_env import DelayedChunkEnv
 
