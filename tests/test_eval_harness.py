@@ -93,16 +93,22 @@ def test_interrupted_run_keeps_episodes_and_resumes(tmp_path):
 
 
 def test_clear_errors(tmp_path):
+    from conftest import compose
+    from embodied.runners.eval import EvalError, run
+    from policies import CheckpointError, SpecMismatchError
+
     ckpt = policies.save(policies.make("flow", action_dim=8, **TINY), tmp_path / "ckpt8")
+    proc = _eval(f"checkpoint={ckpt}", "suite=goal", "episodes=1", f"out={tmp_path / 'cli'}", "image_size=32")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and last.startswith("embodied-eval:") and "8-D actions but the env expects 7-D" in last
     cases = [
-        ((f"checkpoint={ckpt}", "suite=goal", "episodes=1"), "8-D actions but the env expects 7-D"),
         (("policy=expert", "suite=nope"), "unknown suite"),
         (("policy=expert", "suite=goal", "tasks=[12]"), "out of range"),
         ((f"checkpoint={tmp_path / 'missing'}", "suite=goal"), "no checkpoint bundle"),
         (("suite=goal",), "checkpoint=PATH"),
     ]
-    for i, (args, message) in enumerate(cases):
-        proc = _eval(*args, f"out={tmp_path / str(i)}", "image_size=32")
-        assert proc.returncode != 0, args
-        last = proc.stderr.strip().splitlines()[-1]
-        assert last.startswith("embodied-eval:") and message in last, (args, last)
+    for i, (args, message) in enumerate(cases):  # the same checks in-process
+        with pytest.raises((EvalError, CheckpointError, SpecMismatchError), match=message):
+            run(compose("eval", *args, f"out={tmp_path / str(i)}", "image_size=32"))
+
+

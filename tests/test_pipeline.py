@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 BIN = Path(sys.executable).parent
 
@@ -25,7 +26,7 @@ TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.nu
                  "rl.max_episode_steps=6", "eval.episodes=2", "eval.num_envs=4", "eval.video_max=1"]
 
 
-def test_pipeline_end_to_end_at_tiny_size(tmp_path):
+def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     """collect -> SFT -> eval -> Flow-SDE PPO on RLlib -> eval -> report, then a rerun skips every stage."""
     out = tmp_path / "run"
     proc = _run("embodied-pipeline", f"out={out}", *TINY_PIPELINE)
@@ -46,13 +47,18 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path):
     assert "| 2 put_the_cube_on_the_plate |" in report and "RL - SFT:" in report
     assert (out / "plots" / "pipeline.png").stat().st_size > 1000
     assert (out / ".hydra" / "config.yaml").is_file() and (out / "data" / "meta" / "info.json").is_file()
-    proc = _run("embodied-pipeline", f"out={out}", *TINY_PIPELINE)
-    assert proc.returncode == 0 and proc.stdout.count("done in a previous run") == 5, proc.stdout[-2000:]
+    # in-process from here (the same config the command builds, without another start-up)
+    from conftest import compose
+    from embodied.runners.pipeline import PipelineError, run
+
+    rerun = run(compose("pipeline", f"out={out}", *TINY_PIPELINE))
+    assert "done in a previous run" in capsys.readouterr().out
+    assert rerun["stages_done"] == results["stages_done"] and rerun["eval_rl"] == results["eval_rl"]
     # another configuration into the same folder refuses instead of mixing runs
-    proc = _run("embodied-pipeline", f"out={out}", *TINY_PIPELINE, "episodes_per_task=2")
-    assert proc.returncode != 0 and "another configuration" in proc.stderr
-    proc = _run("embodied-pipeline", f"out={tmp_path / 'bad'}", "policy=autoregressive")
-    assert proc.returncode != 0 and "use policy=flow" in proc.stderr
+    with pytest.raises(PipelineError, match="another configuration"):
+        run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "episodes_per_task=2"))
+    with pytest.raises(PipelineError, match="use policy=flow"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "policy=autoregressive"))
 
 
 def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):

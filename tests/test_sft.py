@@ -84,9 +84,12 @@ def test_sft_state_only_policy_sized_from_the_data(demos, tmp_path):
 
 
 def test_sft_errors_are_clear(tmp_path):
+    from conftest import compose
+    from embodied.runners.sft import train
+
     proc = _sft(f"data={tmp_path / 'missing'}", f"out={tmp_path / 'x'}", *TINY)
-    assert proc.returncode != 0 and "meta/info.json is missing" in proc.stderr
-    proc = _sft(f"data={tmp_path}", f"out={tmp_path / 'y'}", "policy.bogus=1")
-    assert proc.returncode != 0 and "bogus" in proc.stderr
-    proc = _sft(f"data={tmp_path}", f"out={tmp_path / 'z'}", "augment_shift=-1", *TINY)
-    assert proc.returncode != 0 and "augment_shift" in proc.stderr
+    assert proc.returncode != 0 and "meta/info.json is missing" in proc.stderr.strip().splitlines()[-1]
+    with pytest.raises(Exception, match="bogus"):  # the same checks in-process
+        compose("sft", f"data={tmp_path}", f"out={tmp_path / 'y'}", "policy.bogus=1")
+    with pytest.raises(ValueError, match="augment_shift"):
+        train(compose("sft", f"data={tmp_path}", f"out={tmp_path / 'z'}", "augment_shift=-1", *TINY))

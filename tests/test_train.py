@@ -11,7 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from conftest import compose
+
 import policies
+from embodied.runners.train import TrainConfig, TrainError, train
+from policies import CheckpointError, SpecMismatchError
 
 BIN = Path(sys.executable).parent
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1)
@@ -101,28 +106,34 @@ def test_cluster_runtime_with_two_remote_env_runners_and_a_remote_learner(tmp_pa
     assert any(not (a == b).all() for a, b in zip(before.parameters(), after.parameters()))
 
 
+def _config(*overrides: str) -> TrainConfig:
+    return compose("train", *overrides)
+
+
 def test_token_ppo_sequential_and_configuration_errors(tmp_path):
     ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
     proc = _train(f"init={ar}", "algo=ppo", f"out={tmp_path / 'ppo'}", "iterations=2", "runtime.overlap=false", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_rows(tmp_path / "ppo")) == 2
     joint = policies.save(policies.make("flow", expert_layers=1, action_dim=8, **TINY), tmp_path / "joint")
+    # the command line prints the reason as its last line
+    proc = _train(f"out={tmp_path / 'cli'}", *RUN, f"init={joint}")
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    assert proc.returncode != 0 and last.startswith("embodied-train: ") and "8-D actions but the env expects 7-D" in last
     cases = [
         ((f"init={ar}", "algo=flow_sde"), "trains a flow policy, but the policy is autoregressive"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=3"), "multiple of algo.group_size"),
         ((f"init={ar}", "algo=grpo", "algo.value_clip=0.2"), "has no critic"),
         ((f"init={ar}", "algo=ppo", "runtime.num_env_runners=1"), "runtime=local runs in one process"),
         ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_env_runners=0"), "num_env_runners >= 1"),
-        ((f"init={joint}",), "8-D actions but the env expects 7-D"),
         ((f"init={tmp_path / 'nothing'}",), "no checkpoint bundle"),
         ((f"init={ar}", "algo=ppo", "suite=nowhere"), "unknown suite"),
     ]
-    for i, (args, message) in enumerate(cases):
-        proc = _train(f"out={tmp_path / str(i)}", *RUN, *args)
-        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
-        assert proc.returncode != 0 and message in last, (args, last)
-    proc = _train(f"init={ar}", "algo=sac", f"out={tmp_path / 'sac'}", *RUN)
-    assert proc.returncode != 0 and "sac" in proc.stderr
+    for i, (args, message) in enumerate(cases):  # in-process: the same checks, without a start-up each
+        with pytest.raises((TrainError, CheckpointError, SpecMismatchError), match=message):
+            train(_config(f"out={tmp_path / str(i)}", *RUN, *args))
+    with pytest.raises(Exception, match="sac"):
+        _config(f"init={ar}", "algo=sac", f"out={tmp_path / 'sac'}", *RUN)
 
 
 def test_token_grpo_runs_on_groups(tmp_path):
