@@ -52,6 +52,10 @@ class PolicyConfig:
         pretrained_vision: local folder with a SigLIP or PaliGemma checkpoint (safetensors), read
             offline; ``""`` for none.
         value_head: ``"expert"`` (on the action head's output, pi_0) or ``"prefix"`` (pi_0.5).
+        state_std_floor: smallest per-dimension state std used to normalise (state units: m, rad,
+            m/s). Dimensions nearly constant in the demonstrations (a resting object's velocity, an
+            upright object's tilt) would otherwise turn a millimetre bump into hundreds of std.
+        state_clip: normalised state values are clipped to ``[-state_clip, state_clip]`` (0: none).
     """
 
     action_dim: int = 7
@@ -71,6 +75,8 @@ class PolicyConfig:
     vision_encoder: str = "cnn"
     pretrained_vision: str = ""
     value_head: str = "expert"
+    state_std_floor: float = 1e-2
+    state_clip: float = 5.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -20,6 +20,10 @@ FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
 
 
+#: Config values of bundles written before a field existed: they load as they were trained.
+LEGACY_CONFIG = {"state_std_floor": 1e-3, "state_clip": 0.0}
+
+
 class CheckpointError(ValueError):
     """A bundle that cannot be loaded: missing, incomplete, tampered, or not safetensors."""
 
@@ -111,7 +115,7 @@ def load(path: str | os.PathLike, *, device: str = "cpu") -> Any:
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{weights} is not a valid safetensors file ({err})") from None
     cls = policy_class(meta["family"])
-    config = cls.config_class.from_dict(meta["config"])
+    config = cls.config_class.from_dict({**LEGACY_CONFIG, **meta["config"]})
     policy = cls(config)
     stats_path = folder / "stats.json"
     if stats_path.is_file():

@@ -40,8 +40,8 @@ class Processor:
                 raise ValueError(f"stats[{key!r}] has {len(stats[key])} values, the policy expects {size}")
         self.stats = {k: [float(v) for v in stats[k]] for k in STAT_KEYS}
         self._t = {k: torch.tensor(self.stats[k], dtype=torch.float32) for k in STAT_KEYS}
-        for k in ("state_std", "action_std"):
-            self._t[k] = self._t[k].clamp_min(1e-3)
+        self._t["state_std"] = self._t["state_std"].clamp_min(float(self.config.state_std_floor))
+        self._t["action_std"] = self._t["action_std"].clamp_min(1e-3)
 
     @staticmethod
     def stats_from_arrays(states: np.ndarray, actions: np.ndarray) -> dict[str, list[float]]:
@@ -75,10 +75,12 @@ class Processor:
         return (x * 2.0 - 1.0).reshape(n, v, 3, s, s)
 
     def state(self, state: torch.Tensor, device: torch.device) -> torch.Tensor:
-        """``[N, S]`` -> normalised ``[N, S]``."""
+        """``[N, S]`` -> normalised ``[N, S]``, clipped to ``+-config.state_clip`` when it is > 0."""
         if state.shape[-1] != self.config.state_dim:
             raise ValueError(f"state has {state.shape[-1]} dims, the policy expects {self.config.state_dim}")
-        return (state.to(device).float() - self._stat("state_mean", device)) / self._stat("state_std", device)
+        z = (state.to(device).float() - self._stat("state_mean", device)) / self._stat("state_std", device)
+        clip = float(self.config.state_clip)
+        return z.clamp(-clip, clip) if clip > 0 else z
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Env actions ``[..., A]`` -> model space."""

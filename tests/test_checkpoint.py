@@ -37,6 +37,27 @@ def test_round_trip_gives_identical_outputs(tmp_path):
     assert meta["family"] == "flow" and meta["config"]["chunk_size"] == 3 and meta["extra"] == {"step": 7}
 
 
+def test_state_normalisation_floors_the_std_and_clips(tmp_path):
+    """A dimension constant in the demonstrations (std 0) must not turn a millimetre into 1000 std."""
+    policy = policies.make("flow", **TINY)
+    policy.processor.set_stats({"state_mean": [0.0] * 15, "state_std": [0.0] * 14 + [1.0]})
+    state = torch.zeros(2, 15)
+    state[0, 0], state[1, 0], state[1, 14] = 0.001, 1.0, -100.0
+    z = policy.processor.state(state, torch.device("cpu"))
+    assert z[0, 0].item() == pytest.approx(0.1)  # 1 mm / the 1 cm floor
+    assert z[1, 0].item() == 5.0 and z[1, 14].item() == -5.0  # clipped at state_clip
+    # a bundle written before these fields existed loads with the normalisation it was trained with
+    folder = policies.save(policy, tmp_path / "old")
+    meta = json.loads((folder / "config.json").read_text())
+    for key in ("state_std_floor", "state_clip"):
+        del meta["config"][key]
+    (folder / "config.json").write_text(json.dumps(meta))
+    old = policies.load(folder)
+    assert (old.config.state_std_floor, old.config.state_clip) == (1e-3, 0.0)
+    assert old.processor.state(state, torch.device("cpu"))[1, 0].item() == pytest.approx(1000.0)
+    assert policies.load(policies.save(policy, tmp_path / "new")).config.state_clip == 5.0
+
+
 def test_tampered_pickled_and_missing_files_are_refused(tmp_path):
     folder = policies.save(policies.make("flow", **TINY), tmp_path / "ckpt")
     weights = folder / "model.safetensors"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mujoco
 import numpy as np
+import torch
 
 import sims
 from sims.mujoco import controller as ctl
@@ -34,7 +35,24 @@ def test_geometric_jacobian_and_tcp_quaternion_match_mujoco():
             mujoco.mj_jacSite(env.model, data, jp, jr, env.tcp_site)
             np.testing.assert_allclose(jac[i, :3], jp[:, env.arm_qvel], atol=1e-9)
             np.testing.assert_allclose(jac[i, 3:], jr[:, env.arm_qvel], atol=1e-9)
-        np.testing.assert_allclose(env.tcp_quat(), ctl.mat_to_quat(env.tcp_mat()), atol=1e-9)
+        np.testing.assert_allclose(env.tcp_quat(), ctl.quat_hemisphere(ctl.mat_to_quat(env.tcp_mat()),
+                                                                       ctl.TCP_HOME_QUAT), atol=1e-9)
+
+
+def test_tcp_quaternion_is_continuous_with_the_gripper_down():
+    """``w`` is ~0 with the gripper pointing down: a ``w >= 0`` sign rule flips the whole quaternion
+    from one reset to the next. The home-hemisphere rule keeps it on one side."""
+    with sims.make("mujoco", task="reach", num_envs=8, cameras=()) as env:
+        q = env.reset(seed=0)["state"][:, 3:7].numpy()
+        assert np.abs(q[:, 0]).max() < 0.05  # the gripper points down
+        assert (q @ ctl.TCP_HOME_QUAT > 0.9).all()
+        yaw = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0]] * 8, np.float32)  # turn the hand about z
+        for _ in range(10):
+            obs, *_ = env.step(torch.from_numpy(yaw))
+            q_next = obs["state"][:, 3:7].numpy()
+            assert np.abs(q_next - q).max() < 0.2  # no sign flip between control steps
+            q = q_next
+        assert (q @ ctl.TCP_HOME_QUAT < 0.95).all()  # it did turn
 
 
 def test_rotation_helpers_round_trip():

@@ -6,7 +6,8 @@ Tasks that need no asset download, with language instructions (``TASKS``), one s
 - actions: ManiSkill's ``pd_ee_delta_pose`` controller, 7-D in ``[-1, 1]`` (ManiSkill scales
   position deltas to 0.1 m and rotation deltas to 0.1 rad per step; ours to 0.05 m and 0.5 rad);
   the gripper sign is flipped to ours (-1 open, +1 closed);
-- ``state`` ``[N, 15]``: tool pose (position 3, quaternion wxyz 4), finger opening, 7 arm joints,
+- ``state`` ``[N, 15]``: tool pose (position 3, quaternion wxyz 4 in the hemisphere of the home
+  orientation, as on the MuJoCo backend), finger opening, 7 arm joints,
   as in our scenes; ``privileged`` ``[N, 16]``: the task's extra observations (goal position,
   grasp flag, ...) flattened and zero-padded;
 - cameras: ``agentview`` = ManiSkill's ``base_camera``, ``wrist`` = ``hand_camera`` (only on tasks
@@ -35,6 +36,9 @@ import torch
 from sims.core import Spec, TaskSpec, VecEnv
 
 PRIVILEGED_DIM = 16
+#: The tool orientation at ManiSkill's Panda home pose (gripper down), w x y z: quaternions are given
+#: with the sign that keeps them in its hemisphere (continuous, unlike ``w >= 0`` with the gripper down).
+TCP_HOME_QUAT = torch.tensor([0.0, 1.0, 0.0, 0.0])
 CAMERA_MAP = {"agentview": "base_camera", "wrist": "hand_camera"}
 
 
@@ -153,7 +157,9 @@ class ManiSkillVecEnv(VecEnv):
         qpos = torch.as_tensor(raw["agent"]["qpos"]).float().cpu()
         tcp = torch.as_tensor(raw["extra"]["tcp_pose"]).float().cpu()
         n = qpos.shape[0]
-        state = torch.cat([tcp[:, :3], tcp[:, 3:7], (qpos[:, 7] + qpos[:, 8])[:, None], qpos[:, :7]], 1)
+        quat = tcp[:, 3:7]
+        quat = quat * torch.where((quat * TCP_HOME_QUAT).sum(1, keepdim=True) < 0, -1.0, 1.0)
+        state = torch.cat([tcp[:, :3], quat, (qpos[:, 7] + qpos[:, 8])[:, None], qpos[:, :7]], 1)
         extras = [torch.as_tensor(v).float().cpu().reshape(n, -1) for k, v in raw["extra"].items() if k != "tcp_pose"]
         priv = torch.cat(extras, 1) if extras else torch.zeros(n, 0)
         priv = torch.nn.functional.pad(priv, (0, max(PRIVILEGED_DIM - priv.shape[1], 0)))[:, :PRIVILEGED_DIM]

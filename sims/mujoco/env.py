@@ -6,7 +6,8 @@ success, reward, divergence and observations are computed from arrays bound to t
 Results are bit-identical at any thread count (each env is its own state row).
 
 Observation keys (per env):
-- ``state`` float32 ``[15]``: TCP position (3), TCP quaternion w,x,y,z (4), gripper width in
+- ``state`` float32 ``[15]``: TCP position (3), TCP quaternion w,x,y,z (4, sign chosen in the home
+  orientation's hemisphere: continuous, unlike ``w >= 0`` with the gripper down), gripper width in
   metres (1), arm joint angles in the real Panda convention (7);
 - ``rgb`` uint8 ``[V, H, W, 3]`` for the requested cameras (absent when ``cameras=()``);
 - ``task_id`` int64 scalar;
@@ -250,9 +251,10 @@ class MujocoVecEnv(VecEnv):
         return self.site_xpos[:, self.tcp_site]
 
     def tcp_quat(self, sel: Any = slice(None)) -> np.ndarray:
-        """``[N, 4]`` TCP orientation (w, x, y, z), w >= 0 (body quaternion x fixed site offset)."""
+        """``[N, 4]`` TCP orientation (w, x, y, z) in the hemisphere of the home orientation
+        (:func:`~sims.mujoco.controller.quat_hemisphere`; body quaternion x fixed site offset)."""
         q = ctl.quat_mul(self.xquat[sel, self.tcp_body], self.tcp_site_quat)
-        return q * np.where(q[:, :1] < 0, -1.0, 1.0)
+        return ctl.quat_hemisphere(q, ctl.TCP_HOME_QUAT)
 
     def tcp_mat(self) -> np.ndarray:
         """``[N, 9]`` TCP orientation matrix (row-major)."""
