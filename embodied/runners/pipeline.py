@@ -53,7 +53,7 @@ class PipelineRLConfig:
     """Stage ``rl`` (see ``embodied-train``; the rest of the algorithm's fields keep their defaults)."""
 
     algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
-    iterations: int = 120
+    iterations: int = 150
     num_envs: int = 10
     chunks_per_iter: int = 8  # chunks per env per iteration
     max_episode_steps: Optional[int] = 60  # training step limit (evaluation keeps the task's own)
@@ -83,7 +83,7 @@ class PipelineConfig:
     tasks: Optional[list[int]] = None  # task subset of the suite (default: all)
     stages: list[str] = field(default_factory=lambda: list(STAGES))  # stages to run, in this order
     seed: int = 0
-    episodes_per_task: int = 30  # demonstrations per task
+    episodes_per_task: int = 20  # demonstrations per task
     expert_gain: float = 1.0  # experts command this share of the remaining error per step (<1: smoother chunks)
     video_tasks: int = 3  # first demonstration of this many tasks goes into videos/collect.mp4
     sft: PipelineSFTConfig = field(default_factory=PipelineSFTConfig)
