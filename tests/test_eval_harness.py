@@ -80,7 +80,7 @@ def test_interrupted_run_keeps_episodes_and_resumes(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     partial = log.read_text().splitlines()
-    assert proc.returncode == 130 and "resume" in err
+    assert proc.returncode == 130 and "resume" in err, err[-3000:]
     assert 3 <= len(partial) < 30
     res = json.loads((out / "results.json").read_text())
     assert res["interrupted"] and sum(t["episodes"] for t in res["suites"]["goal"]["tasks"]) == len(partial)
