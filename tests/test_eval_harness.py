@@ -112,3 +112,21 @@ def test_clear_errors(tmp_path):
             run(compose("eval", *args, f"out={tmp_path / str(i)}", "image_size=32"))
 
 
+
+
+def test_a_stop_request_ends_the_run_between_control_steps():
+    """embodied-eval's Ctrl-C handler only sets a flag; the harness stops at its next step."""
+    from embodied.eval.harness import ExpertAgent, run_suite
+
+    polls: list[int] = []
+
+    def should_stop() -> bool:
+        polls.append(1)
+        return len(polls) > 60
+
+    records = []
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(ExpertAgent("goal", 2), "goal", tasks=[8], episodes=50, num_envs=2, image_size=32, seed=0,
+                  on_episode=records.append, should_stop=should_stop)
+    assert len(polls) == 61  # polled once per control step, stopped at the first True
+    assert 0 < len(records) < 50 and all(r.success for r in records)

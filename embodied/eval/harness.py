@@ -142,7 +142,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
               seed: int, latency: LatencyConfig | None = None, done: Iterable[EpisodeRecord] = (),
               on_episode: Callable[[EpisodeRecord], None] | None = None, record_frames: bool = False,
               on_frames: FrameSink | None = None, progress: Any = None,
-              check: Callable[[Any], None] | None = None) -> dict[str, Any]:
+              check: Callable[[Any], None] | None = None,
+              should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -152,6 +153,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         record_frames / on_frames: keep each env's frames ``[V, H, W, 3]`` and hand the episode's
             frames to ``on_frames(suite, task, init_id, frames, success, length)`` when it ends.
         check: called with the env once built (e.g. the policy's spec check).
+        should_stop: polled before every control step; when it returns True the run stops there
+            with ``KeyboardInterrupt`` (finished episodes have been handed to ``on_episode``).
     """
     import sims
 
@@ -197,6 +200,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                 for j in range(k):
                     frames[j].append(_frame(env, obs, j))
             while active.any():
+                if should_stop is not None and should_stop():
+                    raise KeyboardInterrupt
                 action, from_chunk = executor.next_action(obs, env, agent)
                 obs, _, _, _, info = env.step(action, active=torch.as_tensor(active))
                 env_steps += int(active.sum())

@@ -132,6 +132,36 @@ def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
         raise EvalError(str(err)) from None
 
 
+class _StopOnInterrupt:
+    """Ctrl-C (SIGINT) asks the harness to stop at its next control step instead of raising
+    ``KeyboardInterrupt`` wherever the main thread happens to be (inside MuJoCo, the renderer or a
+    library, which may turn it into another error); a second Ctrl-C interrupts at once. Installed
+    only from the main thread; :meth:`restore` puts the previous handler back."""
+
+    def __init__(self) -> None:
+        import signal
+        import threading
+
+        self.requested = False
+        self._installed = threading.current_thread() is threading.main_thread()
+        self._previous = signal.signal(signal.SIGINT, self._handle) if self._installed else None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def restore(self) -> None:
+        import signal
+
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.SIG_DFL)
+            self._installed = False
+
+
 def run(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
     import policies
@@ -198,6 +228,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         videos.append(rel)
 
     env_steps, seconds, interrupted = 0, 0.0, False
+    stop = _StopOnInterrupt()
     latency_stats: dict[str, Any] = {}
     total = sum(len(tasks_of[s]) * cfg.episodes for s in suites)
     start = time.perf_counter()
@@ -211,7 +242,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                 stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
                                   image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],
                                   on_episode=record, record_frames=cfg.videos != "none", on_frames=film,
-                                  progress=bar, check=check)
+                                  progress=bar, check=check, should_stop=stop)
                 env_steps += stats["env_steps"]
                 seconds += stats["seconds"]
                 if stats["latency"]:
@@ -219,6 +250,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        stop.restore()
         log.close()
     suites_res = aggregate(records, suites, tasks_of, names)
     results: dict[str, Any] = {
