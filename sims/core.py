@@ -283,6 +283,19 @@ def make(
     return PrivilegedStateEnv(env) if state_obs == "privileged" else env
 
 
+def quat_hemisphere(q: Any, ref: Any) -> Any:
+    """Quaternions ``[N, 4]`` (numpy or torch) with the sign that puts them in ``ref``'s hemisphere
+    (``q . ref >= 0``).
+
+    ``q`` and ``-q`` are the same rotation; a policy needs one continuous representative. ``w >= 0``
+    is discontinuous exactly where the gripper points down (``w`` crosses 0 there at every yaw);
+    the hemisphere of the home orientation is continuous for every orientation the arm reaches
+    (it flips only 180 deg away from home). Both backends give the TCP quaternion this way.
+    """
+    below = (q * ref).sum(-1)[..., None] < 0
+    return q * (1 - 2 * below)
+
+
 def obs_views(obs: Obs) -> torch.Tensor:
     """``obs["rgb"]`` ``[N, V, H, W, 3]``, or an empty ``[N, 0, 1, 1, 3]`` uint8 batch when the env renders
     no cameras (for state-only policies, whose inputs keep one layout)."""

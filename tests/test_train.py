@@ -15,7 +15,7 @@ import pytest
 from conftest import compose
 
 import policies
-from embodied.runners.train import TrainConfig, TrainError, train
+from embodied.runners.train import TrainError, train
 from policies import CheckpointError, SpecMismatchError
 
 BIN = Path(sys.executable).parent
@@ -106,10 +106,6 @@ def test_cluster_runtime_with_two_remote_env_runners_and_a_remote_learner(tmp_pa
     assert any(not (a == b).all() for a, b in zip(before.parameters(), after.parameters()))
 
 
-def _config(*overrides: str) -> TrainConfig:
-    return compose("train", *overrides)
-
-
 def test_token_ppo_sequential_and_configuration_errors(tmp_path):
     ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
     proc = _train(f"init={ar}", "algo=ppo", f"out={tmp_path / 'ppo'}", "iterations=2", "runtime.overlap=false", *RUN)
@@ -131,9 +127,9 @@ def test_token_ppo_sequential_and_configuration_errors(tmp_path):
     ]
     for i, (args, message) in enumerate(cases):  # in-process: the same checks, without a start-up each
         with pytest.raises((TrainError, CheckpointError, SpecMismatchError), match=message):
-            train(_config(f"out={tmp_path / str(i)}", *RUN, *args))
+            train(compose("train", f"out={tmp_path / str(i)}", *RUN, *args))
     with pytest.raises(Exception, match="sac"):
-        _config(f"init={ar}", "algo=sac", f"out={tmp_path / 'sac'}", *RUN)
+        compose("train", f"init={ar}", "algo=sac", f"out={tmp_path / 'sac'}", *RUN)
 
 
 def test_token_grpo_runs_on_groups(tmp_path):

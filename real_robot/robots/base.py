@@ -25,7 +25,7 @@ class RobotSpec:
         cameras: camera name -> ``[height, width]`` of its frames.
         state_dim: S (tcp pos 3, tcp quat 4, gripper width 1, joints 7 for the Panda; the quaternion
             w x y z with the sign that keeps it in the home orientation's hemisphere, as the simulators
-            give it: see ``sims.mujoco.controller.quat_hemisphere``).
+            give it: see ``sims.core.quat_hemisphere``).
         joint_low / joint_high: joint position limits (rad, real convention).
         joint_vel_max: joint speed limits (rad/s).
         workspace_low / workspace_high: the box the tool centre point must stay in (m).

@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from sims.core import Spec, TaskSpec, VecEnv
+from sims.core import Spec, TaskSpec, VecEnv, quat_hemisphere
 
 PRIVILEGED_DIM = 16
 #: The tool orientation at ManiSkill's Panda home pose (gripper down), w x y z: quaternions are given
@@ -157,8 +157,7 @@ class ManiSkillVecEnv(VecEnv):
         qpos = torch.as_tensor(raw["agent"]["qpos"]).float().cpu()
         tcp = torch.as_tensor(raw["extra"]["tcp_pose"]).float().cpu()
         n = qpos.shape[0]
-        quat = tcp[:, 3:7]
-        quat = quat * torch.where((quat * TCP_HOME_QUAT).sum(1, keepdim=True) < 0, -1.0, 1.0)
+        quat = quat_hemisphere(tcp[:, 3:7], TCP_HOME_QUAT)
         state = torch.cat([tcp[:, :3], quat, (qpos[:, 7] + qpos[:, 8])[:, None], qpos[:, :7]], 1)
         extras = [torch.as_tensor(v).float().cpu().reshape(n, -1) for k, v in raw["extra"].items() if k != "tcp_pose"]
         priv = torch.cat(extras, 1) if extras else torch.zeros(n, 0)

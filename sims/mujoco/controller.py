@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sims.core import quat_hemisphere  # noqa: F401  (re-exported: the TCP quaternion convention)
 from sims.mujoco.robot import FINGER_MAX, REAL_JOINT_LOWER, REAL_JOINT_UPPER, to_sim_joints
 
 
@@ -141,17 +142,6 @@ def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 #: The TCP orientation at the home pose (gripper pointing down, hand turned -45 deg about z), w x y z.
 TCP_HOME_QUAT = np.array([0.0, 0.92388, -0.382683, 0.0])
-
-
-def quat_hemisphere(q: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Quaternions ``[N, 4]`` with the sign that puts them in ``ref``'s hemisphere (``q . ref >= 0``).
-
-    ``q`` and ``-q`` are the same rotation; a policy needs one continuous representative. ``w >= 0``
-    is discontinuous exactly where the gripper points down (``w`` crosses 0 there at every yaw);
-    the hemisphere of the home orientation is continuous for every orientation the arm reaches
-    (it flips only 180 deg away from home).
-    """
-    return q * np.where((q * ref).sum(-1, keepdims=True) < 0, -1.0, 1.0)
 
 
 def mat_to_quat(mat: np.ndarray) -> np.ndarray:

@@ -252,7 +252,7 @@ class MujocoVecEnv(VecEnv):
 
     def tcp_quat(self, sel: Any = slice(None)) -> np.ndarray:
         """``[N, 4]`` TCP orientation (w, x, y, z) in the hemisphere of the home orientation
-        (:func:`~sims.mujoco.controller.quat_hemisphere`; body quaternion x fixed site offset)."""
+        (:func:`sims.core.quat_hemisphere`; body quaternion x fixed site offset)."""
         q = ctl.quat_mul(self.xquat[sel, self.tcp_body], self.tcp_site_quat)
         return ctl.quat_hemisphere(q, ctl.TCP_HOME_QUAT)
 
