@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.nu
                  "video_tasks=2", "policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]",
                  "policy.chunk_size=3", "policy.prefix_layers=1", "policy.expert_layers=1", "sft.steps=3",
                  "sft.batch_size=4", "sft.warmup_steps=1", "rl.iterations=2", "rl.num_envs=2", "rl.chunks_per_iter=2",
-                 "rl.max_episode_steps=6", "eval.episodes=2", "eval.num_envs=4", "eval.video_max=1"]
+                 "rl.critic_warmup=1", "rl.max_episode_steps=6", "eval.episodes=2", "eval.num_envs=4", "eval.video_max=1"]
 
 
 def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
@@ -39,6 +40,8 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert results["sft"]["steps"] == 3 and (out / "sft" / "ckpt" / "model.safetensors").is_file()
     assert results["rl"]["iterations"] == 2 and results["rl"]["env_steps"] > 0
     assert (out / "rl" / "checkpoint" / "policy" / "model.safetensors").is_file()
+    rl_rows = list(csv.DictReader(open(out / "rl" / "metrics.csv")))
+    assert [r["actor_updated"] for r in rl_rows] == ["0", "1"]  # rl.critic_warmup=1 reached embodied-train
     for key in ("eval_sft", "eval_rl"):
         assert results[key]["episodes"] == 4 and 0.0 <= results[key]["success_rate"] <= 1.0
         assert results[key]["videos"] and all((out / v).is_file() for v in results[key]["videos"])
@@ -59,6 +62,8 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "episodes_per_task=2"))
     with pytest.raises(PipelineError, match="use policy=flow"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "policy=autoregressive"))
+    with pytest.raises(PipelineError, match="rl.critic_warmup=2 must lie in 0..rl.iterations-1"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.iterations=2", "rl.critic_warmup=2"))
 
 
 def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):

@@ -116,9 +116,16 @@ def test_state_only_policy_rollout_and_update():
     lp, _, _ = policy.logprob(rollout.policy_obs(idx), rollout.flat_extras(idx))
     torch.testing.assert_close(lp, rollout.logprob.flatten(), rtol=1e-4, atol=1e-4)
     batch = ppo_batch(rollout)
-    stats = update_policy(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), batch, rollout.instructions,
-                          LossConfig(), epochs=1, minibatch_size=2, generator=torch.Generator())
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    update_policy(policy, opt, batch, rollout.instructions, LossConfig(), minibatch_size=2, critic_only=True)
+    changed = {k for k, v in policy.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed and all(k.startswith("value_mlp.") for k in changed)  # critic warm-up: the actor is untouched
+    stats = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=1, minibatch_size=2,
+                          generator=torch.Generator())
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    with pytest.raises(ValueError, match="needs a critic"):
+        update_policy(policy, opt, batch, rollout.instructions, LossConfig(use_critic=False), critic_only=True)
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=()) as plain:
         with pytest.raises(policies.checkpoint.SpecMismatchError, match="state_obs='privileged'"):
             policy.check_env(plain)

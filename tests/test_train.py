@@ -120,6 +120,8 @@ def test_token_ppo_sequential_and_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=flow_sde"), "trains a flow policy, but the policy is autoregressive"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=3"), "multiple of algo.group_size"),
         ((f"init={ar}", "algo=grpo", "algo.value_clip=0.2"), "has no critic"),
+        ((f"init={ar}", "algo=grpo", "algo.critic_warmup=2"), "no critic to warm up"),
+        ((f"init={ar}", "algo=ppo", "iterations=2", "algo.critic_warmup=2"), "must lie in 0..iterations-1"),
         ((f"init={ar}", "algo=ppo", "runtime.num_env_runners=1"), "runtime=local runs in one process"),
         ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_env_runners=0"), "num_env_runners >= 1"),
         ((f"init={tmp_path / 'nothing'}",), "no checkpoint bundle"),
@@ -146,3 +148,39 @@ def test_token_grpo_runs_on_groups(tmp_path):
     rows = _rows(out)
     assert len(rows) == 2 and all(int(r["episodes"]) >= 4 for r in rows)
     assert all(r["groups_kept"] != "" for r in rows)
+
+
+def test_critic_warmup_steps_the_value_head_only(tmp_path):
+    """In-process ChunkRL (real Ray, local runner and learner): the warm-up iteration changes the
+    value head and nothing else; the next one trains the actor."""
+    import ray
+    import torch
+
+    from embodied.rllib import build_algorithm, make_env_config
+    from embodied.runners.train import RuntimeConfig, start_ray
+
+    torch.manual_seed(0)
+    policy = policies.make("flow", expert_layers=1, sampler="sde", **TINY)
+    env_config = make_env_config(suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=3,
+                                 reward_type="dense")
+    started = start_ray(RuntimeConfig(), tmp_path)
+    algo = None
+    try:
+        algo = build_algorithm(policy, instructions=["a", "b", "c"], env_config=env_config,
+                               rl=dict(critic_warmup=1, minibatch_size=4, overlap=False))
+        def snapshot() -> dict[str, torch.Tensor]:  # the local learner hands out its live tensors
+            return {k: v.clone() for k, v in algo.policy_state().items()}
+
+        before = snapshot()
+        assert algo.run_iteration(0)["actor_updated"] == 0.0
+        warm = snapshot()
+        changed = {k for k in before if not torch.equal(before[k], warm[k])}
+        assert changed and all(k.startswith("value_mlp.") for k in changed), sorted(changed)[:5]
+        assert algo.run_iteration(1)["actor_updated"] == 1.0
+        after = snapshot()
+        assert any(not torch.equal(warm[k], after[k]) for k in after if not k.startswith("value_mlp."))
+    finally:
+        if algo is not None:
+            algo.stop()
+        if started:
+            ray.shutdown()

@@ -11,6 +11,7 @@ import torch
 
 from embodied.rl.batch import batch_size
 from embodied.rl.loss import LossConfig, chunk_ppo_loss, evaluate_minibatch
+from embodied.rl.params import split_parameters
 
 
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
@@ -21,9 +22,16 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
 
 def update_policy(policy: Any, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                   instructions: Sequence[str], cfg: LossConfig, *, epochs: int = 1, minibatch_size: int = 32,
-                  max_grad_norm: float = 1.0, generator: torch.Generator | None = None) -> dict[str, float]:
-    """``epochs`` shuffled passes of minibatch PPO over ``batch``; returns mean statistics."""
+                  max_grad_norm: float = 1.0, generator: torch.Generator | None = None,
+                  critic_only: bool = False) -> dict[str, float]:
+    """``epochs`` shuffled passes of minibatch PPO over ``batch``; returns mean statistics.
+
+    ``critic_only`` (critic warm-up): only the value head steps; the actor's gradients are dropped.
+    """
+    if critic_only and not cfg.use_critic:
+        raise ValueError("critic_only needs a critic (cfg.use_critic=True)")
     start = time.perf_counter()
+    actor = split_parameters(policy)[0] if critic_only else []
     total = batch_size(batch)
     device = policy.device
     stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clip_fraction",
@@ -38,6 +46,8 @@ def update_policy(policy: Any, optimizer: torch.optim.Optimizer, batch: dict[str
             loss, st = chunk_ppo_loss(lp, ent, val, mb, cfg)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            for p in actor:
+                p.grad = None
             torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
             optimizer.step()
             for k in stats:

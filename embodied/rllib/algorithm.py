@@ -49,6 +49,7 @@ class ChunkRLConfig(AlgorithmConfig):
         self.use_critic = True
         self.logprob_scale = 1.0  # 1/(H*A): per-dimension (length-normalised) ratios
         self.freeze_prefix = False  # train the action head(s) only, not the observation encoder
+        self.critic_warmup = 0  # first iterations in which only the value head is updated
         self.num_epochs = 1
         self.minibatch_size = 32
         self.grad_clip = 1.0
@@ -156,7 +157,13 @@ class ChunkRL(Algorithm):
         stats: dict[str, float] = {}
         if rows:
             seed = int(self.config.seed or 0) * 1_000_003 + it
-            self._on_learners(lambda learner: learner.seed_update(seed))
+            frozen = it < self.config.critic_warmup
+
+            def prepare(learner: Any) -> None:
+                learner.seed_update(seed)
+                learner.set_actor_frozen(frozen)
+
+            self._on_learners(prepare)
             self.learner_group.update(
                 batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=rows),
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)},
@@ -178,6 +185,7 @@ class ChunkRL(Algorithm):
             "return": float(np.mean(returns)) if returns else float("nan"),
             "episode_length": float(np.mean(lengths)) if lengths else float("nan"),
             "rows": float(rows),
+            "actor_updated": float(bool(rows) and it >= self.config.critic_warmup),
             "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
             if self.config.use_critic and rows else 0.0,
             "sim_s": float(sum(r["sim_s"] for r in results)),

@@ -11,22 +11,11 @@ import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from embodied.rl.loss import LossConfig, chunk_ppo_loss
+from embodied.rl.params import split_parameters
+
+__all__ = ["ChunkPPOLearner", "split_parameters"]
 
 STAT_KEYS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
-
-
-def split_parameters(module: torch.nn.Module, freeze_prefix: bool = False
-                     ) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
-    """``(actor, critic)`` parameters: the critic is the policy's value head (``value_mlp``). With
-    ``freeze_prefix`` the observation encoder (``prefix``: vision, language, state, fusion) is left
-    out of both and stops requiring gradients."""
-    actor, critic = [], []
-    for name, p in module.named_parameters():
-        if freeze_prefix and ".prefix." in f".{name}":
-            p.requires_grad_(False)
-            continue
-        (critic if ".value_mlp." in f".{name}" else actor).append(p)
-    return actor, critic
 
 
 class ChunkPPOLearner(TorchLearner):
@@ -35,10 +24,13 @@ class ChunkPPOLearner(TorchLearner):
 
     def build(self) -> None:
         self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS}
+        self._actor_frozen = False
+        self._actor_refs: set[Any] = set()
         super().build()
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         actor, critic = split_parameters(self._module[module_id], freeze_prefix=config.freeze_prefix)
+        self._actor_refs |= {self.get_param_ref(p) for p in actor}
         self.register_optimizer(module_id=module_id, optimizer_name="actor",
                                 optimizer=torch.optim.AdamW(actor, weight_decay=0.0), params=actor,
                                 lr_or_lr_schedule=config.lr)
@@ -56,6 +48,19 @@ class ChunkPPOLearner(TorchLearner):
         for k in STAT_KEYS:
             self._stats[k].append(getattr(st, k))
         return loss
+
+    def set_actor_frozen(self, frozen: bool) -> None:
+        """Critic warm-up: while frozen only the value head steps (the actor's gradients, including
+        those the value loss sends into the shared observation encoder, are dropped)."""
+        self._actor_frozen = bool(frozen)
+
+    def compute_gradients(self, loss_per_module: dict[str, Any], **kwargs: Any) -> dict[Any, Any]:
+        grads = super().compute_gradients(loss_per_module, **kwargs)
+        if self._actor_frozen:  # the optimizer steps on p.grad, so clearing the dict's entry is not enough
+            for ref in self._actor_refs:
+                self._params[ref].grad = None
+            grads = {ref: g for ref, g in grads.items() if ref not in self._actor_refs}
+        return grads
 
     def pop_stats(self) -> dict[str, float]:
         """Means of the statistics since the last call (0 where no minibatch ran)."""

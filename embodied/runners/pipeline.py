@@ -58,6 +58,7 @@ class PipelineRLConfig:
     chunks_per_iter: int = 8  # chunks per env per iteration
     max_episode_steps: Optional[int] = 60  # training step limit (evaluation keeps the task's own)
     lr: float = 1e-5
+    critic_warmup: int = 0  # first iterations that update only the value head (see embodied-train's algo)
     reward_type: str = "sparse"
     overlap: bool = True  # sample the next batch while learning
     save_every: int = 10
@@ -126,6 +127,9 @@ def check_config(cfg: PipelineConfig) -> None:
     if cfg.rl.algo not in ("flow_sde", "flow_sde_full", "flow_noise"):
         raise PipelineError(f"rl.algo={cfg.rl.algo!r}: the pipeline's flow VLA trains with flow_sde, flow_sde_full "
                             "or flow_noise")
+    if not 0 <= cfg.rl.critic_warmup < cfg.rl.iterations:
+        raise PipelineError(f"rl.critic_warmup={cfg.rl.critic_warmup} must lie in 0..rl.iterations-1 "
+                            f"({cfg.rl.iterations - 1}): the actor learns after the warm-up")
     _tasks(cfg)
 
 
@@ -212,7 +216,7 @@ def stage_rl(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
 
     r = cfg.rl
     resume = resolve_folder(out / "rl" / "checkpoint") is not None
-    algo = AlgoConfig(name=r.algo, lr=r.lr)
+    algo = AlgoConfig(name=r.algo, lr=r.lr, critic_warmup=r.critic_warmup)
     summary = rl_train(TrainConfig(
         out=str(out / "rl"), init=str(out / "sft" / "ckpt"), algo=algo, runtime=RuntimeConfig(overlap=r.overlap),
         suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs, image_size=cfg.sim.image_size,

@@ -46,7 +46,7 @@ ALGOS = {
 
 METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
-                 "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept"]
+                 "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated"]
 
 
 @dataclass
@@ -70,6 +70,9 @@ class AlgoConfig:
     minibatch_size: int = 32  # chunks per gradient step
     max_grad_norm: float = 1.0  # global gradient-norm clip
     freeze_prefix: bool = False  # RL trains the action expert / decoder and heads, not the observation encoder
+    # critic warm-up: the first N iterations update only the value head (the actor keeps its SFT weights and
+    # keeps sampling), so the first policy updates use a critic fitted to it rather than a random one
+    critic_warmup: int = 0
     group_size: int = 4  # grpo: rollouts per initial state (each runner's envs split into groups)
 
 
@@ -137,6 +140,8 @@ def check_config(cfg: TrainConfig) -> None:
         if bad:
             raise TrainError(f"algo=grpo has no critic, but {bad} are set: they apply to PPO only "
                              "(use algo=ppo, or set them to null / 0)")
+        if a.critic_warmup:
+            raise TrainError(f"algo=grpo has no critic to warm up: set algo.critic_warmup=0 (got {a.critic_warmup})")
         if a.group_size < 2 or cfg.num_envs % a.group_size:
             raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
                              f"({a.group_size} >= 2)")
@@ -159,6 +164,9 @@ def check_config(cfg: TrainConfig) -> None:
         raise TrainError(f"backend={cfg.backend} cannot simulate suite {cfg.suite!r}")
     if cfg.iterations < 1 or cfg.chunks_per_iter < 1 or cfg.num_envs < 1:
         raise TrainError("iterations, chunks_per_iter and num_envs must be >= 1")
+    if not 0 <= a.critic_warmup < cfg.iterations:
+        raise TrainError(f"algo.critic_warmup={a.critic_warmup} must lie in 0..iterations-1 ({cfg.iterations - 1}): "
+                         "the warm-up iterations update the critic only, the actor learns after them")
 
 
 def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
@@ -309,7 +317,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,
               logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
-              minibatch_size=a.minibatch_size, freeze_prefix=a.freeze_prefix,
+              minibatch_size=a.minibatch_size, freeze_prefix=a.freeze_prefix, critic_warmup=a.critic_warmup,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)
     algo = None
