@@ -151,6 +151,7 @@ class ChunkRL(Algorithm):
             self._pending = self._launch(it + 1)
         batch = concat_batches([r["batch"] for r in results])
         rows = batch_size(batch)
+        raw_adv_std = float(batch["advantages"].std()) if rows > 1 else 0.0
         if self.config.use_critic and rows:
             batch["advantages"] = normalize_advantages(batch["advantages"])
         t1 = time.perf_counter()
@@ -186,6 +187,7 @@ class ChunkRL(Algorithm):
             "episode_length": float(np.mean(lengths)) if lengths else float("nan"),
             "rows": float(rows),
             "actor_updated": float(bool(rows) and it >= self.config.critic_warmup),
+            "advantage_std": raw_adv_std,  # before normalisation: ~0 means the normalised advantages are noise
             "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
             if self.config.use_critic and rows else 0.0,
             "sim_s": float(sum(r["sim_s"] for r in results)),

@@ -46,7 +46,8 @@ ALGOS = {
 
 METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
-                 "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated"]
+                 "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
+                 "advantage_std"]
 
 
 @dataclass
