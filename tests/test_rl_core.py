@@ -42,6 +42,14 @@ def test_rollout_then_ppo_update(family, extra):
     batch = ppo_batch(rollout)
     assert batch["rgb"].shape == (t * n, 2, 32, 32, 3) and batch["advantages"].shape == (t * n,)
     assert abs(float(batch["advantages"].mean())) < 1e-5
+    # truncation=fail: the step limit ends the episode like a termination, so the truncated chunk's
+    # target is its reward alone (bootstrap: plus the discounted value of the final observation)
+    fail = ppo_batch(rollout, truncation="fail", normalize=False)["value_targets"].reshape(t, n)
+    boot = ppo_batch(rollout, normalize=False)["value_targets"].reshape(t, n)
+    torch.testing.assert_close(fail[1], rollout.reward[1])
+    torch.testing.assert_close(boot[1], rollout.reward[1] + 0.99 * rollout.final_value[1])
+    with pytest.raises(ValueError, match="truncation must be one of"):
+        ppo_batch(rollout, truncation="never")
     stats = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=1, minibatch_size=6,
                           generator=gen)
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())

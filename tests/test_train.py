@@ -120,6 +120,7 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=grpo", "algo.value_clip=0.2"), "has no critic"),
         ((f"init={ar}", "algo=grpo", "algo.critic_warmup=2"), "no critic to warm up"),
         ((f"init={ar}", "algo=ppo", "iterations=2", "algo.critic_warmup=2"), "must lie in 0..iterations-1"),
+        ((f"init={ar}", "algo=ppo", "truncation=never"), "choose bootstrap or fail"),
         ((f"init={ar}", "algo=ppo", "runtime.num_env_runners=1"), "runtime=local runs in one process"),
         ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_env_runners=0"), "num_env_runners >= 1"),
         ((f"init={tmp_path / 'nothing'}",), "no checkpoint bundle"),

@@ -29,11 +29,20 @@ def _observation_columns(rollout: Rollout, rows: torch.Tensor | None = None) -> 
     return cols
 
 
-def ppo_batch(rollout: Rollout, gamma: float = 0.99, lam: float = 0.95, normalize: bool = True
-              ) -> dict[str, torch.Tensor]:
-    """Chunk GAE (truncations bootstrap from ``final_value``), then every chunk as one row. With several
-    env runners, pass ``normalize=False`` and normalise the concatenated advantages once."""
-    adv, ret = chunk_gae(rollout.reward, rollout.value, rollout.done, rollout.trunc, rollout.last_value,
+#: how an episode that hits a step limit enters GAE: ``bootstrap`` from the value of its final
+#: observation (the episode could go on) or ``fail``: it ends there like a termination, so an episode
+#: without success returns only what it earned (SimpleVLA-RL's binary outcome)
+TRUNCATION = ("bootstrap", "fail")
+
+
+def ppo_batch(rollout: Rollout, gamma: float = 0.99, lam: float = 0.95, normalize: bool = True,
+              truncation: str = "bootstrap") -> dict[str, torch.Tensor]:
+    """Chunk GAE (truncations per ``truncation``, one of :data:`TRUNCATION`), then every chunk as one
+    row. With several env runners, pass ``normalize=False`` and normalise the concatenated advantages once."""
+    if truncation not in TRUNCATION:
+        raise ValueError(f"truncation must be one of {TRUNCATION}, got {truncation!r}")
+    truncs = rollout.trunc if truncation == "bootstrap" else torch.zeros_like(rollout.trunc)
+    adv, ret = chunk_gae(rollout.reward, rollout.value, rollout.done, truncs, rollout.last_value,
                          gamma, lam, final_values=rollout.final_value)
     cols = _observation_columns(rollout)
     cols["advantages"] = normalize_advantages(adv.flatten()) if normalize else adv.flatten()

@@ -6,7 +6,8 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 
 ``config.env_config`` keys: ``suite``, ``tasks`` (indices), ``num_envs`` (per runner), ``image_size``,
 ``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
-``gamma``, ``lam``, ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
+``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.rl.batch.ppo_batch`),
+``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
 ``torch_threads``, ``backend`` (a :func:`sims.make` backend, e.g. ``mujoco_gpu``; default the
 suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
 :class:`embodied.latency.delay_env.DelayedChunkEnv`).
@@ -32,7 +33,8 @@ from embodied.rl.rollout import collect_chunks
 def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: int, chunks_per_iter: int,
                     reward_type: str = "sparse", max_steps: int | None = None, algo: str = "ppo",
                     group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
-                    latency_delays: list[int] | None = None, backend: str | None = None) -> dict[str, Any]:
+                    latency_delays: list[int] | None = None, backend: str | None = None,
+                    truncation: str = "bootstrap") -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
     GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration)."""
     if algo not in ("ppo", "grpo"):
@@ -40,7 +42,7 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
     return dict(suite=suite, tasks=list(tasks), num_envs=num_envs, image_size=image_size, reward_type=reward_type,
                 chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
                 lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None,
-                backend=backend)
+                backend=backend, truncation=truncation)
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -133,7 +135,8 @@ class VecEnvRunner(EnvRunner):
         if ec["algo"] == "grpo":
             batch, info = grpo_batch(rollout, int(ec["group_size"]))
         else:
-            batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False)
+            batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
+                              truncation=str(ec.get("truncation", "bootstrap")))
         self.num_env_steps_sampled_lifetime += rollout.env_steps
         return {
             "batch": batch, "env_steps": rollout.env_steps, "episode_returns": rollout.episode_returns,

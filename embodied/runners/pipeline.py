@@ -57,6 +57,7 @@ class PipelineRLConfig:
     num_envs: int = 10
     chunks_per_iter: int = 8  # chunks per env per iteration
     max_episode_steps: Optional[int] = 60  # training step limit (evaluation keeps the task's own)
+    truncation: str = "bootstrap"  # an episode ended by that limit: bootstrap | fail (see embodied-train)
     lr: float = 1e-5
     critic_warmup: int = 0  # first iterations that update only the value head (see embodied-train's algo)
     reward_type: str = "sparse"
@@ -127,6 +128,8 @@ def check_config(cfg: PipelineConfig) -> None:
     if cfg.rl.algo not in ("flow_sde", "flow_sde_full", "flow_noise"):
         raise PipelineError(f"rl.algo={cfg.rl.algo!r}: the pipeline's flow VLA trains with flow_sde, flow_sde_full "
                             "or flow_noise")
+    if cfg.rl.truncation not in ("bootstrap", "fail"):
+        raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose bootstrap or fail")
     if not 0 <= cfg.rl.critic_warmup < cfg.rl.iterations:
         raise PipelineError(f"rl.critic_warmup={cfg.rl.critic_warmup} must lie in 0..rl.iterations-1 "
                             f"({cfg.rl.iterations - 1}): the actor learns after the warm-up")
@@ -221,7 +224,7 @@ def stage_rl(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         out=str(out / "rl"), init=str(out / "sft" / "ckpt"), algo=algo, runtime=RuntimeConfig(overlap=r.overlap),
         suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs, image_size=cfg.sim.image_size,
         iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
-        reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume))
+        truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume))
     return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} \
         | {"checkpoint": "rl/checkpoint/policy", "metrics": "rl/metrics.csv"}
 

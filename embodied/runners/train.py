@@ -106,7 +106,11 @@ class TrainConfig:
     image_size: int = 64  # rendered size (match the policy's input size to skip resizing)
     iterations: int = 50
     chunks_per_iter: int = 16  # RL steps (chunks) per env per iteration
-    max_episode_steps: Optional[int] = None  # training step limit (truncation, bootstrapped); default: the task's
+    max_episode_steps: Optional[int] = None  # training step limit (truncation); default: the task's
+    # an episode ended by a step limit: bootstrap (from its final value: it could have gone on) | fail (it ends
+    # there: no success means no return; with a short limit and sparse rewards, bootstrapping gives failed and
+    # successful episodes nearly the same value targets)
+    truncation: str = "bootstrap"
     reward_type: str = "sparse"  # sparse: success (as pi_RL on LIBERO) | shaped: progress made + success | dense
     # latency-aware RL (ARLI): each chunk acts d control steps after its observation, d drawn per episode
     # from this list (each < the chunk size); the policy's state gains the committed actions and d
@@ -146,6 +150,8 @@ def check_config(cfg: TrainConfig) -> None:
         if a.group_size < 2 or cfg.num_envs % a.group_size:
             raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
                              f"({a.group_size} >= 2)")
+    if cfg.truncation not in ("bootstrap", "fail"):
+        raise TrainError(f"truncation={cfg.truncation!r}: choose bootstrap or fail")
     if a.ratio not in ("chunk", "per_dim"):
         raise TrainError(f"algo.ratio={a.ratio!r}: choose chunk or per_dim")
     if r.name not in ("local", "cluster"):
@@ -313,7 +319,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                  chunks_per_iter=cfg.chunks_per_iter, reward_type=cfg.reward_type,
                                  max_steps=cfg.max_episode_steps, algo="grpo" if a.name == "grpo" else "ppo",
                                  group_size=a.group_size, gamma=a.gamma, lam=a.lam,
-                                 latency_delays=cfg.latency_delays, backend=cfg.backend)
+                                 latency_delays=cfg.latency_delays, backend=cfg.backend,
+                                 truncation=cfg.truncation)
     rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,
