@@ -24,7 +24,8 @@ TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.nu
                  "video_tasks=2", "policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]",
                  "policy.chunk_size=3", "policy.prefix_layers=1", "policy.expert_layers=1", "sft.steps=3",
                  "sft.batch_size=4", "sft.warmup_steps=1", "rl.iterations=2", "rl.num_envs=2", "rl.chunks_per_iter=2",
-                 "rl.critic_warmup=1", "rl.max_episode_steps=6", "eval.episodes=2", "eval.num_envs=4", "eval.video_max=1"]
+                 "rl.critic_warmup=1", "rl.truncation=fail", "rl.max_episode_steps=6", "eval.episodes=2",
+                 "eval.num_envs=4", "eval.video_max=1"]
 
 
 def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
@@ -64,6 +65,8 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "policy=autoregressive"))
     with pytest.raises(PipelineError, match="rl.critic_warmup=2 must lie in 0..rl.iterations-1"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.iterations=2", "rl.critic_warmup=2"))
+    with pytest.raises(PipelineError, match="rl.truncation='never'"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.truncation=never"))
 
 
 def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):
