@@ -156,9 +156,9 @@ class ChunkRL(Algorithm):
             batch["advantages"] = normalize_advantages(batch["advantages"])
         t1 = time.perf_counter()
         stats: dict[str, float] = {}
+        frozen = it < self.config.critic_warmup
         if rows:
             seed = int(self.config.seed or 0) * 1_000_003 + it
-            frozen = it < self.config.critic_warmup
 
             def prepare(learner: Any) -> None:
                 learner.seed_update(seed)
@@ -186,7 +186,7 @@ class ChunkRL(Algorithm):
             "return": float(np.mean(returns)) if returns else float("nan"),
             "episode_length": float(np.mean(lengths)) if lengths else float("nan"),
             "rows": float(rows),
-            "actor_updated": float(bool(rows) and it >= self.config.critic_warmup),
+            "actor_updated": float(bool(rows) and not frozen),
             "advantage_std": raw_adv_std,  # before normalisation: ~0 means the normalised advantages are noise
             "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
             if self.config.use_critic and rows else 0.0,

@@ -136,7 +136,7 @@ class VecEnvRunner(EnvRunner):
             batch, info = grpo_batch(rollout, int(ec["group_size"]))
         else:
             batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
-                              truncation=str(ec.get("truncation", "bootstrap")))
+                              truncation=str(ec["truncation"]))
         self.num_env_steps_sampled_lifetime += rollout.env_steps
         return {
             "batch": batch, "env_steps": rollout.env_steps, "episode_returns": rollout.episode_returns,

@@ -115,6 +115,7 @@ def _tasks(cfg: PipelineConfig) -> list[int]:
 
 def check_config(cfg: PipelineConfig) -> None:
     import sims
+    from embodied.rl.batch import TRUNCATION
 
     if cfg.sim.suite is None or cfg.sim.suite not in sims.suites.names():
         raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {sims.suites.names()}")
@@ -130,8 +131,8 @@ def check_config(cfg: PipelineConfig) -> None:
     if cfg.rl.algo not in ("flow_sde", "flow_sde_full", "flow_noise"):
         raise PipelineError(f"rl.algo={cfg.rl.algo!r}: the pipeline's flow VLA trains with flow_sde, flow_sde_full "
                             "or flow_noise")
-    if cfg.rl.truncation not in ("bootstrap", "fail"):
-        raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose bootstrap or fail")
+    if cfg.rl.truncation not in TRUNCATION:
+        raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose {' or '.join(TRUNCATION)}")
     if not 0 <= cfg.rl.critic_warmup < cfg.rl.iterations:
         raise PipelineError(f"rl.critic_warmup={cfg.rl.critic_warmup} must lie in 0..rl.iterations-1 "
                             f"({cfg.rl.iterations - 1}): the actor learns after the warm-up")

@@ -134,6 +134,7 @@ class TrainError(ValueError):
 def check_config(cfg: TrainConfig) -> None:
     """Stop impossible combinations before anything starts."""
     import sims
+    from embodied.rl.batch import TRUNCATION
 
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGOS:
@@ -150,8 +151,8 @@ def check_config(cfg: TrainConfig) -> None:
         if a.group_size < 2 or cfg.num_envs % a.group_size:
             raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
                              f"({a.group_size} >= 2)")
-    if cfg.truncation not in ("bootstrap", "fail"):
-        raise TrainError(f"truncation={cfg.truncation!r}: choose bootstrap or fail")
+    if cfg.truncation not in TRUNCATION:
+        raise TrainError(f"truncation={cfg.truncation!r}: choose {' or '.join(TRUNCATION)}")
     if a.ratio not in ("chunk", "per_dim"):
         raise TrainError(f"algo.ratio={a.ratio!r}: choose chunk or per_dim")
     if r.name not in ("local", "cluster"):
