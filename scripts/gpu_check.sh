@@ -1,44 +1,74 @@
 #!/usr/bin/env bash
-# The CUDA checks, for a machine with a GPU and PyTorch but without this project's venv:
-# the gpu-marked tests and bench=policy on the GPU. Wheels for what that machine lacks go in
-# .whl/ (git-ignored), made on the development machine with
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 -d .whl diffusers==0.42.1 hydra-core==1.3.8 omegaconf==2.3.1
-#   .venv/bin/pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
-# Results go to ${OUT:-runs/gpu_check}.
-set -uo pipefail
+# The CUDA checks of the project on a machine with an NVIDIA GPU, section by section:
+#
+#   bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train]    (no section named: all four)
+#
+#   policies  the tests marked gpu (tests/test_gpu.py: every policy family samples, scores and
+#             fine-tunes on CUDA; bundles move between devices), then bench=policy on CUDA
+#   warp      the MuJoCo Warp backend on CUDA: equivalence with the CPU backend, CUDA-graph replay
+#             against kernel-by-kernel stepping, the batched ray-traced cameras against OpenGL
+#   bench     embodied-bench bench=sim with the mujoco_gpu backend at 256..8192 envs, state-only and
+#             one 128x128 camera, beside MuJoCo's C batch on this machine's cores
+#   train     a short embodied-train run with the worlds (256 MuJoCo Warp envs, cameras ray-traced)
+#             and the learner on the GPU (a fresh flow VLA, Flow-SDE PPO, 3 iterations)
+#
+# Each section writes its log (and JUnit XML / JSON) under OUT and the script goes on after a
+# failure; the exit status is the number of failed sections. Needs the project's dependencies with
+# the extras test and gpu (mujoco-warp, warp-lang); MuJoCo's OpenGL renderer needs EGL (MUJOCO_GL=egl).
+set -u
+out=${1:?usage: bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train]}
+shift
+sections=${*:-policies warp bench train}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/gpu_check}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
-python3 - <<'PY' 2>&1 | tee "$OUT/bench_policy.txt"
-import os
-from pathlib import Path
-from embodied.bench.policy import PolicyBenchConfig, run
-out = Path(os.environ["OUT"]) / "bench_cuda"
-out.mkdir(parents=True, exist_ok=True)
-run(PolicyBenchConfig(out=str(out), device="cuda", batch_sizes=[1, 64, 256], repeats=10), out)
-PY
-cp "$OUT"/bench_cuda/policy.json "$OUT"/policy_cuda.json 2>/dev/null || true
-# MuJoCo Warp on CUDA (issue 9), when its packages are there: the warp physics and renderer tests
-# and bench=sim's GPU rows. mujoco and mujoco-warp wheels fit one device call; warp-lang (~149 MB)
-# does not fit the 64 MiB a call carries: split it (`split -b 60M`) into ignored folders carried by
-# successive calls made while the machine stays warm, then `cat` the parts back into one .whl here
-# (a plan, untested: no device was lent so far).
-if python3 -c "import mujoco, mujoco_warp, warp" 2>/dev/null; then
-  export MUJOCO_GL=egl
-  python3 -m pytest -q -p no:cacheprovider tests/test_warp_backend.py tests/test_warp_render.py 2>&1 \
-    | tee "$OUT/pytest_warp.txt"
-  python3 -m embodied.bench.cli bench=sim out="$OUT/bench_sim" num_envs=[64] repeats=3 \
-    gpu_backends=[mujoco_gpu] gpu_num_envs=[256,1024,4096,8192] gpu_image_size=128 2>&1 | tee "$OUT/bench_sim.txt"
-else
-  echo "mujoco / mujoco_warp / warp not importable: MuJoCo Warp on CUDA not checked" | tee "$OUT/warp_skipped.txt"
-fi
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 MUJOCO_GL=${MUJOCO_GL:-egl}
+py=${PYTHON:-python3}
+failed=0
+
+run() {  # run NAME TIMEOUT_S CMD...: log to OUT/NAME.log, count a failure
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    echo "== $name: $*"
+    timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc after $((SECONDS - t0)) s"
+    tail -n 15 "$out/$name.log"
+    [ "$rc" -eq 0 ] || failed=$((failed + 1))
+}
+
+"$py" - <<'EOF' | tee "$out/machine.txt"
+import torch, platform
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
+print("gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+try:
+    import warp, mujoco, mujoco_warp  # noqa: F401
+    print("warp", warp.__version__, "mujoco", mujoco.__version__)
+except ImportError as err:
+    print("no MuJoCo Warp:", err)
+EOF
+
+for s in $sections; do
+    case $s in
+    policies)
+        run policies 200 "$py" -m pytest -q -m gpu tests/test_gpu.py --junitxml="$out/policies.xml"
+        run policy_bench 100 "$py" -m embodied.bench.cli bench=policy "out=$out/policy_bench" device=cuda \
+            "batch_sizes=[1,256]" repeats=5 ;;
+    warp)
+        run warp 240 "$py" -m pytest -q tests/test_warp_backend.py tests/test_warp_render.py \
+            -k "not embodied_train and not bench" --junitxml="$out/warp.xml" ;;
+    bench)
+        run bench 320 "$py" -m embodied.bench.cli bench=sim "out=$out/bench" "num_envs=[1024]" "num_threads=[16]" \
+            "cameras=[]" rollout=false repeats=3 "gpu_backends=[mujoco_gpu]" "gpu_num_envs=[256,1024,4096,8192]" \
+            gpu_image_size=128 gpu_steps=20 gpu_repeats=3 ;;
+    train)
+        run train 280 "$py" -m embodied.runners.train "out=$out/train" policy=flow suite=goal "tasks=[8]" \
+            backend=mujoco_gpu device=cuda num_envs=256 image_size=64 chunks_per_iter=8 max_episode_steps=40 \
+            iterations=3 algo=flow_sde algo.minibatch_size=512 runtime.overlap=false ;;
+    *)
+        echo "unknown section $s (policies warp bench train)"; failed=$((failed + 1)) ;;
+    esac
+done
+echo "== failed sections: $failed"
+exit "$failed"

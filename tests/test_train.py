@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import compose
 
 import policies
@@ -125,7 +126,15 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_env_runners=0"), "num_env_runners >= 1"),
         ((f"init={tmp_path / 'nothing'}",), "no checkpoint bundle"),
         ((f"init={ar}", "algo=ppo", "suite=nowhere"), "unknown suite"),
+        ((f"init={ar}", "algo=ppo", "device=tpu"), "choose cpu or cuda"),
+        ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_gpus_per_learner=1"), "set device=cuda"),
+        ((f"init={ar}", "algo=ppo", "runtime.num_gpus_per_env_runner=0.5"), "applies to remote env runners"),
     ]
+    if not torch.cuda.is_available():
+        cases += [((f"init={ar}", "algo=ppo", "device=cuda"), "torch sees no CUDA device"),
+                  # after Ray's start: the GPUs asked for are not in the cluster (Ray would wait forever)
+                  ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_env_runners=1",
+                    "runtime.num_gpus_per_env_runner=1"), "asks for 1 GPUs .* but the Ray cluster has 0")]
     for i, (args, message) in enumerate(cases):  # in-process: the same checks, without a start-up each
         with pytest.raises((TrainError, CheckpointError, SpecMismatchError), match=message):
             train(compose("train", f"out={tmp_path / str(i)}", *RUN, *args))

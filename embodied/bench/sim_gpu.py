@@ -50,12 +50,37 @@ def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
                         rates.append(int(n) * cfg.gpu_steps / (time.perf_counter() - t0))
                     device = getattr(getattr(env, "sim", None), "device", None) or getattr(env, "sim_backend", "")
                     renderer = getattr(env, "renderer", backend) if cams else None
+                    raw = raw_physics_rates(env, cfg.gpu_steps, cfg.gpu_repeats) if backend == "mujoco_gpu" else None
                 finally:
                     env.close()
                 row = {"backend": backend, "num_envs": int(n), "camera": bool(cams), "image_size": cfg.gpu_image_size,
                        "device": str(device), "renderer": renderer, "build_s": round(build, 2),
+                       "cuda_graph": getattr(getattr(env, "sim", None), "cuda_graph", None),
                        "env_steps_per_s": round(statistics.median(rates), 1), "samples": [round(r, 1) for r in rates]}
+                if raw:
+                    row["raw_physics_steps_per_s"] = round(statistics.median(raw), 1)
+                    row["env_vs_raw"] = round(row["env_steps_per_s"] / row["raw_physics_steps_per_s"], 3)
                 rows.append(row)
+                extra = f", raw physics {row['raw_physics_steps_per_s']:.0f}" if raw else ""
                 print(f"{backend:10s} N={n:5d} {'rgb' if cams else 'state'}: {row['env_steps_per_s']:.0f} env-steps/s "
-                      f"({row['device']}{', ' + str(renderer) + ' renderer' if renderer else ''})", flush=True)
+                      f"({row['device']}{', ' + str(renderer) + ' renderer' if renderer else ''}{extra})", flush=True)
     return rows
+
+
+def raw_physics_rates(env: Any, steps: int, repeats: int) -> list[float]:
+    """The raw library doing the env's physics: MuJoCo Warp stepping the env's worlds ``env.substeps``
+    times per control step (the same CUDA-graph replay the env uses), with no host copies, task logic or
+    observations. Control steps x N per second, one value per repeat."""
+    sim = env.sim
+    wp = sim.wp
+    rates = []
+    with wp.ScopedDevice(sim.device):
+        sim._physics(env.substeps)  # capture / compile outside the timing
+        wp.synchronize()
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                sim._physics(env.substeps)
+            wp.synchronize()
+            rates.append(env.num_envs * steps / (time.perf_counter() - t0))
+    return rates

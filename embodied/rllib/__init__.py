@@ -22,12 +22,14 @@ RL_FIELDS = ("lr", "critic_lr", "clip_param", "dual_clip", "vf_clip_param", "vf_
 
 def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],
                     num_env_runners: int = 0, num_learners: int = 0, num_gpus_per_learner: float = 0.0,
-                    seed: int = 0) -> ChunkRL:
+                    num_gpus_per_env_runner: float = 0.0, seed: int = 0) -> ChunkRL:
     """A :class:`ChunkRL` whose learner starts from ``policy``'s weights.
 
     ``num_env_runners=0`` samples in this process (``env_config["num_envs"]`` envs); ``K > 0`` starts
     K remote runners with ``num_envs`` envs each (Ray must be initialised). ``num_learners=0`` updates
-    in this process; ``L > 0`` on L remote learners (data parallel), each with ``num_gpus_per_learner``.
+    in this process; ``L > 0`` on L remote learners (data parallel), each with ``num_gpus_per_learner``
+    (with ``L = 0`` the driver's learner uses a GPU when ``num_gpus_per_learner > 0``). Remote runners
+    get ``num_gpus_per_env_runner`` each (GPU simulators; Ray hides the GPUs from actors that ask for none).
     """
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -43,6 +45,7 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
                      disable_env_checking=True)
         .env_runners(env_runner_cls=VecEnvRunner, num_env_runners=num_env_runners,
                      create_local_env_runner=num_env_runners == 0, num_cpus_per_env_runner=1,
+                     num_gpus_per_env_runner=num_gpus_per_env_runner,
                      num_envs_per_env_runner=int(env_config["num_envs"]))
         .learners(num_learners=num_learners, num_gpus_per_learner=num_gpus_per_learner)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=PolicyRLModule, observation_space=obs_space,

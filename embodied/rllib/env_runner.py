@@ -10,7 +10,8 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
 ``torch_threads``, ``backend`` (a :func:`sims.make` backend, e.g. ``mujoco_gpu``; default the
 suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
-:class:`embodied.latency.delay_env.DelayedChunkEnv`).
+:class:`embodied.latency.delay_env.DelayedChunkEnv`), ``inference_device`` (``cuda``: the runner
+samples on its GPU when it sees one).
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
                     reward_type: str = "sparse", max_steps: int | None = None, algo: str = "ppo",
                     group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
                     latency_delays: list[int] | None = None, backend: str | None = None,
-                    truncation: str = "bootstrap") -> dict[str, Any]:
+                    truncation: str = "bootstrap", inference_device: str = "cpu") -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
-    GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration)."""
+    GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration).
+    ``inference_device="cuda"`` samples the chunks on the runner's GPU when it sees one."""
     if algo not in ("ppo", "grpo"):
         raise ValueError(f"env runner algo must be ppo or grpo, got {algo!r}")
     return dict(suite=suite, tasks=list(tasks), num_envs=num_envs, image_size=image_size, reward_type=reward_type,
                 chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
                 lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None,
-                backend=backend, truncation=truncation)
+                backend=backend, truncation=truncation, inference_device=inference_device)
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -99,6 +101,8 @@ class VecEnvRunner(EnvRunner):
         spec = self.config.rl_module_spec
         self.module = spec.module_class(observation_space=spec.observation_space, action_space=spec.action_space,
                                         inference_only=False, model_config=spec.model_config)
+        if self.config.env_config.get("inference_device") == "cuda" and torch.cuda.is_available():
+            self.module.to("cuda")  # weights arrive as CPU arrays and are copied in; batches leave on the CPU
         self.module.eval()
 
     # -- sampling -----------------------------------------------------------------------------

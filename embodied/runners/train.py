@@ -84,7 +84,11 @@ class RuntimeConfig:
     name: str = "local"  # local: one process; cluster: Ray actors
     num_env_runners: int = 0  # 0: sample in the driver; K: K remote runners with num_envs envs each
     num_learners: int = 0  # 0: learn in the driver; L: L remote learners (data parallel)
-    num_gpus_per_learner: float = 0.0  # GPUs per remote learner (cluster with GPUs)
+    # GPUs per learner (the driver's with num_learners=0); 0 with device=cuda means 1
+    num_gpus_per_learner: float = 0.0
+    # GPUs per remote env runner: Ray hides the GPUs from actors that ask for none, so GPU simulators
+    # (backend=mujoco_gpu, suite=maniskill) in remote runners need a share (0.25: four runners per GPU)
+    num_gpus_per_env_runner: float = 0.0
     overlap: bool = True  # sample iteration k+1 while learning on k (one update of policy lag)
     address: Optional[str] = None  # join this Ray cluster ("auto" after `ray start`); else start Ray here
     num_cpus: Optional[int] = None  # CPUs of the Ray started here (default: runners + learners + 1)
@@ -117,7 +121,7 @@ class TrainConfig:
     latency_delays: Optional[list[int]] = None
     save_every: int = 10  # iterations between checkpoints (and one at the end)
     seed: int = 0
-    device: str = "cpu"  # learner device in the driver (cuda with a GPU)
+    device: str = "cpu"  # where the update runs: cpu | cuda (each learner takes runtime.num_gpus_per_learner GPUs)
     resume: bool = False  # continue out/checkpoint (after a crash or kill)
 
 
@@ -172,6 +176,22 @@ def check_config(cfg: TrainConfig) -> None:
         raise TrainError(f"backend={cfg.backend} cannot simulate suite {cfg.suite!r}")
     if cfg.iterations < 1 or cfg.chunks_per_iter < 1 or cfg.num_envs < 1:
         raise TrainError("iterations, chunks_per_iter and num_envs must be >= 1")
+    if cfg.device not in ("cpu", "cuda"):
+        raise TrainError(f"device={cfg.device!r}: choose cpu or cuda")
+    if cfg.device == "cpu" and r.num_gpus_per_learner:
+        raise TrainError(f"runtime.num_gpus_per_learner={r.num_gpus_per_learner} gives the learners GPUs: "
+                         "set device=cuda (or num_gpus_per_learner=0)")
+    if r.num_gpus_per_learner < 0 or r.num_gpus_per_env_runner < 0:
+        raise TrainError("runtime.num_gpus_per_learner and runtime.num_gpus_per_env_runner must be >= 0")
+    if r.name == "local" and r.num_gpus_per_env_runner:
+        raise TrainError("runtime.num_gpus_per_env_runner applies to remote env runners (runtime=cluster); "
+                         "runtime=local samples in the driver, which sees the GPUs")
+    if cfg.device == "cuda" and r.name == "local" and not r.address:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TrainError("device=cuda but torch sees no CUDA device here: use device=cpu, or "
+                             "runtime=cluster runtime.address=... to learn on a cluster's GPUs")
     if not 0 <= a.critic_warmup < cfg.iterations:
         raise TrainError(f"algo.critic_warmup={a.critic_warmup} must lie in 0..iterations-1 ({cfg.iterations - 1}): "
                          "the warm-up iterations update the critic only, the actor learns after them")
@@ -278,6 +298,20 @@ def start_ray(runtime: RuntimeConfig, out: Path) -> bool:
     return True
 
 
+def check_gpus(runtime: RuntimeConfig, gpus_per_learner: float) -> None:
+    """Stop with a clear message when the Ray cluster cannot hold the GPUs asked for (Ray would
+    otherwise wait for them forever)."""
+    import ray
+
+    need = gpus_per_learner * max(runtime.num_learners, 1) + runtime.num_gpus_per_env_runner * runtime.num_env_runners
+    have = float(ray.cluster_resources().get("GPU", 0.0))
+    if need > have + 1e-9:
+        raise TrainError(f"the run asks for {need:g} GPUs (learners {gpus_per_learner:g} x "
+                         f"{max(runtime.num_learners, 1)}, env runners {runtime.num_gpus_per_env_runner:g} x "
+                         f"{runtime.num_env_runners}) but the Ray cluster has {have:g}: lower "
+                         "runtime.num_gpus_per_learner / runtime.num_gpus_per_env_runner, or use device=cpu")
+
+
 def save_checkpoint(out: Path, algo: Any, policy: Any, *, iteration: int, env_steps: int, algo_name: str) -> Path:
     """Bundle + training state into ``out/checkpoint`` (written aside, then swapped in)."""
     import policies
@@ -321,7 +355,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                  max_steps=cfg.max_episode_steps, algo="grpo" if a.name == "grpo" else "ppo",
                                  group_size=a.group_size, gamma=a.gamma, lam=a.lam,
                                  latency_delays=cfg.latency_delays, backend=cfg.backend,
-                                 truncation=cfg.truncation)
+                                 truncation=cfg.truncation,
+                                 # sampling on the GPU where the runners see one: the driver (local), or
+                                 # remote runners given a GPU share
+                                 inference_device="cuda" if cfg.device == "cuda" and (
+                                     r.name == "local" or r.num_gpus_per_env_runner > 0) else "cpu")
     rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,
@@ -329,6 +367,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
               minibatch_size=a.minibatch_size, freeze_prefix=a.freeze_prefix, critic_warmup=a.critic_warmup,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)
+    gpus_per_learner = r.num_gpus_per_learner or (1.0 if cfg.device == "cuda" else 0.0)
+    try:
+        check_gpus(r, gpus_per_learner)
+    except TrainError:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+        raise
     algo = None
     metrics_path = out / "metrics.csv"
     if resumed is not None and metrics_path.exists():  # drop rows logged after the checkpoint
@@ -351,7 +398,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     try:
         algo = build_algorithm(policy, instructions=[t.instruction for t in specs], env_config=env_config, rl=rl,
                                num_env_runners=r.num_env_runners, num_learners=r.num_learners,
-                               num_gpus_per_learner=r.num_gpus_per_learner, seed=cfg.seed)
+                               num_gpus_per_learner=gpus_per_learner,
+                               num_gpus_per_env_runner=r.num_gpus_per_env_runner, seed=cfg.seed)
         if meta.get("optimizer_states"):
             algo.load_optimizer_states(meta["optimizer_states"])
         algo.stop_iteration = cfg.iterations

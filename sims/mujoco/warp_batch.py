@@ -14,6 +14,7 @@ Only the calls the env makes are implemented: ``bind``, ``step``, ``forward``, `
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional
 
 import mujoco
@@ -38,7 +39,7 @@ def _import_warp() -> tuple[Any, Any]:
 class WarpBatch:
     """``nsim`` worlds of ``model`` stepped by MuJoCo Warp on ``device``."""
 
-    def __init__(self, model: mujoco.MjModel, nsim: int, device: Optional[str] = None):
+    def __init__(self, model: mujoco.MjModel, nsim: int, device: Optional[str] = None, cuda_graph: bool = True):
         wp, mjw = _import_warp()
         wp.config.quiet = True
         wp.init()
@@ -51,6 +52,11 @@ class WarpBatch:
             self.m = mjw.put_model(model)
             self.d = mjw.put_data(model, self._host_data, nworld=nsim, nconmax=96, njmax=512)
         self._zero_copy = wp.get_device(device).is_cpu
+        # On CUDA the ``nstep`` physics steps of a control step are captured once per ``nstep`` as a CUDA
+        # graph and replayed: one launch instead of hundreds of small kernel launches per physics step.
+        self.cuda_graph = bool(cuda_graph) and wp.get_device(device).is_cuda
+        self._graphs: dict[int, Any] = {}
+        self._stepped: set[int] = set()
         self.host: dict[str, np.ndarray] = {}
         for name in STATE_FIELDS + DERIVED_FIELDS:
             arr = getattr(self.d, name).numpy()
@@ -88,8 +94,7 @@ class WarpBatch:
             keep = {name: self.host[name][rest].copy() for name in STATE_FIELDS}
         self._upload()
         with self.wp.ScopedDevice(self.device):
-            for _ in range(nstep):
-                self.mjw.step(self.m, self.d)
+            self._physics(nstep)
             if keep is not None:  # worlds that were not stepped get their state back
                 self._download(STATE_FIELDS)
                 for name, values in keep.items():
@@ -97,6 +102,34 @@ class WarpBatch:
                 self._upload()
             self._positions()
         self._download()
+
+    def _physics(self, nstep: int) -> None:
+        """``nstep`` steps of every world, replayed from a captured CUDA graph where there is one."""
+        if not self.cuda_graph:
+            for _ in range(nstep):
+                self.mjw.step(self.m, self.d)
+            return
+        graph = self._graphs.get(nstep)
+        if graph is None and nstep not in self._stepped:
+            # the first call steps kernel by kernel: it compiles and loads just the modules this model's
+            # step needs (capturing with every module force-loaded would compile all of MuJoCo Warp)
+            self._stepped.add(nstep)
+            for _ in range(nstep):
+                self.mjw.step(self.m, self.d)
+            return
+        if graph is None:
+            try:
+                with self.wp.ScopedCapture(force_module_load=False) as capture:
+                    for _ in range(nstep):
+                        self.mjw.step(self.m, self.d)
+            except Exception as err:  # noqa: BLE001 - capture unsupported here: step kernel by kernel
+                warnings.warn(f"CUDA graph capture of the MuJoCo Warp step failed ({err}); stepping without "
+                              "graphs", RuntimeWarning, stacklevel=3)
+                self.cuda_graph = False
+                self._physics(nstep)
+                return
+            graph = self._graphs[nstep] = capture.graph
+        self.wp.capture_launch(graph)
 
     def _positions(self) -> None:
         """Position-dependent fields at the current state (what ``mjSTAGE_POS`` gives the C batch)."""
