@@ -193,3 +193,16 @@ def test_bad_inputs_give_clear_errors(policy: AutoregressivePolicy) -> None:
         policy.logprob(obs, {"tokens": torch.full((3, 14), 256)})
     with pytest.raises(ValueError, match="actions must be"):
         policy.sft_loss(obs, torch.zeros(3, 7))
+
+
+def test_inverse_cdf_draws_follow_the_probabilities():
+    from policies.autoregressive.modeling_autoregressive import sample_categorical
+
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3]])
+    # the bin edges: [0, .1) -> 0, [.1, .7) -> 2 (bin 1 is empty), [.7, 1) -> 3
+    u = torch.tensor([[0.0], [0.0999], [0.1001], [0.69], [0.7001], [0.9999]])
+    assert sample_categorical(probs.expand(6, 4), u).tolist() == [0, 0, 2, 2, 3, 3]
+    g = torch.Generator().manual_seed(0)
+    draws = sample_categorical(probs.expand(20000, 4), torch.rand(20000, 1, generator=g))
+    freq = torch.bincount(draws, minlength=4).float() / 20000
+    torch.testing.assert_close(freq, probs[0], atol=0.015, rtol=0)

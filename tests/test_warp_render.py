@@ -96,8 +96,9 @@ def test_torch_view_and_partial_ids(env):
     r = env._renderer
     obs = env.reset(task_ids=[8, 8], init_ids=[0, 1])
     t = r.render_torch(env.sim)
-    assert t.shape == (2, len(CAMS), SIZE, SIZE, 3) and t.dtype == torch.uint8 and t.device.type == "cpu"
-    assert torch.equal(t, obs["rgb"])
+    on = "cuda" if str(env.sim.device).startswith("cuda") else "cpu"  # the images stay on the Warp device
+    assert t.shape == (2, len(CAMS), SIZE, SIZE, 3) and t.dtype == torch.uint8 and t.device.type == on
+    assert torch.equal(t.cpu(), obs["rgb"])
     assert t.data_ptr() == r.render_device(env.sim).ptr  # no copy
     out = np.full((2, len(CAMS), SIZE, SIZE, 3), 7, np.uint8)
     r.render(env.sim, np.array([1]), out)
@@ -129,7 +130,8 @@ def test_renderer_option_and_errors(env):
     assert cpu_env.renderer == "gl"
     cpu_env.close()
     auto = sims.make("mujoco_gpu", task="reach", num_envs=1, cameras=(), image_size=SIZE)
-    assert auto.renderer == "gl"  # "auto" picks the ray tracer on CUDA only
+    # "auto" picks the ray tracer on CUDA only
+    assert auto.renderer == ("warp" if str(auto.sim.device).startswith("cuda") else "gl")
     with pytest.raises(ValueError, match="unknown camera"):
         WarpBatchRenderer(env.sim, ("agentview", "topview"), SIZE, SIZE)
     with pytest.raises(TypeError, match="WarpBatch"):

@@ -56,6 +56,13 @@ from policies.encoders.prefix import PrefixEncoder
 KVCache = list[dict[str, torch.Tensor]]
 
 
+def sample_categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws ``[N]`` from ``probs [N, K]`` (rows sum to 1) with uniforms ``u [N, 1]`` in
+    [0, 1): index k is drawn when ``cdf[k-1] <= u < cdf[k]``."""
+    cdf = probs.cumsum(dim=-1)
+    return (cdf <= u).sum(dim=-1).clamp(max=probs.shape[-1] - 1)
+
+
 class DecoderLayer(nn.Module):
     """Pre-norm decoder layer: causal self-attention (KV cache), cross-attention to the prefix, MLP."""
 
@@ -208,6 +215,10 @@ class AutoregressivePolicy(Policy):
         if mode == "greedy":
             return logits.argmax(dim=-1)
         probs = torch.softmax(logits.float() / self.config.temperature, dim=-1)
+        if generator is not None and generator.device.type != probs.device.type:
+            # a generator on another device (a CPU one for a CUDA policy): draw the uniforms there
+            u = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=generator.device)
+            return sample_categorical(probs, u.to(probs.device))
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
     @torch.no_grad()
@@ -218,7 +229,7 @@ class AutoregressivePolicy(Policy):
         Args:
             obs: observation batch (``rgb``, ``state``, ``instruction``).
             mode: ``"explore"`` samples at ``config.temperature``; ``"greedy"`` takes the argmax.
-            generator: random source for ``"explore"`` (on the policy's device).
+            generator: random source for ``"explore"`` (on any device).
             use_cache: True (default) decodes with the KV cache, ``L`` single-token decoder passes;
                 False recomputes the whole sequence at every step (``O(L^2)``, a reference for tests).
 

@@ -144,7 +144,8 @@ class MujocoVecEnv(VecEnv):
         self.controller = controller
         self.init_noise = init_noise
 
-        spec = build_tabletop(SceneOptions(image_size=image_size, timestep=physics_dt))
+        spec = build_tabletop(SceneOptions(image_size=image_size, timestep=physics_dt,
+                                           table_top_plane=physics == "warp"))
         (scene_builder or self.task.build)(spec)
         self.model = spec.compile()
         threads = num_threads if num_threads is not None else (os.cpu_count() or 1)

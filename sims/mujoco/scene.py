@@ -52,10 +52,16 @@ class SceneOptions:
     Attributes:
         image_size: square render size (pixels) of every camera; sets the offscreen buffer.
         timestep: physics step (s).
+        table_top_plane: objects collide with a plane at the table top instead of the table's box
+            (the box stays, visual only). Used for MuJoCo Warp, whose convex cylinder-box and box-box
+            collisions with the large table box sometimes return a phantom contact about the table's
+            half-width deep that launches the object; plane contacts are primitive and exact. The
+            plane is unbounded: an object pushed past the table edge rests at table height.
     """
 
     image_size: int = 128
     timestep: float = PHYSICS_TIMESTEP
+    table_top_plane: bool = False
 
 
 def build_tabletop(options: SceneOptions = SceneOptions()) -> mujoco.MjSpec:
@@ -85,8 +91,15 @@ def build_tabletop(options: SceneOptions = SceneOptions()) -> mujoco.MjSpec:
     world.add_geom(
         name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=list(TABLE_HALF),
         pos=[-0.1, 0.0, -TABLE_HALF[2]], rgba=[0.62, 0.48, 0.35, 1],
-        contype=WORLD_CONTYPE, conaffinity=WORLD_CONAFFINITY, friction=[1.0, 0.005, 0.0001],
+        contype=0 if options.table_top_plane else WORLD_CONTYPE,
+        conaffinity=0 if options.table_top_plane else WORLD_CONAFFINITY, friction=[1.0, 0.005, 0.0001],
     )
+    if options.table_top_plane:  # invisible (alpha 0): the images stay those of the box
+        world.add_geom(
+            name="table_top", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[TABLE_HALF[0], TABLE_HALF[1], 0.01],
+            pos=[-0.1, 0.0, 0.0], rgba=[0.62, 0.48, 0.35, 0],
+            contype=WORLD_CONTYPE, conaffinity=WORLD_CONAFFINITY, friction=[1.0, 0.005, 0.0001],
+        )
     for sx in (-1, 1):
         for sy in (-1, 1):
             world.add_geom(
