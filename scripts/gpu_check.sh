@@ -12,6 +12,8 @@
 #   train     a short embodied-train run with the worlds (256 MuJoCo Warp envs, cameras ray-traced)
 #             and the learner on the GPU (a fresh flow VLA, Flow-SDE PPO, 3 iterations)
 #
+# The first CUDA use of MuJoCo Warp compiles its kernels (about 4 minutes on an H200 machine with
+# an empty ~/.cache/warp), inside whichever of warp / bench / train runs first.
 # Each section writes its log (and JUnit XML / JSON) under OUT and the script goes on after a
 # failure; the exit status is the number of failed sections. Needs the project's dependencies with
 # the extras test and gpu (mujoco-warp, warp-lang); MuJoCo's OpenGL renderer needs EGL (MUJOCO_GL=egl).
@@ -52,18 +54,18 @@ EOF
 for s in $sections; do
     case $s in
     policies)
-        run policies 200 "$py" -m pytest -q -m gpu tests/test_gpu.py --junitxml="$out/policies.xml"
-        run policy_bench 100 "$py" -m embodied.bench.cli bench=policy "out=$out/policy_bench" device=cuda \
+        run policies 300 "$py" -m pytest -q -m gpu tests/test_gpu.py --junitxml="$out/policies.xml"
+        run policy_bench 150 "$py" -m embodied.bench.cli bench=policy "out=$out/policy_bench" device=cuda \
             "batch_sizes=[1,256]" repeats=5 ;;
     warp)
-        run warp 240 "$py" -m pytest -q tests/test_warp_backend.py tests/test_warp_render.py \
+        run warp 480 "$py" -m pytest -q tests/test_warp_backend.py tests/test_warp_render.py \
             -k "not embodied_train and not bench" --junitxml="$out/warp.xml" ;;
     bench)
-        run bench 320 "$py" -m embodied.bench.cli bench=sim "out=$out/bench" "num_envs=[1024]" "num_threads=[16]" \
+        run bench 400 "$py" -m embodied.bench.cli bench=sim "out=$out/bench" "num_envs=[1024]" "num_threads=[16]" \
             "cameras=[]" rollout=false repeats=3 "gpu_backends=[mujoco_gpu]" "gpu_num_envs=[256,1024,4096,8192]" \
             gpu_image_size=128 gpu_steps=20 gpu_repeats=3 ;;
     train)
-        run train 280 "$py" -m embodied.runners.train "out=$out/train" policy=flow suite=goal "tasks=[8]" \
+        run train 400 "$py" -m embodied.runners.train "out=$out/train" policy=flow suite=goal "tasks=[8]" \
             backend=mujoco_gpu device=cuda num_envs=256 image_size=64 chunks_per_iter=8 max_episode_steps=40 \
             iterations=3 algo=flow_sde algo.minibatch_size=512 runtime.overlap=false ;;
     *)

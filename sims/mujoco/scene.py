@@ -53,10 +53,11 @@ class SceneOptions:
         image_size: square render size (pixels) of every camera; sets the offscreen buffer.
         timestep: physics step (s).
         table_top_plane: objects collide with a plane at the table top instead of the table's box
-            (the box stays, visual only). Used for MuJoCo Warp, whose convex cylinder-box and box-box
-            collisions with the large table box sometimes return a phantom contact about the table's
-            half-width deep that launches the object; plane contacts are primitive and exact. The
-            plane is unbounded: an object pushed past the table edge rests at table height.
+            (the box stays, visual only). Used for MuJoCo Warp 4.0.0, whose convex cylinder-box
+            collision with the table's box sometimes returned a phantom contact about the table's
+            half-width deep that launched the can (public reports describe the same for box-box
+            pairs with large boxes); plane contacts are primitive. The plane is unbounded: an
+            object pushed past the table edge rests at table height.
     """
 
     image_size: int = 128
