@@ -67,6 +67,8 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.iterations=2", "rl.critic_warmup=2"))
     with pytest.raises(PipelineError, match="rl.truncation='never'"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.truncation=never"))
+    with pytest.raises(PipelineError, match="rl.critic='oracle': choose one of policy, privileged"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.critic=oracle"))
 
 
 def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import compose
+from safetensors.torch import load_file
 
 import policies
 from embodied.runners.train import TrainError, train
@@ -92,11 +93,21 @@ def test_resume_after_sigkill(tmp_path):
 
 
 def test_cluster_runtime_with_two_remote_env_runners_and_a_remote_learner(tmp_path):
+    """Also the separate critic on privileged state: its input statistics are kept on the remote
+    learner, its weights reach the remote runners and come back in the checkpoint."""
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
     proc = _train(f"init={init}", f"out={out}", "runtime=cluster", "runtime.num_env_runners=2",
-                  "runtime.num_learners=1", "iterations=2", *RUN)
+                  "runtime.num_learners=1", "iterations=2", "algo.critic=privileged", "algo.critic_hidden=[32,32]",
+                  *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    critic = load_file(str(out / "checkpoint" / "critic.safetensors"))
+    assert int(critic["norm.count"]) == 2 * 2 * 2 * 3  # every chunk of both iterations (2 runners x 2 envs x 3)
+    assert critic["mlp.0.weight"].shape[0] == 32 and float(critic["norm.var"][-1]) > 0  # the time input varies
+    state = json.loads((out / "checkpoint" / "train_state" / "state.json").read_text())
+    assert set(state["optimizers"]) == {"default_policy_actor", "default_policy_critic"}
+    with pytest.raises(TrainError, match="trained with algo.critic=privileged: resume with the same"):
+        train(compose("train", f"init={init}", f"out={out}", "iterations=3", "resume=true", *RUN))
     rows = _rows(out)
     # two runners x 2 envs x 3 chunks x 3 steps per iteration
     assert [int(r["env_steps"]) for r in rows] == [36, 72]
@@ -120,6 +131,9 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=grpo", "algo.group_size=3"), "multiple of algo.group_size"),
         ((f"init={ar}", "algo=grpo", "algo.value_clip=0.2"), "has no critic"),
         ((f"init={ar}", "algo=grpo", "algo.critic_warmup=2"), "no critic to warm up"),
+        ((f"init={ar}", "algo=grpo", "algo.critic=privileged"), "applies to PPO only"),
+        ((f"init={ar}", "algo=ppo", "algo.critic=oracle"), "choose one of policy, privileged"),
+        ((f"init={ar}", "algo=ppo", "algo.critic=privileged", "algo.critic_hidden=[]"), "layer widths >= 1"),
         ((f"init={ar}", "algo=ppo", "iterations=2", "algo.critic_warmup=2"), "must lie in 0..iterations-1"),
         ((f"init={ar}", "algo=ppo", "truncation=never"), "choose bootstrap or fail"),
         ((f"init={ar}", "algo=ppo", "runtime.num_env_runners=1"), "runtime=local runs in one process"),

@@ -3,7 +3,8 @@ ones for GRPO) that a Learner cuts into minibatches.
 
 Columns: ``rgb [B, V, H, W, 3]`` uint8, ``state [B, S]``, ``task_id [B]``, the policy's sampling
 extras as ``x.<name> [B, ...]``, ``old_logprob [B]``, ``advantages [B]`` (normalised over the
-batch); with a critic also ``old_values [B]`` and ``value_targets [B]``.
+batch); with a critic also ``old_values [B]`` and ``value_targets [B]``, and with a separate critic
+(:mod:`embodied.rl.critic`) its inputs ``critic_obs [B, C]``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def _observation_columns(rollout: Rollout, rows: torch.Tensor | None = None) -> 
     cols = {"rgb": flat(rollout.rgb), "state": flat(rollout.state), "task_id": flat(rollout.task_id)}
     cols.update({EXTRA_PREFIX + k: flat(v) for k, v in rollout.extras.items()})
     cols["old_logprob"] = flat(rollout.logprob)
+    if rollout.critic_obs is not None:
+        cols["critic_obs"] = flat(rollout.critic_obs)
     return cols
 
 

@@ -1,4 +1,5 @@
-"""Which of a policy's parameters are the actor and which the critic (its value head)."""
+"""Which of a policy's parameters are the actor and which the critic (its value head, or a
+separate critic module named ``critic``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,21 @@ import torch
 
 def split_parameters(module: torch.nn.Module, freeze_prefix: bool = False
                      ) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
-    """``(actor, critic)`` parameters: the critic is the policy's value head (``value_mlp``). With
-    ``freeze_prefix`` the observation encoder (``prefix``: vision, language, state, fusion) is left
-    out of both and stops requiring gradients."""
+    """``(actor, critic)`` parameters: the critic is the policy's value head (``value_mlp``), or the
+    separate critic (``critic.*``, see :mod:`embodied.rl.critic`) when the module has one; the
+    value head then takes no part and stops requiring gradients. With ``freeze_prefix`` the
+    observation encoder (``prefix``: vision, language, state, fusion) is left out of both and stops
+    requiring gradients."""
+    named = list(module.named_parameters())
+    separate = any(name.startswith("critic.") for name, _ in named)
     actor, critic = [], []
-    for name, p in module.named_parameters():
-        if freeze_prefix and ".prefix." in f".{name}":
+    for name, p in named:
+        dotted = f".{name}"
+        if separate and name.startswith("critic."):
+            critic.append(p)
+            continue
+        if (freeze_prefix and ".prefix." in dotted) or (separate and ".value_mlp." in dotted):
             p.requires_grad_(False)
             continue
-        (critic if ".value_mlp." in f".{name}" else actor).append(p)
+        (critic if ".value_mlp." in dotted else actor).append(p)
     return actor, critic

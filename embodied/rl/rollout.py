@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from embodied.rl.critic import CriticInputs
 from sims.core import obs_views
 
 
@@ -21,7 +22,8 @@ class Rollout:
     """``T`` chunks of ``N`` envs. Shapes: ``rgb [T, N, V, H, W, 3]``, ``state [T, N, S]``,
     ``task_id [T, N]``; per chunk ``[T, N]``: ``logprob``, ``value``, ``reward`` (sum over the
     executed steps), ``done``, ``trunc``, ``success``, ``final_value`` (value of the final
-    observation where ``trunc``); ``last_value [N]``; ``extras`` as the policy returned them."""
+    observation where ``trunc``); ``last_value [N]``; ``extras`` as the policy returned them;
+    ``critic_obs [T, N, C]`` the separate critic's inputs (None when values come from the policy)."""
 
     rgb: torch.Tensor
     state: torch.Tensor
@@ -41,6 +43,7 @@ class Rollout:
     episode_lengths: list[int] = field(default_factory=list)
     episode_success: list[bool] = field(default_factory=list)
     timing: dict[str, float] = field(default_factory=dict)
+    critic_obs: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -64,9 +67,21 @@ def _policy_obs(obs: dict[str, torch.Tensor], instructions: list[str]) -> dict[s
 
 @torch.no_grad()
 def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chunks: int,
-                   generator: torch.Generator | None = None) -> tuple[Rollout, dict[str, torch.Tensor]]:
-    """Run ``num_chunks`` chunks in every env from ``obs``; returns the rollout and the next obs."""
+                   generator: torch.Generator | None = None, critic: CriticInputs | None = None
+                   ) -> tuple[Rollout, dict[str, torch.Tensor]]:
+    """Run ``num_chunks`` chunks in every env from ``obs``; returns the rollout and the next obs.
+
+    With ``critic`` the values come from that separate critic (its clock is advanced here, so pass
+    the same object on every call that continues the episodes) instead of the policy's value head.
+    """
     instructions = [t.instruction for t in env.tasks]
+    critic_obs: list[torch.Tensor] = []
+
+    def values(o: dict[str, torch.Tensor], elapsed: torch.Tensor | None = None) -> torch.Tensor:
+        if critic is None:
+            return policy.value(_policy_obs(o, instructions)).float().cpu()
+        return critic.value(critic.features(o, elapsed))
+
     keys = ("logprob", "value", "reward", "done", "trunc", "success", "final_value")
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     rgb, state, task_id, extras = [], [], [], []
@@ -84,7 +99,12 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         task_id.append(obs["task_id"])
         extras.append({k: v.cpu() for k, v in sample.extras.items()})
         cols["logprob"].append(sample.logprob.cpu())
-        cols["value"].append(sample.value.cpu())
+        if critic is None:
+            cols["value"].append(sample.value.float().cpu())
+        else:
+            critic_obs.append(critic.features(obs))
+            cols["value"].append(critic.value(critic_obs[-1]))
+            ended_at = critic.clock.advance(res.executed, res.done)
         cols["reward"].append(res.reward.cpu())
         cols["done"].append(res.done.cpu())
         cols["trunc"].append(res.truncated.cpu())
@@ -93,7 +113,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         if bool(res.truncated.any()):
             rows = res.truncated.nonzero().flatten()
             final = {k: v[rows] for k, v in res.final_obs.items()}
-            final_value[rows.cpu()] = policy.value(_policy_obs(final, instructions)).float().cpu()
+            final_value[rows.cpu()] = values(final, None if critic is None else ended_at[rows.cpu()])
         cols["final_value"].append(final_value)
         env_steps += int(res.executed.sum())
         for i in res.done.nonzero().flatten().tolist():
@@ -105,7 +125,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         t_infer += (t1 - t0) + (t3 - t2)
         t_sim += t2 - t1
     t0 = time.perf_counter()
-    last_value = policy.value(_policy_obs(obs, instructions)).float().cpu()
+    last_value = values(obs)
     t_infer += time.perf_counter() - t0
     stacked_extras = {k: torch.stack([e[k] for e in extras]) for k in extras[0]}
     rollout = Rollout(
@@ -113,5 +133,6 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         extras=stacked_extras, **{k: torch.stack(v) for k, v in cols.items()}, last_value=last_value,
         instructions=instructions, env_steps=env_steps, episode_returns=returns, episode_lengths=lengths,
         episode_success=successes, timing={"inference_s": t_infer, "sim_s": t_sim},
+        critic_obs=torch.stack(critic_obs) if critic_obs else None,
     )
     return rollout, obs

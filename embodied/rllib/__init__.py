@@ -22,7 +22,8 @@ RL_FIELDS = ("lr", "critic_lr", "clip_param", "dual_clip", "vf_clip_param", "vf_
 
 def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],
                     num_env_runners: int = 0, num_learners: int = 0, num_gpus_per_learner: float = 0.0,
-                    num_gpus_per_env_runner: float = 0.0, seed: int = 0) -> ChunkRL:
+                    num_gpus_per_env_runner: float = 0.0, seed: int = 0,
+                    critic: dict[str, Any] | None = None) -> ChunkRL:
     """A :class:`ChunkRL` whose learner starts from ``policy``'s weights.
 
     ``num_env_runners=0`` samples in this process (``env_config["num_envs"]`` envs); ``K > 0`` starts
@@ -30,6 +31,8 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     in this process; ``L > 0`` on L remote learners (data parallel), each with ``num_gpus_per_learner``
     (with ``L = 0`` the driver's learner uses a GPU when ``num_gpus_per_learner > 0``). Remote runners
     get ``num_gpus_per_env_runner`` each (GPU simulators; Ray hides the GPUs from actors that ask for none).
+    ``critic`` (``{"kind": "privileged", "input_dim", "hidden"}``) replaces the policy's value head by a
+    separate critic on privileged state (:mod:`embodied.rl.critic`).
     """
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -50,7 +53,7 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
         .learners(num_learners=num_learners, num_gpus_per_learner=num_gpus_per_learner)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=PolicyRLModule, observation_space=obs_space,
                                                action_space=act_space,
-                                               model_config=module_config(policy, instructions)))
+                                               model_config=module_config(policy, instructions, critic)))
         .debugging(seed=seed, log_level="WARN")
     )
     for key, value in rl.items():

@@ -160,9 +160,13 @@ class ChunkRL(Algorithm):
         if rows:
             seed = int(self.config.seed or 0) * 1_000_003 + it
 
+            critic_obs = batch.get("critic_obs")
+
             def prepare(learner: Any) -> None:
                 learner.seed_update(seed)
                 learner.set_actor_frozen(frozen)
+                if critic_obs is not None:
+                    learner.update_critic_norm(DEFAULT_MODULE_ID, critic_obs)
 
             self._on_learners(prepare)
             self.learner_group.update(
@@ -213,6 +217,14 @@ class ChunkRL(Algorithm):
 
     def load_policy_state(self, state: dict[str, torch.Tensor]) -> None:
         self._on_learners(lambda learner: learner.load_policy_state(DEFAULT_MODULE_ID, state))
+        self._weights_dirty = True
+
+    def critic_state(self) -> dict[str, torch.Tensor]:
+        """The separate critic's weights and input statistics (empty without one)."""
+        return self._on_learners(lambda learner: learner.critic_state(DEFAULT_MODULE_ID))[0]
+
+    def load_critic_state(self, state: dict[str, torch.Tensor]) -> None:
+        self._on_learners(lambda learner: learner.load_critic_state(DEFAULT_MODULE_ID, state))
         self._weights_dirty = True
 
     def optimizer_states(self) -> dict[str, dict[str, Any]]:

@@ -29,6 +29,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from embodied.data.collect import TRAIN_INIT_OFFSET
 from embodied.rl.batch import grpo_batch, ppo_batch
+from embodied.rl.critic import CriticInputs
 from embodied.rl.rollout import collect_chunks
 
 def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: int, chunks_per_iter: int,
@@ -69,6 +70,7 @@ class VecEnvRunner(EnvRunner):
         torch.set_num_threads(int(ec.get("torch_threads", 1)))
         self.env = None
         self.obs: dict[str, torch.Tensor] | None = None
+        self.critic_inputs: CriticInputs | None = None
         self.module = None
         self.make_module()
         # In a cluster the driver keeps a local runner only for bookkeeping: it gets no envs.
@@ -96,6 +98,10 @@ class VecEnvRunner(EnvRunner):
                                        seed=int(ec["seed"]) + first)
         self.module.policy.check_env(self.env)
         self.obs = None
+        self.critic_inputs = None
+        if self.module.critic is not None:
+            limits = [int(ec.get("max_steps") or t.max_steps) for t in self.env.tasks]
+            self.critic_inputs = CriticInputs(self.module.critic, self.env.num_envs, limits)
 
     def make_module(self) -> None:
         spec = self.config.rl_module_spec
@@ -132,9 +138,11 @@ class VecEnvRunner(EnvRunner):
         start = time.perf_counter()
         if self.obs is None or ec["algo"] == "grpo":
             self.obs = self._reset(iteration)
+            if self.critic_inputs is not None:
+                self.critic_inputs.clock.reset()
         gen = torch.Generator().manual_seed(int(ec["seed"]) * 1_000_003 + 9973 * (self.worker_index or 0) + iteration)
         rollout, self.obs = collect_chunks(self.env, self.module.policy, self.obs, int(ec["chunks_per_iter"]),
-                                           generator=gen)
+                                           generator=gen, critic=self.critic_inputs)
         info: dict[str, float] = {}
         if ec["algo"] == "grpo":
             batch, info = grpo_batch(rollout, int(ec["group_size"]))

@@ -83,6 +83,22 @@ class ChunkPPOLearner(TorchLearner):
     def load_policy_state(self, module_id: str, state: dict[str, torch.Tensor]) -> None:
         self._module[module_id].policy.load_state_dict(state)
 
+    def critic_state(self, module_id: str) -> dict[str, torch.Tensor]:
+        return self._module[module_id].critic_state()
+
+    def load_critic_state(self, module_id: str, state: dict[str, torch.Tensor]) -> None:
+        critic = self._module[module_id].critic
+        if critic is None:
+            raise ValueError("this module has no separate critic to load weights into")
+        critic.load_state_dict(state)
+
+    def update_critic_norm(self, module_id: str, features: torch.Tensor) -> None:
+        """Fold a training batch's critic inputs ``[B, C]`` into the critic's input statistics (before
+        the update, identically on every learner, so data-parallel copies stay equal)."""
+        critic = self._module[module_id].critic
+        if critic is not None:
+            critic.norm.update(torch.as_tensor(features))
+
     def seed_update(self, seed: int) -> None:
         """Seed the minibatch shuffling of the next update (reproducible resumes)."""
         np.random.seed(seed % 2**32)

@@ -12,13 +12,15 @@ from typing import Any
 import torch
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from embodied.rl.critic import build_critic
 from embodied.rl.loss import evaluate_minibatch, policy_obs
 
 
-def module_config(policy: Any, instructions: list[str]) -> dict[str, Any]:
-    """The ``model_config`` that rebuilds ``policy``'s architecture in another process."""
+def module_config(policy: Any, instructions: list[str], critic: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``model_config`` that rebuilds ``policy``'s architecture in another process; ``critic``
+    (``{"kind": "privileged", "input_dim", "hidden"}``) adds a separate critic (:mod:`embodied.rl.critic`)."""
     return {"family": policy.family, "policy_config": policy.config.to_dict(),
-            "stats": policy.processor.stats, "instructions": list(instructions)}
+            "stats": policy.processor.stats, "instructions": list(instructions), "critic": critic}
 
 
 def build_policy(model_config: dict[str, Any]) -> Any:
@@ -38,16 +40,20 @@ class PolicyRLModule(TorchRLModule):
 
     Forward passes: exploration/inference sample a chunk (``actions [B, H, A]``, ``action_logp [B]``,
     ``vf_preds [B]``, ``x.*``); train evaluates the stored chunks (``logprob``, ``entropy``, ``value``
-    ``[B]``).
+    ``[B]``). With a separate critic (``self.critic``) values come from it and the batch's
+    ``critic_obs [B, C]`` column; the policy's value head is then unused.
     """
 
     def setup(self) -> None:
         self.policy = build_policy(self.model_config)
         self.instructions = list(self.model_config["instructions"])
+        self.critic = build_critic(self.model_config.get("critic"))
 
     def _sample(self, batch: dict[str, Any], mode: str) -> dict[str, Any]:
         sample = self.policy.sample(policy_obs(batch, self.instructions), mode=mode)
-        out = {"actions": sample.actions, "action_logp": sample.logprob, "vf_preds": sample.value}
+        value = self.critic(batch["critic_obs"]) if self.critic is not None and "critic_obs" in batch \
+            else sample.value
+        out = {"actions": sample.actions, "action_logp": sample.logprob, "vf_preds": value}
         out.update({"x." + k: v for k, v in sample.extras.items()})
         return out
 
@@ -61,6 +67,8 @@ class PolicyRLModule(TorchRLModule):
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         logprob, entropy, value = evaluate_minibatch(self.policy, batch, self.instructions)
+        if self.critic is not None:
+            value = self.critic(batch["critic_obs"])
         return {"logprob": logprob, "entropy": entropy, "value": value}
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -69,3 +77,9 @@ class PolicyRLModule(TorchRLModule):
     def policy_state(self) -> dict[str, torch.Tensor]:
         """The wrapped policy's ``state_dict`` (for saving a bundle)."""
         return {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
+
+    def critic_state(self) -> dict[str, torch.Tensor]:
+        """The separate critic's ``state_dict`` (empty without one)."""
+        if self.critic is None:
+            return {}
+        return {k: v.detach().cpu() for k, v in self.critic.state_dict().items()}

@@ -62,6 +62,7 @@ class PipelineRLConfig:
     truncation: str = "fail"
     lr: float = 1e-5
     critic_warmup: int = 15  # first iterations that update only the value head (see embodied-train's algo)
+    critic: str = "policy"  # policy: the policy's value head | privileged: a separate critic on simulator state
     reward_type: str = "sparse"
     overlap: bool = True  # sample the next batch while learning
     save_every: int = 10
@@ -116,6 +117,7 @@ def _tasks(cfg: PipelineConfig) -> list[int]:
 def check_config(cfg: PipelineConfig) -> None:
     import sims
     from embodied.rl.batch import TRUNCATION
+    from embodied.rl.critic import CRITICS
 
     if cfg.sim.suite is None or cfg.sim.suite not in sims.suites.names():
         raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {sims.suites.names()}")
@@ -133,6 +135,8 @@ def check_config(cfg: PipelineConfig) -> None:
                             "or flow_noise")
     if cfg.rl.truncation not in TRUNCATION:
         raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose {' or '.join(TRUNCATION)}")
+    if cfg.rl.critic not in CRITICS:
+        raise PipelineError(f"rl.critic={cfg.rl.critic!r}: choose one of {', '.join(CRITICS)}")
     if not 0 <= cfg.rl.critic_warmup < cfg.rl.iterations:
         raise PipelineError(f"rl.critic_warmup={cfg.rl.critic_warmup} must lie in 0..rl.iterations-1 "
                             f"({cfg.rl.iterations - 1}): the actor learns after the warm-up")
@@ -222,7 +226,7 @@ def stage_rl(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
 
     r = cfg.rl
     resume = resolve_folder(out / "rl" / "checkpoint") is not None
-    algo = AlgoConfig(name=r.algo, lr=r.lr, critic_warmup=r.critic_warmup)
+    algo = AlgoConfig(name=r.algo, lr=r.lr, critic_warmup=r.critic_warmup, critic=r.critic)
     summary = rl_train(TrainConfig(
         out=str(out / "rl"), init=str(out / "sft" / "ckpt"), algo=algo, runtime=RuntimeConfig(overlap=r.overlap),
         suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs, image_size=cfg.sim.image_size,

@@ -5,13 +5,14 @@
     embodied-train init=... algo=grpo algo.group_size=4 ...            # token VLA, critic-free
     embodied-train ... runtime=cluster runtime.num_env_runners=2       # env runners as Ray actors
     embodied-train ... resume=true          # continue a killed run from its last checkpoint
+    embodied-train ... algo.critic=privileged   # a separate critic on the simulator's privileged state
 
 Config groups: ``policy`` (a fresh policy without ``init``), ``algo`` (flow_sde | flow_sde_full |
 flow_noise | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
 with ``num_env_runners=0``; cluster: remote env runners and optional remote learners / GPUs).
 
 Outputs in ``out``: ``checkpoint/`` (``policy/`` bundle + ``train_state/`` with optimizer states,
-counters and RNG; replaced atomically every ``save_every`` iterations and at the end),
+counters and RNG + ``critic.safetensors`` with ``algo.critic=privileged``; replaced atomically every ``save_every`` iterations and at the end),
 ``metrics.csv`` and TensorBoard events (success rate, return, episode length, entropy, clip
 fraction, approx KL, value loss, explained variance, env-steps/s, time split sim / inference /
 learning / waiting), ``train.json``, ``ray/`` (Ray's session files when Ray is started here).
@@ -44,6 +45,9 @@ ALGOS = {
     "grpo": ("autoregressive", None, False),
 }
 
+#: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
+CRITIC_FILE = "critic.safetensors"
+
 METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
                  "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
@@ -74,6 +78,11 @@ class AlgoConfig:
     # critic warm-up: the first N iterations update only the value head (the actor keeps its SFT weights and
     # keeps sampling), so the first policy updates use a critic fitted to it rather than a random one
     critic_warmup: int = 0
+    # policy: the policy's value head (sees what the policy sees) | privileged: a separate MLP critic on the
+    # proprioceptive + privileged simulator state, the task and the fraction of the step limit used (training
+    # only: deployment runs the policy alone)
+    critic: str = "policy"
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 256, 256])  # privileged critic's MLP widths
     group_size: int = 4  # grpo: rollouts per initial state (each runner's envs split into groups)
 
 
@@ -139,6 +148,7 @@ def check_config(cfg: TrainConfig) -> None:
     """Stop impossible combinations before anything starts."""
     import sims
     from embodied.rl.batch import TRUNCATION
+    from embodied.rl.critic import CRITICS
 
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGOS:
@@ -152,9 +162,15 @@ def check_config(cfg: TrainConfig) -> None:
                              "(use algo=ppo, or set them to null / 0)")
         if a.critic_warmup:
             raise TrainError(f"algo=grpo has no critic to warm up: set algo.critic_warmup=0 (got {a.critic_warmup})")
+        if a.critic != "policy":
+            raise TrainError(f"algo=grpo has no critic: algo.critic={a.critic} applies to PPO only (use algo=ppo)")
         if a.group_size < 2 or cfg.num_envs % a.group_size:
             raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
                              f"({a.group_size} >= 2)")
+    if a.critic not in CRITICS:
+        raise TrainError(f"algo.critic={a.critic!r}: choose one of {', '.join(CRITICS)}")
+    if a.critic == "privileged" and (not a.critic_hidden or min(a.critic_hidden) < 1):
+        raise TrainError(f"algo.critic_hidden={list(a.critic_hidden)} must list layer widths >= 1")
     if cfg.truncation not in TRUNCATION:
         raise TrainError(f"truncation={cfg.truncation!r}: choose {' or '.join(TRUNCATION)}")
     if a.ratio not in ("chunk", "per_dim"):
@@ -251,9 +267,12 @@ def _latency_aware(cfg: TrainConfig, policy: Any) -> Any:
     return widen_state_input(policy, wide - s)
 
 
-def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> None:
+def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
     """Fail before Ray starts if the policy cannot drive the env (action space, cameras, ...) or if
-    GRPO's episodes cannot finish inside one iteration."""
+    GRPO's episodes cannot finish inside one iteration; returns the width of a privileged critic's
+    input (:func:`embodied.rl.critic.critic_input_dim`) for this env."""
+    from embodied.rl.critic import critic_input_dim
+
     import sims
 
     with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=tuple(policy.config.cameras),
@@ -263,11 +282,19 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> None:
 
             env = DelayedChunkEnv(env, policy.chunk_size, cfg.latency_delays)
         policy.check_env(env)
+        spec = env.observation_spec
+        if "privileged" not in spec and cfg.algo.critic == "privileged":
+            raise TrainError(f"algo.critic=privileged needs the env's 'privileged' observation; suite "
+                             f"{cfg.suite!r} has none: use algo.critic=policy")
+        critic_dim = critic_input_dim(int(spec["state"].shape[0]),
+                                      int(spec["privileged"].shape[0]) if "privileged" in spec else 0,
+                                      len(env.tasks))
     if cfg.algo.name == "grpo":
         longest = cfg.max_episode_steps or max(sims.suites.tasks(cfg.suite)[t].max_steps for t in tasks)
         if cfg.chunks_per_iter * policy.chunk_size < longest:
             raise TrainError(f"grpo scores whole episodes: chunks_per_iter * chunk size "
                              f"({cfg.chunks_per_iter} * {policy.chunk_size}) must cover the step limit ({longest})")
+    return critic_dim
 
 
 def start_ray(runtime: RuntimeConfig, out: Path) -> bool:
@@ -324,6 +351,11 @@ def save_checkpoint(out: Path, algo: Any, policy: Any, *, iteration: int, env_st
     policies.save(policy, tmp / "policy", extra={"iteration": iteration, "env_steps": env_steps, "algo": algo_name})
     save_train_state(tmp / "train_state", optimizer_states=algo.optimizer_states(), step=iteration,
                      extra={"env_steps": env_steps})
+    critic = algo.critic_state()
+    if critic:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in critic.items()}, str(tmp / CRITIC_FILE))
     return swap_in_folder(tmp, out / "checkpoint")
 
 
@@ -339,8 +371,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     policy, resumed = _load_policy(cfg, out)
     specs = sims.suites.tasks(cfg.suite)
     tasks = list(range(len(specs))) if cfg.tasks is None else list(cfg.tasks)
-    _check_env_spec(cfg, policy, tasks)
+    critic_dim = _check_env_spec(cfg, policy, tasks)
     a, r = cfg.algo, cfg.runtime
+    critic = {"kind": "privileged", "input_dim": critic_dim, "hidden": list(a.critic_hidden)} \
+        if a.critic == "privileged" else None
+    if resumed is not None and (resumed / CRITIC_FILE).is_file() != (critic is not None):
+        raise TrainError(f"{resumed} was trained with algo.critic="
+                         f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic")
     use_critic = ALGOS[a.name][2]
     torch.set_num_threads(1)
     start_iter, env_steps = 0, 0
@@ -399,7 +436,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         algo = build_algorithm(policy, instructions=[t.instruction for t in specs], env_config=env_config, rl=rl,
                                num_env_runners=r.num_env_runners, num_learners=r.num_learners,
                                num_gpus_per_learner=gpus_per_learner,
-                               num_gpus_per_env_runner=r.num_gpus_per_env_runner, seed=cfg.seed)
+                               num_gpus_per_env_runner=r.num_gpus_per_env_runner, seed=cfg.seed,
+                               critic=critic)
+        if resumed is not None and critic is not None:
+            from safetensors.torch import load_file
+
+            algo.load_critic_state(load_file(str(resumed / CRITIC_FILE)))
         if meta.get("optimizer_states"):
             algo.load_optimizer_states(meta["optimizer_states"])
         algo.stop_iteration = cfg.iterations
