@@ -107,6 +107,22 @@ def test_rollout_valued_by_the_privileged_critic():
     assert onehot.argmax(1).tolist() == [0, 1, 2]
     torch.testing.assert_close(rollout.value, inputs.critic(rollout.critic_obs.flatten(0, 1)).view(4, 3).detach())
     assert rollout.trunc[1].all() and rollout.trunc[3].all() and inputs.clock.elapsed.tolist() == [0, 0, 0]
+    # a truncated episode's final observation is valued at the limit (fraction 1), not at the reset's 0:
+    # weights that make the value tanh(fraction) show which time each value was computed at
+    with torch.no_grad():
+        for prm in inputs.critic.parameters():
+            prm.zero_()
+        inputs.critic.mlp[0].weight[0, -1] = 1.0
+        inputs.critic.head.weight[0, 0] = 1.0
+        inputs.critic.norm.var.fill_(1.0)
+    with sims.make("mujoco", suite="goal", num_envs=3, image_size=32, max_steps=5) as env:
+        inputs.clock.reset()
+        timed, _ = collect_chunks(env, policy, env.reset(seed=0, task_ids=[0, 1, 2]), num_chunks=2,
+                                    generator=torch.Generator().manual_seed(0), critic=inputs)
+    fractions = torch.tensor([0.0, 0.6])[:, None].expand(2, 3)
+    torch.testing.assert_close(timed.value, torch.tanh(fractions))
+    torch.testing.assert_close(timed.final_value[1], torch.tanh(torch.ones(3)))
+    torch.testing.assert_close(timed.last_value, torch.zeros(3))  # the new episodes' first observations
     batch = ppo_batch(rollout, normalize=False)
     assert batch["critic_obs"].shape == (12, dim)
     torch.testing.assert_close(batch["old_values"], rollout.value.flatten())
