@@ -159,8 +159,7 @@ class ChunkRL(Algorithm):
         frozen = it < self.config.critic_warmup
         if rows:
             seed = int(self.config.seed or 0) * 1_000_003 + it
-
-            critic_obs = batch.get("critic_obs")
+            critic_obs = batch.get("critic_obs")  # the separate critic's inputs, for its running statistics
 
             def prepare(learner: Any) -> None:
                 learner.seed_update(seed)

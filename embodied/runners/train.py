@@ -12,7 +12,8 @@ flow_noise | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (l
 with ``num_env_runners=0``; cluster: remote env runners and optional remote learners / GPUs).
 
 Outputs in ``out``: ``checkpoint/`` (``policy/`` bundle + ``train_state/`` with optimizer states,
-counters and RNG + ``critic.safetensors`` with ``algo.critic=privileged``; replaced atomically every ``save_every`` iterations and at the end),
+counters and RNG, + ``critic.safetensors`` with ``algo.critic=privileged``; replaced atomically
+every ``save_every`` iterations and at the end),
 ``metrics.csv`` and TensorBoard events (success rate, return, episode length, entropy, clip
 fraction, approx KL, value loss, explained variance, env-steps/s, time split sim / inference /
 learning / waiting), ``train.json``, ``ray/`` (Ray's session files when Ray is started here).
