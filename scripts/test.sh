@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Set up (idempotent) and run the test suite. Extra arguments go to pytest.
+# The tests run in TEST_WORKERS processes (pytest-xdist; default 2, one per core of the reference
+# machine; 0 runs them in this process). Most tests are one single-threaded process start-up,
+# simulation or tiny training each, so two at a time use both cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAY_USAGE_STATS_ENABLED=0
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@" tests
+workers="${TEST_WORKERS:-2}"
+parallel=()
+[ "$workers" != "0" ] && parallel=(-n "$workers" --dist worksteal)
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@" tests
