@@ -92,15 +92,45 @@ def test_resume_after_sigkill(tmp_path):
     assert policies.load(out / "checkpoint" / "policy").config.sampler == "noise"
 
 
-def test_cluster_runtime_with_two_remote_env_runners_and_a_remote_learner(tmp_path):
-    """Also the separate critic on privileged state: its input statistics are kept on the remote
-    learner, its weights reach the remote runners and come back in the checkpoint."""
+@pytest.fixture
+def two_node_cluster(monkeypatch):
+    """A Ray cluster of two nodes on this machine (a head with 1 CPU and a worker node with 2, each
+    its own raylet and object store), joined by address as `ray start` nodes would be."""
+    import shutil
+    import tempfile
+
+    import ray._private.utils
+    from ray.cluster_utils import Cluster
+
+    # the helper records its address in /tmp/ray for a later bare `ray.init()`; nothing here needs it
+    monkeypatch.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
+
+    temp = tempfile.mkdtemp(prefix="rayc")  # short: Ray's socket paths must stay under 108 bytes
+    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False, temp_dir=temp))
+    try:
+        cluster.add_node(num_cpus=2)
+        yield cluster
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_cluster_runtime_with_two_remote_env_runners_and_a_remote_learner(tmp_path, two_node_cluster):
+    """On a two-node Ray cluster: the 2 env runners and the learner (1 CPU each) cannot fit one node,
+    so they run on both. Also the separate critic on privileged state: its input statistics are
+    kept on the remote learner, its weights reach the remote runners and come back in the checkpoint."""
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
-    proc = _train(f"init={init}", f"out={out}", "runtime=cluster", "runtime.num_env_runners=2",
-                  "runtime.num_learners=1", "iterations=2", "algo.critic=privileged", "algo.critic_hidden=[32,32]",
-                  *RUN)
+    proc = _train(f"init={init}", f"out={out}", "runtime=cluster", f"runtime.address={two_node_cluster.address}",
+                  "runtime.num_env_runners=2", "runtime.num_learners=1", "iterations=2", "algo.critic=privileged",
+                  "algo.critic_hidden=[32,32]", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    placement = json.loads((out / "train.json").read_text())["placement"]
+    actors = placement["env_runners"] + placement["learners"]
+    assert len(placement["env_runners"]) == 2 and len(placement["learners"]) == 1
+    assert len({a["node_id"] for a in actors}) == 2 and len({a["pid"] for a in actors}) == 3
+    assert placement["driver"]["pid"] not in {a["pid"] for a in actors}
+    assert "placement on 2 Ray node(s)" in proc.stderr
     critic = load_file(str(out / "checkpoint" / "critic.safetensors"))
     assert int(critic["norm.count"]) == 2 * 2 * 2 * 3  # every chunk of both iterations (2 runners x 2 envs x 3)
     assert critic["mlp.0.weight"].shape[0] == 32 and float(critic["norm.var"][-1]) > 0  # the time input varies

@@ -64,6 +64,16 @@ class ChunkRLConfig(AlgorithmConfig):
         return RLModuleSpec(module_class=PolicyRLModule)
 
 
+def where_this_runs(*_: Any) -> dict[str, str]:
+    """The Ray node (id and IP address) and process of the caller."""
+    import os
+
+    import ray
+
+    return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid()}
+
+
 class ChunkRL(Algorithm):
     """Call :meth:`run_iteration` (or ``training_step`` after setting ``iteration``)."""
 
@@ -131,6 +141,15 @@ class ChunkRL(Algorithm):
     def mark_weights_changed(self) -> None:
         """After loading weights into the learner from outside (init, resume)."""
         self._weights_dirty = True
+
+    def placement(self) -> dict[str, Any]:
+        """Where the parts run: the driver, each env runner and each learner (Ray node id, IP, pid)."""
+        if self.remote_runners:
+            runners = self.env_runner_group.foreach_env_runner(where_this_runs, local_env_runner=False)
+        else:
+            runners = [where_this_runs()]
+        return {"driver": where_this_runs(), "env_runners": runners,
+                "learners": self._on_learners(where_this_runs)}
 
     def _on_learners(self, func: Any) -> list[Any]:
         """``func(learner)`` on every learner (local or remote); errors re-raised here."""

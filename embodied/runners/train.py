@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,6 +327,19 @@ def start_ray(runtime: RuntimeConfig, out: Path) -> bool:
     return True
 
 
+def describe_placement(placement: dict[str, Any]) -> str:
+    """One line on where the env runners and learners run (Ray nodes by IP and short node id)."""
+
+    def node(where: dict[str, Any]) -> str:
+        return f"{where['ip']}/{where['node_id'][:8]}"
+
+    parts = placement["env_runners"] + placement["learners"] + [placement["driver"]]
+    nodes = {p["node_id"] for p in parts}
+    return (f"placement on {len(nodes)} Ray node(s): env runners on "
+            f"{', '.join(node(w) for w in placement['env_runners'])}; learners on "
+            f"{', '.join(node(w) for w in placement['learners'])}; driver on {node(placement['driver'])}")
+
+
 def check_gpus(runtime: RuntimeConfig, gpus_per_learner: float) -> None:
     """Stop with a clear message when the Ray cluster cannot hold the GPUs asked for (Ray would
     otherwise wait for them forever)."""
@@ -415,6 +429,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             ray.shutdown()
         raise
     algo = None
+    placement: dict[str, Any] = {}
     metrics_path = out / "metrics.csv"
     if resumed is not None and metrics_path.exists():  # drop rows logged after the checkpoint
         rows = [row for row in csv.DictReader(open(metrics_path)) if int(row["iteration"]) <= start_iter]
@@ -446,6 +461,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if meta.get("optimizer_states"):
             algo.load_optimizer_states(meta["optimizer_states"])
         algo.stop_iteration = cfg.iterations
+        placement = algo.placement()
+        print(describe_placement(placement), file=sys.stderr, flush=True)
         with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {a.name}", unit="it") as bar:
             for it in range(start_iter, cfg.iterations):
                 row = algo.run_iteration(it)
@@ -481,7 +498,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     summary = {
         "algo": a.name, "suite": cfg.suite, "tasks": tasks, "iterations": cfg.iterations, "env_steps": env_steps,
         "wall_s": round(wall, 1), "env_steps_per_s": round(steps_run / loop_s, 1) if history else None,
-        "runtime": OmegaConf.to_container(OmegaConf.structured(r)), "checkpoint": str(out / "checkpoint" / "policy"),
+        "runtime": OmegaConf.to_container(OmegaConf.structured(r)), "placement": placement, "checkpoint": str(out / "checkpoint" / "policy"),
         "time_split_s": {k: round(sum(h[k] for h in history), 2)
                          for k in ("sim_s", "inference_s", "learn_s", "wait_s")} if history else None,
         "machine": machine_info(), "last": history[-1] if history else None,
