@@ -12,11 +12,13 @@ accounts for (as in asynchronous PPO / RLinf's pipelined mode).
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import ray
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
@@ -64,12 +66,8 @@ class ChunkRLConfig(AlgorithmConfig):
         return RLModuleSpec(module_class=PolicyRLModule)
 
 
-def where_this_runs(*_: Any) -> dict[str, str]:
+def where_this_runs(*_: Any) -> dict[str, Any]:
     """The Ray node (id and IP address) and process of the caller."""
-    import os
-
-    import ray
-
     return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
             "pid": os.getpid()}
 
@@ -130,8 +128,6 @@ class ChunkRL(Algorithm):
             return
         weights = self.learner_group.get_weights(module_ids=[DEFAULT_MODULE_ID])
         if self.remote_runners:
-            import ray
-
             ref = ray.put(weights)
             self.env_runner_group.foreach_env_runner(lambda r: r.set_weights(ref), local_env_runner=False)
         else:

@@ -498,7 +498,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     summary = {
         "algo": a.name, "suite": cfg.suite, "tasks": tasks, "iterations": cfg.iterations, "env_steps": env_steps,
         "wall_s": round(wall, 1), "env_steps_per_s": round(steps_run / loop_s, 1) if history else None,
-        "runtime": OmegaConf.to_container(OmegaConf.structured(r)), "placement": placement, "checkpoint": str(out / "checkpoint" / "policy"),
+        "runtime": OmegaConf.to_container(OmegaConf.structured(r)), "placement": placement,
+        "checkpoint": str(out / "checkpoint" / "policy"),
         "time_split_s": {k: round(sum(h[k] for h in history), 2)
                          for k in ("sim_s", "inference_s", "learn_s", "wait_s")} if history else None,
         "machine": machine_info(), "last": history[-1] if history else None,
