@@ -3,6 +3,7 @@ actions give the same trajectory. Runs on Warp's CPU device here (kernels compil
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,9 +65,11 @@ def test_gpu_sim_bench_rows_compare_the_env_with_raw_warp_physics():
     from embodied.bench.sim_gpu import run_gpu_backends
 
     cfg = SimpleNamespace(seed=0, gpu_backends=["mujoco_gpu"], gpu_num_envs=[2], gpu_image_size=32, gpu_renderer="auto",
-                          warmup_steps=1, gpu_steps=2, gpu_repeats=1)
+                          warmup_steps=1, gpu_steps=2, gpu_repeats=1, gpu_task_logic=["device", "host"])
     rows = run_gpu_backends(cfg)
-    assert [(r["backend"], r["camera"]) for r in rows] == [("mujoco_gpu", False), ("mujoco_gpu", True)]
+    assert [(r["backend"], r["camera"], r["task_logic"]) for r in rows] == [
+        ("mujoco_gpu", False, "device"), ("mujoco_gpu", False, "host"),
+        ("mujoco_gpu", True, "device"), ("mujoco_gpu", True, "host")]
     for r in rows:
         assert r["env_steps_per_s"] > 0 and r["raw_physics_steps_per_s"] > 0 and r["env_vs_raw"] > 0
         assert r["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -128,3 +131,67 @@ def test_warp_objects_follow_the_cpu_backend_on_every_initial_state():
     cpu.close()
     warp.close()
     assert worst < 0.02
+
+
+def _compare_task_logic(suite: str, task_ids: list[int], steps: int, **kw) -> dict[str, float]:
+    """The same Warp worlds with the task logic on the host (numpy) and on the device (torch views),
+    stepped with the same actions (the goal expert's on its lead env, random on the others); returns
+    the worst difference per output and checks the done flags are equal at every step."""
+    n = len(task_ids)
+    kw = dict(suite=suite, num_envs=n, seed=0, **kw)
+    host, dev = sims.make("mujoco_gpu", task_logic="host", **kw), sims.make("mujoco_gpu", **kw)
+    assert (host.task_logic, dev.task_logic) == ("host", "device") and host.sim.auto_sync and not dev.sim.auto_sync
+    oa = host.reset(task_ids=task_ids, init_ids=list(range(n)))
+    ob = dev.reset(task_ids=task_ids, init_ids=list(range(n)))
+    expert = sims.suites.expert(suite, num_envs=n)
+    expert.reset()
+    gen = torch.Generator().manual_seed(1)
+    worst = {"state": 0.0, "privileged": 0.0, "reward": 0.0, "rgb": 0.0}
+    dones = 0
+    for i in range(steps):
+        act = torch.rand(n, 7, generator=gen) * 2 - 1
+        act[0] = expert(oa)[0, 0]
+        active = None if i % 7 != 3 else torch.arange(n) % 2 == 0  # now and then a partial step
+        oa, ra, ta, ua, ia = host.step(act, active=active)
+        ob, rb, tb, ub, ib = dev.step(act, active=active)
+        for key in ("state", "privileged"):
+            worst[key] = max(worst[key], float((oa[key] - ob[key]).abs().max()))
+        if "rgb" in oa:
+            worst["rgb"] = max(worst["rgb"], float((oa["rgb"].float() - ob["rgb"].float()).abs().mean()))
+        worst["reward"] = max(worst["reward"], float((ra - rb).abs().max()))
+        for a, b in ((ta, tb), (ua, ub), (ia["success"], ib["success"]), (ia["elapsed"], ib["elapsed"])):
+            assert torch.equal(a, b), i
+        assert torch.equal(oa["task_id"], ob["task_id"])
+        dones += int(ia["done"].sum())
+        expert.reset(ia["done"])
+    # host code reading a field between steps sees the device's state (pulled on first read)
+    assert isinstance(dev.qpos, np.ndarray) and np.allclose(dev.qpos, host.qpos, atol=1e-5)
+    assert dones > 0  # episode ends and resets happened on both sides
+    host.close()
+    dev.close()
+    return worst
+
+
+def test_task_logic_on_the_device_matches_the_host():
+    """Controller, observations, shaped rewards, success and resets computed on torch views of the
+    Warp arrays give what the numpy task logic gives on the host mirrors of the same worlds (float32
+    rounding: the controller runs in float64 on both sides), with GL camera views from the pulled state.
+    The host arrays are separate copies here (as on a CUDA device), so the row copies of a reset and
+    the pulls before host reads are exercised."""
+    worst = _compare_task_logic("goal", [8, 0, 3, 8], 40, reward_type="shaped", max_steps=15,
+                                cameras=("agentview",), image_size=32, renderer="gl", warp_copy_mirrors=True)
+    assert worst["state"] < 1e-5 and worst["privileged"] < 1e-5 and worst["reward"] < 1e-5, worst
+    assert worst["rgb"] < 0.5, worst
+
+
+def test_task_logic_on_the_device_drives_moving_carriages():
+    """The dynamic suite's tray servo targets (a task's before_step hook) written on the device."""
+    worst = _compare_task_logic("dynamic", [3, 4], 20, reward_type="dense", max_steps=8, cameras=())
+    assert worst["state"] < 1e-5 and worst["privileged"] < 1e-5 and worst["reward"] < 1e-5, worst
+
+
+def test_task_logic_on_the_device_needs_warp_physics():
+    with pytest.raises(ValueError, match="task_logic='device'.*mujoco_gpu"):
+        sims.make("mujoco", task="reach", num_envs=1, task_logic="device")
+    with pytest.raises(ValueError, match="task_logic must be one of"):
+        sims.make("mujoco", task="reach", num_envs=1, task_logic="gpu")

@@ -62,6 +62,8 @@ class SimBenchConfig(BenchConfig):
     gpu_num_envs: list[int] = field(default_factory=lambda: [256, 1024, 4096, 8192])
     gpu_image_size: int = 128
     gpu_renderer: str = "auto"  # mujoco_gpu camera rows: auto (warp on cuda, else gl) | gl | warp
+    # mujoco_gpu rows per task-logic placement: device (torch on the Warp device) | host (numpy mirrors)
+    gpu_task_logic: list[str] = field(default_factory=lambda: ["device", "host"])
     gpu_steps: int = 50  # control steps per timed repeat
     gpu_repeats: int = 3
 

@@ -8,7 +8,8 @@ On a machine without CUDA, MuJoCo Warp runs on Warp's CPU device and ManiSkill o
 (one scene per env): the numbers then only check the path, they say nothing about a GPU.
 ``mujoco_gpu``'s camera rows render with ``cfg.gpu_renderer`` (default ``auto``: MuJoCo Warp's
 batched ray tracer on CUDA, OpenGL otherwise; ``warp`` / ``gl`` force one); each row records which
-(``renderer``).
+(``renderer``). ``mujoco_gpu`` rows come once per ``cfg.gpu_task_logic`` entry: the controller,
+observations, rewards and success on the Warp device (``device``) or on host mirrors (``host``).
 """
 
 from __future__ import annotations
@@ -27,13 +28,17 @@ TASK = {"mujoco_gpu": dict(task="pick_cube"), "maniskill": dict(task="pick_cube"
 def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
     rows = []
     gen = torch.Generator().manual_seed(cfg.seed)
+    logics = list(getattr(cfg, "gpu_task_logic", None) or ["device"])
     for backend in cfg.gpu_backends:
         for n in cfg.gpu_num_envs:
-            for cams in ((), ("agentview",)):
+            for cams, logic in [(c, lg) for c in ((), ("agentview",))
+                                for lg in (logics if backend == "mujoco_gpu" else [None])]:
                 kwargs = dict(TASK[backend], num_envs=int(n), seed=cfg.seed, cameras=cams,
                               image_size=cfg.gpu_image_size)
-                if backend == "mujoco_gpu" and cams:
-                    kwargs["renderer"] = cfg.gpu_renderer
+                if backend == "mujoco_gpu":
+                    kwargs["task_logic"] = logic
+                    if cams:
+                        kwargs["renderer"] = cfg.gpu_renderer
                 t0 = time.perf_counter()
                 env = sims.make(backend, **kwargs)
                 build = time.perf_counter() - t0
@@ -54,7 +59,7 @@ def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
                 finally:
                     env.close()
                 row = {"backend": backend, "num_envs": int(n), "camera": bool(cams), "image_size": cfg.gpu_image_size,
-                       "device": str(device), "renderer": renderer, "build_s": round(build, 2),
+                       "device": str(device), "renderer": renderer, "task_logic": logic, "build_s": round(build, 2),
                        "cuda_graph": getattr(getattr(env, "sim", None), "cuda_graph", None),
                        "env_steps_per_s": round(statistics.median(rates), 1), "samples": [round(r, 1) for r in rates]}
                 if raw:
@@ -62,8 +67,10 @@ def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
                     row["env_vs_raw"] = round(row["env_steps_per_s"] / row["raw_physics_steps_per_s"], 3)
                 rows.append(row)
                 extra = f", raw physics {row['raw_physics_steps_per_s']:.0f}" if raw else ""
+                where = f", task logic on the {logic}" if logic else ""
                 print(f"{backend:10s} N={n:5d} {'rgb' if cams else 'state'}: {row['env_steps_per_s']:.0f} env-steps/s "
-                      f"({row['device']}{', ' + str(renderer) + ' renderer' if renderer else ''}{extra})", flush=True)
+                      f"({row['device']}{', ' + str(renderer) + ' renderer' if renderer else ''}{where}{extra})",
+                      flush=True)
     return rows
 
 

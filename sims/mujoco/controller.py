@@ -1,6 +1,7 @@
 """Controllers: map normalised actions in [-1, 1] to servo targets, batched over envs.
 
-Pure numpy functions over ``[N, ...]`` arrays; no loop over environments.
+Pure functions over ``[N, ...]`` arrays, no loop over environments; the ones the env calls each
+control step take numpy arrays or torch tensors alike (:mod:`sims.mujoco.arrays`).
 
 End-effector delta pose (default, 7-D, as LIBERO): ``(dx, dy, dz, droll, dpitch, dyaw, gripper)``.
 Position deltas scale to ``pos_scale`` metres and rotation deltas (a world-frame rotation vector)
@@ -15,10 +16,12 @@ Joint position (8-D): seven arm angles in the real Panda's convention, mapped af
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from sims.core import quat_hemisphere  # noqa: F401  (re-exported: the TCP quaternion convention)
+from sims.mujoco.arrays import like, xp_of
 from sims.mujoco.robot import FINGER_MAX, REAL_JOINT_LOWER, REAL_JOINT_UPPER, to_sim_joints
 
 
@@ -41,9 +44,7 @@ class EEDeltaConfig:
     max_joint_step: float = 0.3
 
 
-def geometric_jacobian(
-    axes: np.ndarray, anchors: np.ndarray, point: np.ndarray
-) -> np.ndarray:
+def geometric_jacobian(axes: Any, anchors: Any, point: Any) -> Any:
     """Jacobian ``[N, 6, J]`` of a point on the last link of a chain of hinge joints.
 
     Args:
@@ -51,21 +52,16 @@ def geometric_jacobian(
         anchors: ``[N, J, 3]`` joint anchor points in world frame.
         point: ``[N, 3]`` the point (e.g. the TCP).
     """
+    xp = xp_of(axes)
     r = point[:, None, :] - anchors  # [N, J, 3]
-    jac = np.empty((axes.shape[0], 6, axes.shape[1]))
     ax, ay, az = axes[..., 0], axes[..., 1], axes[..., 2]
     rx, ry, rz = r[..., 0], r[..., 1], r[..., 2]
     # axis x r, written out: np.cross costs 3x more on these small arrays
-    jac[:, 0] = ay * rz - az * ry
-    jac[:, 1] = az * rx - ax * rz
-    jac[:, 2] = ax * ry - ay * rx
-    jac[:, 3:] = axes.transpose(0, 2, 1)
-    return jac
+    linear = xp.stack([ay * rz - az * ry, az * rx - ax * rz, ax * ry - ay * rx], axis=1)  # [N, 3, J]
+    return xp.concat([linear, xp.permute_dims(axes, (0, 2, 1))], axis=1)
 
 
-def damped_ik_step(
-    jac: np.ndarray, err: np.ndarray, damping: float, null_dq: np.ndarray | None = None
-) -> np.ndarray:
+def damped_ik_step(jac: Any, err: Any, damping: float, null_dq: Any | None = None) -> Any:
     """One damped least-squares step ``dq = J^T (J J^T + lambda^2 I)^-1 err`` ``[N, J]``.
 
     Args:
@@ -74,31 +70,31 @@ def damped_ik_step(
         damping: lambda.
         null_dq: optional ``[N, J]`` secondary motion projected into the Jacobian's null space.
     """
-    jt = jac.transpose(0, 2, 1)
-    jjt = jac @ jt
-    jjt[:, np.arange(6), np.arange(6)] += damping**2
+    xp = xp_of(jac)
+    jt = xp.permute_dims(jac, (0, 2, 1))
+    jjt = jac @ jt + like(damping**2 * np.eye(6), jac)
     if null_dq is None:
-        return (jt @ np.linalg.solve(jjt, err[..., None]))[..., 0]
+        return (jt @ xp.linalg.solve(jjt, err[..., None]))[..., 0]
     # one solve for both right-hand sides: dq = J^+ err + (I - J^+ J) null_dq
-    rhs = np.stack([err, (jac @ null_dq[..., None])[..., 0]], axis=2)  # [N, 6, 2]
-    sol = jt @ np.linalg.solve(jjt, rhs)  # [N, J, 2]
+    rhs = xp.stack([err, (jac @ null_dq[..., None])[..., 0]], axis=2)  # [N, 6, 2]
+    sol = jt @ xp.linalg.solve(jjt, rhs)  # [N, J, 2]
     return sol[..., 0] + null_dq - sol[..., 1]
 
 
-def gripper_target(command: np.ndarray) -> np.ndarray:
+def gripper_target(command: Any) -> Any:
     """Finger position target ``[N]`` (m) from a command in [-1 open, +1 closed]."""
-    return FINGER_MAX * (1.0 - np.clip(command, -1.0, 1.0)) * 0.5
+    return FINGER_MAX * (1.0 - xp_of(command).clip(command, -1.0, 1.0)) * 0.5
 
 
 def ee_delta_targets(
-    actions: np.ndarray,
-    q: np.ndarray,
-    jac: np.ndarray,
+    actions: Any,
+    q: Any,
+    jac: Any,
     q_home: np.ndarray,
     q_low: np.ndarray,
     q_high: np.ndarray,
     cfg: EEDeltaConfig,
-) -> np.ndarray:
+) -> Any:
     """Arm joint targets ``[N, 7]`` for end-effector delta actions ``[N, 7]``.
 
     Args:
@@ -107,18 +103,22 @@ def ee_delta_targets(
         jac: ``[N, 6, 7]`` TCP Jacobian.
         q_home: ``[7]`` posture the null space is pulled toward.
         q_low, q_high: ``[7]`` joint limits.
+
+    ``actions``, ``q`` and ``jac`` are numpy arrays or torch tensors (one library for all three).
     """
-    err = np.concatenate([actions[:, :3] * cfg.pos_scale, actions[:, 3:6] * cfg.rot_scale], axis=1)
-    null_dq = cfg.null_gain * (q_home[None] - q)
+    xp = xp_of(q)
+    err = xp.concat([actions[:, :3] * cfg.pos_scale, actions[:, 3:6] * cfg.rot_scale], axis=1)
+    null_dq = cfg.null_gain * (like(q_home, q)[None] - q)
     dq = damped_ik_step(jac, err, cfg.damping, null_dq)
-    dq = np.clip(dq, -cfg.max_joint_step, cfg.max_joint_step)
-    return np.clip(q + dq, q_low, q_high)
+    dq = xp.clip(dq, -cfg.max_joint_step, cfg.max_joint_step)
+    return xp.clip(q + dq, like(q_low, q), like(q_high, q))
 
 
-def joint_position_targets(actions: np.ndarray) -> np.ndarray:
+def joint_position_targets(actions: Any) -> Any:
     """Arm joint targets ``[N, 7]`` (simulation convention) from ``[N, 8]`` joint actions."""
-    a = np.clip(actions[:, :7], -1.0, 1.0)
-    q_real = REAL_JOINT_LOWER + (a + 1.0) * 0.5 * (REAL_JOINT_UPPER - REAL_JOINT_LOWER)
+    a = xp_of(actions).clip(actions[:, :7], -1.0, 1.0)
+    low, high = like(REAL_JOINT_LOWER, a), like(REAL_JOINT_UPPER, a)
+    q_real = low + (a + 1.0) * 0.5 * (high - low)
     return to_sim_joints(q_real)
 
 
@@ -128,11 +128,11 @@ def joint_position_actions(q_real: np.ndarray, gripper: np.ndarray) -> np.ndarra
     return np.concatenate([a, gripper[:, None]], axis=1)
 
 
-def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product of quaternions ``[..., 4]`` (w, x, y, z)."""
+def quat_mul(a: Any, b: Any) -> Any:
+    """Hamilton product of quaternions ``[..., 4]`` (w, x, y, z), numpy or torch (one library for both)."""
     aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
     bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-    return np.stack([
+    return xp_of(a).stack([
         aw * bw - ax * bx - ay * by - az * bz,
         aw * bx + ax * bw + ay * bz - az * by,
         aw * by - ax * bz + ay * bw + az * bx,

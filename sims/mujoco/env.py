@@ -5,6 +5,12 @@ Per control step: the controller turns actions into servo targets (batched numpy
 success, reward, divergence and observations are computed from arrays bound to the batch.
 Results are bit-identical at any thread count (each env is its own state row).
 
+With MuJoCo Warp physics (``physics="warp"``, backend ``mujoco_gpu``) the same task logic runs on
+torch views of the Warp device's arrays (``task_logic="device"``, :mod:`sims.mujoco.arrays`): a
+control step moves only the actions in and the ``[N]`` success/divergence/reward columns out; the
+state crosses to the host only when an episode is reset (initial states are drawn on the host),
+for GL rendering, or when host code reads a field (``env.qpos`` outside a step).
+
 Observation keys (per env):
 - ``state`` float32 ``[15]``: TCP position (3), TCP quaternion w,x,y,z (4, sign chosen in the home
   orientation's hemisphere: continuous, unlike ``w >= 0`` with the gripper down), gripper width in
@@ -17,8 +23,9 @@ Observation keys (per env):
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import mujoco
 import numpy as np
@@ -27,6 +34,7 @@ from mujoco import batch as mjbatch
 
 from sims.core import Obs, Spec, VecEnv
 from sims.mujoco import controller as ctl
+from sims.mujoco.arrays import like, to_numpy, torch_namespace
 from sims.mujoco.robot import (
     ARM_JOINTS,
     FINGER_JOINTS,
@@ -51,6 +59,28 @@ REWARD_TYPES = ("sparse", "dense", "shaped")
 #: Warp's batched ray tracer over all worlds (sims/mujoco/warp_render.py, physics="warp" only);
 #: auto: warp when the physics is warp on a cuda device, else gl
 RENDERERS = ("auto", "gl", "warp")
+#: where the controller, observations, success predicates and rewards are computed: host (numpy on
+#: the host arrays; always so for the C backend), device (torch on the Warp device, physics="warp"
+#: only: the state stays on the device during a control step), auto (device for physics="warp")
+TASK_LOGIC = ("auto", "host", "device")
+#: the simulation fields the env and its tasks read or write, ``[N, ...]`` per env
+FIELDS = ("qpos", "qvel", "ctrl", "time", "mocap_pos", "xpos", "xquat", "site_xpos", "site_xmat", "xanchor",
+          "xaxis")
+
+
+def _state_field(name: str) -> property:
+    """A simulation field of every env: the torch view on the Warp device while the task logic runs
+    there (``task_logic="device"``), else the host numpy array (pulled from the device first when the
+    device has moved on since the last pull)."""
+
+    def get(self: "MujocoVecEnv") -> Any:
+        if self._on_device:
+            return self._device_fields[name]
+        if self._host_stale:
+            self._pull_host()
+        return self._host_fields[name]
+
+    return property(get, doc=f"``{name}`` of every env ``[N, ...]`` (see :func:`_state_field`)")
 
 
 def _as_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str) -> np.ndarray | None:
@@ -66,6 +96,18 @@ def _as_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: s
 
 class MujocoVecEnv(VecEnv):
     """Batched tabletop envs on CPU MuJoCo. Build with ``sims.make("mujoco", task=...)``."""
+
+    qpos = _state_field("qpos")
+    qvel = _state_field("qvel")
+    ctrl = _state_field("ctrl")
+    time = _state_field("time")
+    mocap_pos = _state_field("mocap_pos")
+    xpos = _state_field("xpos")
+    xquat = _state_field("xquat")
+    site_xpos = _state_field("site_xpos")
+    site_xmat = _state_field("site_xmat")
+    xanchor = _state_field("xanchor")
+    xaxis = _state_field("xaxis")
 
     def __init__(
         self,
@@ -88,6 +130,8 @@ class MujocoVecEnv(VecEnv):
         physics: str = "mujoco",
         warp_device: str | None = None,
         renderer: str = "auto",
+        task_logic: str = "auto",
+        warp_copy_mirrors: bool = False,
     ):
         """Args beyond :func:`sims.make`'s:
 
@@ -99,11 +143,21 @@ class MujocoVecEnv(VecEnv):
             ``warp_device``: ``cuda`` when available, else ``cpu``; see sims/mujoco/warp_batch.py).
         renderer: camera renderer, one of :data:`RENDERERS` (``warp`` needs ``physics="warp"``);
             the choice made is ``self.renderer``.
+        task_logic: one of :data:`TASK_LOGIC` (``device`` needs ``physics="warp"``); the choice
+            made is ``self.task_logic``.
+        warp_copy_mirrors: keep the Warp batch's host arrays as copies even on Warp's CPU device
+            (where they are otherwise the device memory): runs the host <-> device copies of a CUDA
+            device without one (tests).
         """
         if physics not in ("mujoco", "warp"):
             raise ValueError(f"physics must be 'mujoco' or 'warp', got {physics!r}")
         if renderer not in RENDERERS:
             raise ValueError(f"renderer must be one of {RENDERERS}, got {renderer!r}")
+        if task_logic not in TASK_LOGIC:
+            raise ValueError(f"task_logic must be one of {TASK_LOGIC}, got {task_logic!r}")
+        if task_logic == "device" and physics != "warp":
+            raise ValueError("task_logic='device' runs the task logic on the MuJoCo Warp device and needs "
+                             "physics='warp' (backend 'mujoco_gpu'); the mujoco backend computes it on the host")
         if renderer == "warp" and physics != "warp":
             raise ValueError("renderer='warp' ray-traces MuJoCo Warp worlds and needs physics='warp' (backend "
                              "'mujoco_gpu'); with the mujoco backend use renderer='gl' or 'auto'")
@@ -151,10 +205,14 @@ class MujocoVecEnv(VecEnv):
         threads = num_threads if num_threads is not None else (os.cpu_count() or 1)
         self.num_threads = max(1, min(int(threads), num_envs))
         self.physics = physics
+        self.task_logic = "device" if physics == "warp" and task_logic != "host" else "host"
+        self._on_device = False  # True while the task logic runs on the device views
+        self._host_stale = False  # the device state moved on since the host arrays were pulled
         if physics == "warp":
             from sims.mujoco.warp_batch import WarpBatch
 
-            self.sim = WarpBatch(self.model, num_envs, device=warp_device)
+            self.sim = WarpBatch(self.model, num_envs, device=warp_device, auto_sync=self.task_logic == "host",
+                                 copy_mirrors=warp_copy_mirrors)
         else:
             self.sim = mjbatch.Batch(self.model, num_envs, nthread=self.num_threads)
         self.renderer = self._pick_renderer(renderer)
@@ -192,6 +250,7 @@ class MujocoVecEnv(VecEnv):
         else:
             self._renderer = None
 
+        self._state: Any = None  # [N, STATE_DIM] float32, numpy or on the Warp device (task_logic)
         self._task_ids = np.arange(num_envs, dtype=np.int64) % len(self.task_objs)
         self._elapsed = np.zeros(num_envs, np.int64)
         self._return = np.zeros(num_envs, np.float64)
@@ -223,17 +282,15 @@ class MujocoVecEnv(VecEnv):
     # ------------------------------------------------------------------ binding and accessors
     def _bind(self) -> None:
         m, sim = self.model, self.sim
-        self.qpos = sim.bind("qpos")
-        self.xpos = sim.bind("xpos")
-        self.xquat = sim.bind("xquat")
-        self.qvel = sim.bind("qvel")
-        self.ctrl = sim.bind("ctrl")
-        self.time = sim.bind("time")
-        self.mocap_pos = sim.bind("mocap_pos") if m.nmocap else np.zeros((self.num_envs, 0, 3))
-        self.site_xpos = sim.bind("site_xpos")
-        self.site_xmat = sim.bind("site_xmat")
-        self.xanchor = sim.bind("xanchor")
-        self.xaxis = sim.bind("xaxis")
+        bound = [name for name in FIELDS if name != "mocap_pos" or m.nmocap]
+        self._host_fields = {name: sim.bind(name) for name in bound}
+        self._host_fields.setdefault("mocap_pos", np.zeros((self.num_envs, 0, 3)))
+        if self.task_logic == "device":
+            import torch
+
+            self._device_fields = {name: sim.torch_view(name) for name in bound}
+            self._device_fields.setdefault(
+                "mocap_pos", torch.zeros((self.num_envs, 0, 3), device=self._device_fields["qpos"].device))
         self.arm_qpos = np.array([m.joint(j).qposadr[0] for j in ARM_JOINTS])
         self.arm_qvel = np.array([m.joint(j).dofadr[0] for j in ARM_JOINTS])
         self.arm_jnt = np.array([m.joint(j).id for j in ARM_JOINTS])
@@ -247,25 +304,56 @@ class MujocoVecEnv(VecEnv):
         self.q_high = m.jnt_range[self.arm_jnt, 1] - 1e-3
         self.q_home = home_qpos_sim()
 
-    def tcp_pos(self) -> np.ndarray:
+    # ------------------------------------------------------------------ where the task logic runs
+    @property
+    def xp(self) -> Any:
+        """The array namespace of the fields right now: numpy, or torch's while the logic runs on the device."""
+        return torch_namespace() if self._on_device else np
+
+    @contextlib.contextmanager
+    def _logic(self) -> Iterator[None]:
+        """The task logic inside runs where ``task_logic`` says: with ``device``, fields read as torch
+        views on the Warp device (the host arrays go stale once the device state moves on)."""
+        if self.task_logic != "device" or self._on_device:
+            yield
+            return
+        self._on_device = True
+        try:
+            yield
+        finally:
+            self._on_device = False
+
+    def _pull_host(self) -> None:
+        """Host arrays <- device state (``task_logic="device"`` only; free on Warp's CPU device)."""
+        self._host_stale = False
+        self.sim.download()
+
+    def _device_moved(self) -> None:
+        """Note that a physics call changed the device state (the host arrays are behind it)."""
+        if self.task_logic == "device":
+            self._host_stale = True
+
+    # ------------------------------------------------------------------ accessors (numpy or torch)
+    def tcp_pos(self) -> Any:
         """``[N, 3]`` TCP position (world)."""
         return self.site_xpos[:, self.tcp_site]
 
-    def tcp_quat(self, sel: Any = slice(None)) -> np.ndarray:
+    def tcp_quat(self, sel: Any = slice(None)) -> Any:
         """``[N, 4]`` TCP orientation (w, x, y, z) in the hemisphere of the home orientation
         (:func:`sims.core.quat_hemisphere`; body quaternion x fixed site offset)."""
-        q = ctl.quat_mul(self.xquat[sel, self.tcp_body], self.tcp_site_quat)
-        return ctl.quat_hemisphere(q, ctl.TCP_HOME_QUAT)
+        body = self.xquat[sel, self.tcp_body]
+        q = ctl.quat_mul(body, like(self.tcp_site_quat, body))
+        return ctl.quat_hemisphere(q, like(ctl.TCP_HOME_QUAT, q))
 
-    def tcp_mat(self) -> np.ndarray:
+    def tcp_mat(self) -> Any:
         """``[N, 9]`` TCP orientation matrix (row-major)."""
         return self.site_xmat[:, self.tcp_site]
 
-    def gripper_width(self) -> np.ndarray:
+    def gripper_width(self) -> Any:
         """``[N]`` distance between the fingers (m)."""
-        return self.qpos[:, self.finger_qpos].sum(axis=1)
+        return self.xp.sum(self.qpos[:, self.finger_qpos], axis=1)
 
-    def arm_joints_real(self) -> np.ndarray:
+    def arm_joints_real(self) -> Any:
         """``[N, 7]`` arm angles in the real Panda convention."""
         return to_real_joints(self.qpos[:, self.arm_qpos])
 
@@ -278,6 +366,12 @@ class MujocoVecEnv(VecEnv):
         if len(ids) == 0:
             return
         self.sim.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        if self.task_logic == "device":
+            # The initial states are drawn and written on the host arrays: only these envs' state rows
+            # cross (both ways). The other rows may lag the device until the flag is set again below;
+            # the code in between reads and writes rows ``ids`` only.
+            self.sim.download_rows(ids)
+            self._host_stale = False
         inits: dict[int, list[dict[str, np.ndarray]]] = {}
         for i in ids:
             init_id = int(self._init_ids[i])
@@ -293,12 +387,16 @@ class MujocoVecEnv(VecEnv):
             task_env_ids = ids[self._task_ids[ids] == t]
             self.task_objs[t].apply_init(task_env_ids, task_inits)
         self.sim.warning[ids] = 0
+        if self.task_logic == "device":
+            self.sim.upload_rows(ids)
         self.sim.forward(ids, stage=mujoco.mjtStage.mjSTAGE_POS)
+        self._device_moved()
         self._elapsed[ids] = 0
         self._return[ids] = 0.0
         if self.reward_type == "shaped":
-            for t, g in self._task_groups(ids):
-                self._potential[g] = np.nan_to_num(self.task_objs[t].dense_reward(g))
+            with self._logic():
+                for t, g in self._task_groups(ids):
+                    self._potential[g] = np.nan_to_num(to_numpy(self.task_objs[t].dense_reward(g)))
 
     def reset(self, *, seed=None, task_ids=None, init_ids=None) -> Obs:
         self._check_open()
@@ -313,30 +411,40 @@ class MujocoVecEnv(VecEnv):
         self._init_ids[:] = -1 if iids is None else iids
         all_ids = np.arange(self.num_envs)
         self._reset_envs(all_ids)
-        return self._observe(all_ids, fresh=True)
+        with self._logic():
+            return self._observe(all_ids, fresh=True)
 
     # ------------------------------------------------------------------ step
-    def _apply_actions(self, actions: np.ndarray, ids: np.ndarray) -> None:
+    def _apply_actions(self, actions: Any, ids: np.ndarray) -> None:
+        """Servo targets of envs ``ids`` from their actions ``[len(ids), A]`` (numpy, or torch on the
+        device with ``task_logic="device"``)."""
         sel = slice(None) if len(ids) == self.num_envs else ids
-        q = self.qpos[sel][:, self.arm_qpos]
+        xp = self.xp
+
+        def f64(x: Any) -> Any:  # the controller runs in float64 on either side (Warp's fields are float32)
+            return xp.astype(x, xp.float64, copy=False)
+
+        q = f64(self.qpos[sel][:, self.arm_qpos])
         if self.action_mode == "ee_delta":
             jac = ctl.geometric_jacobian(
-                self.xaxis[sel][:, self.arm_jnt], self.xanchor[sel][:, self.arm_jnt],
-                self.site_xpos[sel, self.tcp_site],
+                f64(self.xaxis[sel][:, self.arm_jnt]), f64(self.xanchor[sel][:, self.arm_jnt]),
+                f64(self.site_xpos[sel, self.tcp_site]),
             )
             target = ctl.ee_delta_targets(
                 actions, q, jac, self.q_home, self.q_low, self.q_high, self.controller
             )
             grip = actions[:, 6]
         else:
-            target = np.clip(ctl.joint_position_targets(actions), self.q_low, self.q_high)
+            target = ctl.joint_position_targets(actions)
+            target = xp.clip(target, like(self.q_low, target), like(self.q_high, target))
             grip = actions[:, 7]
         ctrl = self.ctrl
+        target, grip = xp.astype(target, ctrl.dtype), xp.astype(ctl.gripper_target(grip), ctrl.dtype)
         if isinstance(sel, slice):
             ctrl[:, self.arm_act] = target
         else:
             ctrl[np.ix_(ids, self.arm_act)] = target
-        ctrl[sel, self.grip_act] = ctl.gripper_target(grip)
+        ctrl[sel, self.grip_act] = grip
 
     def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None):
         self._check_open()
@@ -347,10 +455,15 @@ class MujocoVecEnv(VecEnv):
             raise ValueError(
                 f"actions must have shape [{n}, {self.action_spec.shape[0]}], got {tuple(actions.shape)}"
             )
-        act = actions.detach().to("cpu", torch.float64).numpy()
-        if not np.isfinite(act).all():
+        if self.task_logic == "device":  # the actions go to the Warp device
+            act = actions.detach().to(self._device_fields["qpos"].device, torch.float64)
+            finite = bool(torch.isfinite(act).all())
+        else:
+            act = actions.detach().to("cpu", torch.float64).numpy()
+            finite = bool(np.isfinite(act).all())
+        if not finite:
             raise ValueError("actions contain NaN or inf")
-        act = np.clip(act, -1.0, 1.0)
+        act = act.clip(-1.0, 1.0)
         ids = np.arange(n)
         if active is not None:
             mask = active.detach().cpu().numpy().astype(bool)
@@ -361,38 +474,36 @@ class MujocoVecEnv(VecEnv):
         diverged = np.zeros(n, bool)
         success = np.zeros(n, bool)
         if len(ids):
-            self._apply_actions(act[ids], ids)
-            groups = self._task_groups(ids)
-            for t, g in groups:
-                self.task_objs[t].before_step(g)
-            warn_before = self.sim.warning[slice(None) if len(ids) == n else ids, :, 1].sum(axis=1)
-            try:
-                self.sim.step(None if len(ids) == n else ids, nstep=self.substeps, stage=mujoco.mjtStage.mjSTAGE_POS)
-                failed = np.zeros(0, np.int64)
-            except mjbatch.SimulationError as err:  # an env raised: treat as diverged
-                failed = np.asarray(err.ids)
-            sel = slice(None) if len(ids) == n else ids
-            # a comparison with NaN is False, so these also catch non-finite values
-            bad = (
-                (self.sim.warning[sel, :, 1].sum(axis=1) > warn_before)
-                | ~(np.abs(self.qvel[sel]) <= MAX_QVEL).all(axis=1)
-                | ~(np.abs(self.qpos[sel]) < 1e6).all(axis=1)
-            )
-            diverged[ids[bad]] = True
-            diverged[failed] = True
-            self.num_diverged += int(diverged.sum())
-            self._elapsed[ids] += 1
-            terminal_on_success = np.zeros(n, bool)
-            for t, g in groups:
-                task = self.task_objs[t]
-                success[g] = task.success(g) & ~diverged[g]
-                if self.reward_type == "dense":
-                    reward[g] = np.nan_to_num(task.dense_reward(g))
-                elif self.reward_type == "shaped":  # potential-based: progress made + 1 at success
-                    phi = np.nan_to_num(task.dense_reward(g))
-                    reward[g] = phi - self._potential[g] + success[g]
-                    self._potential[g] = phi
-                terminal_on_success[g] = task.terminate_on_success
+            with self._logic():
+                self._apply_actions(act[ids], ids)
+                groups = self._task_groups(ids)
+                for t, g in groups:
+                    self.task_objs[t].before_step(g)
+                sel = slice(None) if len(ids) == n else ids
+                warn_before = self.sim.warning[sel, :, 1].sum(axis=1)
+                try:
+                    self.sim.step(None if len(ids) == n else ids, nstep=self.substeps,
+                                  stage=mujoco.mjtStage.mjSTAGE_POS)
+                    failed = np.zeros(0, np.int64)
+                except mjbatch.SimulationError as err:  # an env raised: treat as diverged
+                    failed = np.asarray(err.ids)
+                self._device_moved()
+                bad = (self.sim.warning[sel, :, 1].sum(axis=1) > warn_before) | to_numpy(self._unstable(sel))
+                diverged[ids[bad]] = True
+                diverged[failed] = True
+                self.num_diverged += int(diverged.sum())
+                self._elapsed[ids] += 1
+                terminal_on_success = np.zeros(n, bool)
+                for t, g in groups:
+                    task = self.task_objs[t]
+                    success[g] = to_numpy(task.success(g)) & ~diverged[g]
+                    if self.reward_type == "dense":
+                        reward[g] = np.nan_to_num(to_numpy(task.dense_reward(g)))
+                    elif self.reward_type == "shaped":  # potential-based: progress made + 1 at success
+                        phi = np.nan_to_num(to_numpy(task.dense_reward(g)))
+                        reward[g] = phi - self._potential[g] + success[g]
+                        self._potential[g] = phi
+                    terminal_on_success[g] = task.terminate_on_success
             if self.reward_type == "sparse":
                 reward[ids] = success[ids]
             self._return[ids] += reward[ids]
@@ -402,7 +513,11 @@ class MujocoVecEnv(VecEnv):
         done = terminated | truncated
         done_ids = np.flatnonzero(done)
         # Observe every active env; for the ones that ended this is the final observation.
-        obs = self._observe(ids) if len(ids) else self._last_obs
+        if len(ids):
+            with self._logic():
+                obs = self._observe(ids)
+        else:
+            obs = self._last_obs
         final_obs = obs  # _observe builds fresh tensors, so the reset below leaves these intact
         episode = {
             "return": torch.as_tensor(self._return.astype(np.float32), device=self.device),
@@ -410,7 +525,8 @@ class MujocoVecEnv(VecEnv):
         }
         if len(done_ids):
             self._reset_envs(done_ids)
-            obs = self._observe(done_ids, fresh=True)
+            with self._logic():
+                obs = self._observe(done_ids, fresh=True)
         to_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=self.device)  # noqa: E731
         info: dict[str, Any] = {
             "success": to_t(success, torch.bool),
@@ -423,6 +539,13 @@ class MujocoVecEnv(VecEnv):
         return (obs, to_t(reward, torch.float32), to_t(terminated, torch.bool),
                 to_t(truncated, torch.bool), info)
 
+    def _unstable(self, sel: Any) -> Any:
+        """bool ``[len(sel)]``: a joint speed or position out of bounds (a comparison with NaN is False,
+        so these also catch non-finite values)."""
+        xp = self.xp
+        return (~xp.all(xp.abs(self.qvel[sel]) <= MAX_QVEL, axis=1)
+                | ~xp.all(xp.abs(self.qpos[sel]) < 1e6, axis=1))
+
     def _task_groups(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Envs ``ids`` grouped by the task they run: ``[(task index, env ids), ...]``."""
         if len(self.task_objs) == 1:
@@ -433,8 +556,9 @@ class MujocoVecEnv(VecEnv):
     def success_mask(self) -> np.ndarray:
         """bool ``[N]``: each env's task predicate at the current state."""
         out = np.zeros(self.num_envs, bool)
-        for t, g in self._task_groups(np.arange(self.num_envs)):
-            out[g] = self.task_objs[t].success(g)
+        with self._logic():
+            for t, g in self._task_groups(np.arange(self.num_envs)):
+                out[g] = to_numpy(self.task_objs[t].success(g))
         return out
 
     # ------------------------------------------------------------------ observations
@@ -443,22 +567,25 @@ class MujocoVecEnv(VecEnv):
 
         ``fresh``: the envs start an episode, so past frames of history cameras repeat this one.
         """
-        if not hasattr(self, "_state"):
-            self._state = np.zeros((self.num_envs, STATE_DIM), np.float32)
+        xp = self.xp
         sel = slice(None) if len(ids) == self.num_envs else ids
         qpos = self.qpos[sel]
-        state = self._state[sel] if isinstance(sel, slice) else np.empty((len(ids), STATE_DIM), np.float32)
-        state[:, 0:3] = self.site_xpos[sel, self.tcp_site]
-        state[:, 3:7] = self.tcp_quat(sel)
-        state[:, 7] = qpos[:, self.finger_qpos].sum(axis=1)
-        state[:, 8:15] = to_real_joints(qpos[:, self.arm_qpos])
-        if not isinstance(sel, slice):
-            self._state[ids] = state
+        rows = xp.concat([
+            self.site_xpos[sel, self.tcp_site],
+            self.tcp_quat(sel),
+            xp.sum(qpos[:, self.finger_qpos], axis=1)[:, None],
+            to_real_joints(qpos[:, self.arm_qpos]),
+        ], axis=1)
+        rows = xp.astype(rows, xp.float32)
+        if self._state is None or isinstance(sel, slice):
+            self._state = rows  # a new array: the observation below may share its memory
+        else:
+            self._state[ids] = rows
         dev = self.device
         obs = {
-            "state": torch.from_numpy(self._state.copy()).to(dev),
+            "state": self._obs_tensor(self._state),
             "task_id": torch.from_numpy(self._task_ids.copy()).to(dev),
-            "privileged": torch.from_numpy(self._privileged()).to(dev),
+            "privileged": self._obs_tensor(self._privileged()),
         }
         if self._renderer is not None:
             obs["rgb"] = self._views(ids, fresh)
@@ -473,6 +600,8 @@ class MujocoVecEnv(VecEnv):
             # when the obs live there: the next render overwrites the buffer). Worlds outside ``ids``
             # are re-rendered from their unchanged state, so their rows stay the same.
             return self._renderer.render_torch(self.sim).to(dev, copy=True)
+        if self._host_stale:  # the GL renderer reads the host arrays
+            self._pull_host()
         if not self._history:  # the views are the rendered cameras
             self._renderer.render(self.sim, ids, self._rgb)
             return torch.from_numpy(self._rgb.copy()).to(dev)
@@ -486,10 +615,23 @@ class MujocoVecEnv(VecEnv):
             self._rgb[ids, v] = self._frames[ids, lag, b]
         return torch.from_numpy(self._rgb.copy()).to(dev)
 
-    def _privileged(self) -> np.ndarray:
-        out = np.zeros((self.num_envs, self.task.privileged_dim), np.float32)
-        for t, g in self._task_groups(np.arange(self.num_envs)):
-            out[g] = self.task_objs[t].privileged(g)
+    def _obs_tensor(self, x: Any) -> torch.Tensor:
+        """A float32 copy of ``x`` (numpy, or torch on the Warp device) on the obs device."""
+        if isinstance(x, np.ndarray):
+            return torch.from_numpy(np.array(x, np.float32)).to(self.device)
+        return x.to(self.device, torch.float32, copy=True)
+
+    def _privileged(self) -> Any:
+        """``[N, P]`` privileged rows of every env (numpy, or torch while the logic runs on the device)."""
+        groups = self._task_groups(np.arange(self.num_envs))
+        if len(groups) == 1:
+            return self.task_objs[groups[0][0]].privileged(groups[0][1])
+        xp = self.xp
+        parts = [self.task_objs[t].privileged(g) for t, g in groups]
+        out = xp.zeros((self.num_envs, self.task.privileged_dim), dtype=parts[0].dtype,
+                       **({} if xp is np else {"device": parts[0].device}))
+        for (_, g), rows in zip(groups, parts):
+            out[g] = rows
         return out
 
     def render(self, env_id: int = 0, camera: str = "agentview") -> np.ndarray:
@@ -499,6 +641,8 @@ class MujocoVecEnv(VecEnv):
 
             self._video_renderer = BatchRenderer(self.model, (camera,), self.image_size, self.image_size)
             self._video_buf = np.zeros((self.num_envs, 1, self.image_size, self.image_size, 3), np.uint8)
+        if self._host_stale:
+            self._pull_host()
         self._video_renderer.render(self.sim, np.array([env_id]), self._video_buf)
         return self._video_buf[env_id, 0].copy()
 
@@ -516,6 +660,8 @@ class MujocoVecEnv(VecEnv):
             self.qpos[env_id] = qpos
         if qvel is not None:
             self.qvel[env_id] = qvel
+        if self.task_logic == "device":
+            self.sim.upload()
 
     def _check_open(self) -> None:
         if self._closed:

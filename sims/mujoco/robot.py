@@ -18,9 +18,12 @@ import importlib.util
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
+
+from sims.mujoco.arrays import like
 
 ARM_JOINTS = tuple(f"panda_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("panda_finger_joint1", "panda_finger_joint2")
@@ -154,11 +157,11 @@ def home_qpos_sim() -> np.ndarray:
     return HOME_QPOS_REAL - JOINT_OFFSET
 
 
-def to_real_joints(q_sim: np.ndarray) -> np.ndarray:
-    """Simulated arm angles ``[..., 7]`` -> real Panda convention."""
-    return q_sim + JOINT_OFFSET
+def to_real_joints(q_sim: Any) -> Any:
+    """Simulated arm angles ``[..., 7]`` (numpy or torch) -> real Panda convention."""
+    return q_sim + like(JOINT_OFFSET, q_sim)
 
 
-def to_sim_joints(q_real: np.ndarray) -> np.ndarray:
-    """Real Panda arm angles ``[..., 7]`` -> this model's convention."""
-    return q_real - JOINT_OFFSET
+def to_sim_joints(q_real: Any) -> Any:
+    """Real Panda arm angles ``[..., 7]`` (numpy or torch) -> this model's convention."""
+    return q_real - like(JOINT_OFFSET, q_real)

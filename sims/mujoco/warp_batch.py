@@ -1,15 +1,22 @@
 """MuJoCo Warp physics behind the interface of ``mujoco.batch.Batch`` that :class:`MujocoVecEnv` uses.
 
 The worlds live on a Warp device (``cuda`` with a GPU, ``cpu`` otherwise: slow, and the kernels
-compile once on first use, cached in Warp's kernel cache). The env's task logic reads and writes
-host arrays (``bind``); this adapter keeps those as host mirrors: before a physics call it uploads
-the state fields the env may have written (qpos, qvel, act, ctrl, mocap, time), after it
-downloads the fields the env reads. On the ``cpu`` device a mirror is the device array itself
-(no copy). This is the equivalence-tested physics path; the observations, rewards and success
-predicates are still computed by the env on the host (see the README's GPU section).
+compile once on first use, cached in Warp's kernel cache). Each field the env uses has a host
+mirror (``bind``, numpy) and a device view (``torch_view``, a torch tensor on the Warp device
+sharing the Warp array's memory). On the ``cpu`` device the two are the same memory.
 
-Only the calls the env makes are implemented: ``bind``, ``step``, ``forward``, ``reset``,
-``get_data`` (for rendering), ``warning`` (zeros: divergence is caught by the env's bounds checks).
+Two ways to keep them in step (``auto_sync``):
+
+- ``True`` (the env's ``task_logic="host"``): before a physics call the state fields the env may
+  have written (qpos, qvel, act, ctrl, mocap, time) are uploaded, after it every field the env
+  reads is downloaded; the task logic runs on the mirrors.
+- ``False`` (``task_logic="device"``): physics calls touch the device only; the env's task logic
+  reads and writes the device views during a control step and calls :meth:`download` /
+  :meth:`upload` itself around host work (episode resets, GL rendering, scripted experts).
+
+Only the calls the env makes are implemented: ``bind``, ``torch_view``, ``step``, ``forward``,
+``reset``, ``get_data`` (for rendering), ``warning`` (zeros: divergence is caught by the env's
+bounds checks).
 """
 
 from __future__ import annotations
@@ -39,7 +46,10 @@ def _import_warp() -> tuple[Any, Any]:
 class WarpBatch:
     """``nsim`` worlds of ``model`` stepped by MuJoCo Warp on ``device``."""
 
-    def __init__(self, model: mujoco.MjModel, nsim: int, device: Optional[str] = None, cuda_graph: bool = True):
+    def __init__(self, model: mujoco.MjModel, nsim: int, device: Optional[str] = None, cuda_graph: bool = True,
+                 auto_sync: bool = True, copy_mirrors: bool = False):
+        """``copy_mirrors``: separate host copies even on Warp's ``cpu`` device, so the copies a CUDA
+        device needs run (and are tested) on a machine without a GPU."""
         wp, mjw = _import_warp()
         wp.config.quiet = True
         wp.init()
@@ -51,13 +61,16 @@ class WarpBatch:
         with wp.ScopedDevice(device):
             self.m = mjw.put_model(model)
             self.d = mjw.put_data(model, self._host_data, nworld=nsim, nconmax=96, njmax=512)
-        self._zero_copy = wp.get_device(device).is_cpu
+        self._is_cuda = wp.get_device(device).is_cuda
+        self._zero_copy = not self._is_cuda and not copy_mirrors
+        self.auto_sync = bool(auto_sync)
         # On CUDA the ``nstep`` physics steps of a control step are captured once per ``nstep`` as a CUDA
         # graph and replayed: one launch instead of hundreds of small kernel launches per physics step.
-        self.cuda_graph = bool(cuda_graph) and wp.get_device(device).is_cuda
+        self.cuda_graph = bool(cuda_graph) and self._is_cuda
         self._graphs: dict[int, Any] = {}
         self._stepped: set[int] = set()
         self.host: dict[str, np.ndarray] = {}
+        self._torch_views: dict[str, Any] = {}
         for name in STATE_FIELDS + DERIVED_FIELDS:
             arr = getattr(self.d, name).numpy()
             if name == "site_xmat":  # [N, nsite, 3, 3] -> the batch's [N, nsite, 9] (a view on the cpu device)
@@ -67,38 +80,98 @@ class WarpBatch:
         self.warning = np.zeros((nsim, nwarn, 2), np.int64)
 
     # ------------------------------------------------------------------ host <-> device
-    def _upload(self, names: tuple[str, ...] = STATE_FIELDS) -> None:
+    def upload(self, names: tuple[str, ...] = STATE_FIELDS) -> None:
+        """Host mirrors -> device arrays (no-op on the ``cpu`` device, where they are one memory)."""
         if self._zero_copy:
             return
         for name in names:
             dev = getattr(self.d, name)
             dev.assign(self.host[name].reshape(dev.numpy().shape) if name == "site_xmat" else self.host[name])
 
-    def _download(self, names: tuple[str, ...] = STATE_FIELDS + DERIVED_FIELDS) -> None:
+    def download(self, names: tuple[str, ...] = STATE_FIELDS + DERIVED_FIELDS) -> None:
+        """Device arrays -> host mirrors (no-op on the ``cpu`` device)."""
+        self.wp.synchronize_device(self.device)
         if self._zero_copy:
             return
         for name in names:
             self.host[name][...] = getattr(self.d, name).numpy().reshape(self.host[name].shape)
 
     # ------------------------------------------------------------------ the Batch interface used by the env
+    def _upload(self, names: tuple[str, ...] = STATE_FIELDS) -> None:
+        """Before a physics call: the host mirrors' state onto the device (``auto_sync``), or else wait
+        for the torch work on the device views (torch and Warp run on different CUDA streams)."""
+        if self.auto_sync:
+            self.upload(names)
+        elif self._is_cuda:
+            import torch
+
+            torch.cuda.synchronize(torch.device(str(self.wp.get_device(self.device))))
+
+    def _download(self, names: tuple[str, ...] = STATE_FIELDS + DERIVED_FIELDS) -> None:
+        if self.auto_sync:
+            self.download(names)
+
     def bind(self, name: str) -> np.ndarray:
+        """The host mirror of field ``name`` (``[N, ...]`` numpy)."""
         if name not in self.host:
             raise KeyError(f"field {name!r} is not mirrored by the Warp batch; known: {sorted(self.host)}")
         return self.host[name]
 
+    def torch_view(self, name: str) -> Any:
+        """Field ``name`` as a torch tensor on the Warp device sharing the Warp array's memory (no copy;
+        ``site_xmat`` as ``[N, nsite, 9]`` like its mirror)."""
+        if name not in self.host:
+            raise KeyError(f"field {name!r} is not mirrored by the Warp batch; known: {sorted(self.host)}")
+        if name not in self._torch_views:
+            self._torch_views[name] = self.wp.to_torch(getattr(self.d, name)).reshape(self.host[name].shape)
+        return self._torch_views[name]
+
+    def download_rows(self, ids: np.ndarray, names: tuple[str, ...] = STATE_FIELDS) -> None:
+        """Worlds ``ids``' rows of the device arrays -> their host mirrors (a copy the size of ``ids``)."""
+        self.wp.synchronize_device(self.device)
+        if self._zero_copy:
+            return
+        import torch
+
+        idx = torch.as_tensor(ids, dtype=torch.long)
+        for name in names:
+            self.host[name][ids] = self.torch_view(name)[idx.to(self.torch_view(name).device)].cpu().numpy()
+
+    def upload_rows(self, ids: np.ndarray, names: tuple[str, ...] = STATE_FIELDS) -> None:
+        """Worlds ``ids``' rows of the host mirrors -> the device arrays."""
+        if self._zero_copy:
+            return
+        import torch
+
+        for name in names:
+            view = self.torch_view(name)
+            view[torch.as_tensor(ids, dtype=torch.long, device=view.device)] = torch.from_numpy(
+                np.ascontiguousarray(self.host[name][ids])).to(view.device)
+
     def step(self, ids: Optional[np.ndarray] = None, nstep: int = 1, stage: Any = None) -> None:
         """``nstep`` physics steps of worlds ``ids`` (all when None); positions are made current after."""
-        keep = None
+        rest = None
         if ids is not None and len(ids) < self.nsim:
             rest = np.setdiff1d(np.arange(self.nsim), ids)
-            keep = {name: self.host[name][rest].copy() for name in STATE_FIELDS}
         self._upload()
         with self.wp.ScopedDevice(self.device):
-            self._physics(nstep)
-            if keep is not None:  # worlds that were not stepped get their state back
-                self._download(STATE_FIELDS)
+            if rest is None:
+                self._physics(nstep)
+            elif self.auto_sync:  # worlds that were not stepped get their state back
+                keep = {name: self.host[name][rest].copy() for name in STATE_FIELDS}
+                self._physics(nstep)
+                self.download(STATE_FIELDS)
                 for name, values in keep.items():
                     self.host[name][rest] = values
+                self.upload()
+            else:  # the same on the device views, each library waiting for the other's writes
+                views = {name: self.torch_view(name) for name in STATE_FIELDS}
+                keep = {name: v[rest].clone() for name, v in views.items()}
+                self._upload()
+                self._physics(nstep)
+                self.wp.synchronize_device(self.device)
+                for name, values in keep.items():
+                    views[name][rest] = values
                 self._upload()
             self._positions()
         self._download()

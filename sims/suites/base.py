@@ -19,6 +19,7 @@ import sims.mujoco  # noqa: F401  (picks the offscreen GL platform before mujoco
 import mujoco
 import numpy as np
 
+from sims.mujoco.arrays import like
 from sims.mujoco.tasks.base import MujocoTask, free_joint_qpos, free_joint_qvel, yaw_quat
 from sims.suites.objects import DRAWER_TRAVEL, PARK_X, PARK_Z, ObjectSpec, add_object
 
@@ -97,20 +98,20 @@ class SceneView:
     def opening(self, drawer: str, ids: np.ndarray) -> np.ndarray:
         return self.env.qpos[ids, self.drawer_qpos[drawer]]
 
-    def privileged(self, ids: np.ndarray) -> np.ndarray:
+    def privileged(self, ids: np.ndarray) -> Any:
         env, parts = self.env, []
+        qpos, qvel = env.qpos[ids], env.qvel[ids]
         for o in self.scene.movable:
-            q = env.qpos[ids][:, self.qpos[o.name]]
-            v = env.qvel[ids][:, self.qvel[o.name]]
-            parts += [q, v[:, :3]]
+            parts += [qpos[:, self.qpos[o.name]], qvel[:, self.qvel[o.name]][:, :3]]
         for d in self.scene.drawers:
             parts.append(self.opening(d.name, ids)[:, None])
         for c in self.scene.carriages:
             parts.append(env.xpos[ids, self.carriage_body[c.name]])
-        return np.concatenate(parts, axis=1) if parts else np.zeros((len(ids), 0))
+        return env.xp.concat(parts, axis=1) if parts else qpos[:, :0]
 
 
-Predicate = Callable[[SceneView, np.ndarray], np.ndarray]
+#: ``(view, ids) -> bool [len(ids)]``, numpy or torch like the env's fields (``view.env.xp``)
+Predicate = Callable[[SceneView, np.ndarray], Any]
 
 
 @dataclass
@@ -210,48 +211,52 @@ class SuiteTask(MujocoTask):
         for c in self.motion.get("carriage", {}):
             # target at the end of this control step: a smooth back-and-forth motion
             t = (env._elapsed[ids] + 1) / env.control_hz
-            env.ctrl[ids, self.view.carriage_act[c]] = self._carriage_target(c, t, self._phase[c][ids])
+            ctrl = env.ctrl
+            ctrl[ids, self.view.carriage_act[c]] = like(self._carriage_target(c, t, self._phase[c][ids]), ctrl)
 
-    def success(self, ids: np.ndarray) -> np.ndarray:
-        ok = np.ones(len(ids), bool)
+    def success(self, ids: np.ndarray) -> Any:
+        ok = None
         for goal in self.goals:
-            ok &= goal(self.view, ids)
+            holds = goal(self.view, ids)
+            ok = holds if ok is None else ok & holds
+        if ok is None:
+            raise ValueError(f"task {self.name!r} has no goal predicates")
         return ok
 
-    def privileged(self, ids: np.ndarray) -> np.ndarray:
+    def privileged(self, ids: np.ndarray) -> Any:
         return self.view.privileged(ids)
 
-    def dense_reward(self, ids: np.ndarray) -> np.ndarray:
+    def dense_reward(self, ids: np.ndarray) -> Any:
         """Shaped reward in [0, 1]: the mean over the plan's steps of a progress term, plus the
         goals. ``pick_place``/``lift``/``hold_above``: reach the object (0.25), lift it (0.25),
         bring it over its target (0.5); ``open``/``close``: the drawer's opening toward the goal.
         A step's term is 1 once its goal predicates hold, so success scores 1."""
-        view, env = self.view, self.env
+        view, env, xp = self.view, self.env, self.env.xp
         tcp = env.tcp_pos()[ids]
         terms = []
         for step in self.plan:
             op = step[0]
             if op in ("open", "close"):
                 frac = view.opening(step[1], ids) / DRAWER_TRAVEL
-                terms.append(np.clip(frac if op == "open" else 1.0 - frac, 0.0, 1.0))
+                terms.append(xp.clip(frac if op == "open" else 1.0 - frac, 0.0, 1.0))
                 continue
             obj = step[1]
             pos = view.pos(obj, ids)
-            reach = 1.0 - np.tanh(10.0 * np.linalg.norm(tcp - pos, axis=1))
-            lift = np.clip((pos[:, 2] - self.scene.by_name[obj].rest_z) / 0.05, 0.0, 1.0)
+            reach = 1.0 - xp.tanh(10.0 * xp.linalg.vector_norm(tcp - pos, axis=1))
+            lift = xp.clip((pos[:, 2] - self.scene.by_name[obj].rest_z) / 0.05, 0.0, 1.0)
             if op == "pick_place" or op == "hold_above":
                 where = step[2][1] if op == "pick_place" else step[2]
                 target = view.pos(where, ids) if where not in view.carriage_body else \
                     env.xpos[ids, view.carriage_body[where]]
                 if where in self.scene.by_name and self.scene.by_name[where].kind == "drawer":
                     target = view.site_pos(f"{where}_inside", ids)
-                carry = 1.0 - np.tanh(5.0 * np.linalg.norm(pos[:, :2] - target[:, :2], axis=1))
+                carry = 1.0 - xp.tanh(5.0 * xp.linalg.vector_norm(pos[:, :2] - target[:, :2], axis=1))
                 terms.append(0.25 * reach + 0.25 * lift + 0.5 * carry)
             else:  # lift
                 terms.append(0.5 * reach + 0.5 * lift)
-        progress = np.mean(terms, axis=0) if terms else np.zeros(len(ids))
+        progress = xp.mean(xp.stack(terms), axis=0) if terms else xp.zeros_like(tcp[:, 0])
         done = self.success(ids)
-        return np.where(done, 1.0, np.clip(progress, 0.0, 1.0) * 0.9)
+        return xp.where(done, xp.ones_like(progress), xp.clip(progress, 0.0, 1.0) * 0.9)
 
 
 # ------------------------------------------------------------------------------- predicates
@@ -264,15 +269,15 @@ def on(obj: str, support: str, radius: float | None = None) -> Predicate:
         if support in view.carriage_body:
             car = next(c for c in view.scene.carriages if c.name == support)
             s = view.env.xpos[ids, view.carriage_body[support]]
-            inside = (np.abs(p[:, 0] - s[:, 0]) < car.half[0]) & (np.abs(p[:, 1] - s[:, 1]) < car.half[1])
+            inside = (abs(p[:, 0] - s[:, 0]) < car.half[0]) & (abs(p[:, 1] - s[:, 1]) < car.half[1])
             top = s[:, 2] + car.half[2]
         else:
             sup = view.scene.by_name[support]
             s = view.pos(support, ids)
             r = radius if radius is not None else sup.size[0] - 0.01
-            inside = np.linalg.norm(p[:, :2] - s[:, :2], axis=1) < r
+            inside = view.env.xp.linalg.vector_norm(p[:, :2] - s[:, :2], axis=1) < r
             top = s[:, 2] + sup.size[1]
-        resting = np.abs(p[:, 2] - (top + o.rest_z)) < 0.012
+        resting = abs(p[:, 2] - (top + o.rest_z)) < 0.012
         return inside & resting
 
     pred.__name__ = f"On({obj},{support})"
@@ -292,7 +297,7 @@ def inside(obj: str, container: str) -> Predicate:
             floor = view.pos(container, ids)
             hx, hy, hz = c.size[0] - 0.008, c.size[1] - 0.008, c.size[2]
         d = p - floor
-        return (np.abs(d[:, 0]) < hx) & (np.abs(d[:, 1]) < hy) & (d[:, 2] > -0.01) & (d[:, 2] < hz)
+        return (abs(d[:, 0]) < hx) & (abs(d[:, 1]) < hy) & (d[:, 2] > -0.01) & (d[:, 2] < hz)
 
     pred.__name__ = f"In({obj},{container})"
     return pred
@@ -328,7 +333,7 @@ def above(obj: str, target: str, height: float = 0.08) -> Predicate:
     def pred(view: SceneView, ids: np.ndarray) -> np.ndarray:
         p, s = view.pos(obj, ids), view.pos(target, ids)
         r = view.scene.by_name[target].size[0]
-        return (np.linalg.norm(p[:, :2] - s[:, :2], axis=1) < r) & (p[:, 2] > height)
+        return (view.env.xp.linalg.vector_norm(p[:, :2] - s[:, :2], axis=1) < r) & (p[:, 2] > height)
 
     pred.__name__ = f"Above({obj},{target})"
     return pred

@@ -84,17 +84,21 @@ class MujocoTask(abc.ABC):
     def apply_init(self, ids: np.ndarray, inits: list[dict[str, np.ndarray]]) -> None:
         """Write the initial placements of envs ``ids`` into the batch state."""
 
+    # success, privileged and dense_reward read the env's fields, which are numpy arrays on the host
+    # or torch tensors on the Warp device (task_logic="device"): write them with ``self.env.xp``
+    # (the array API namespace of the fields) and return arrays of that library.
     @abc.abstractmethod
-    def success(self, ids: np.ndarray) -> np.ndarray:
+    def success(self, ids: np.ndarray) -> Any:
         """bool ``[len(ids)]``: the success predicate of envs ``ids`` at the current state."""
 
     @abc.abstractmethod
-    def privileged(self, ids: np.ndarray) -> np.ndarray:
+    def privileged(self, ids: np.ndarray) -> Any:
         """float ``[len(ids), P]``: object poses and goals (for experts, critics, state-only RL)."""
 
-    def dense_reward(self, ids: np.ndarray) -> np.ndarray:
+    def dense_reward(self, ids: np.ndarray) -> Any:
         """float ``[len(ids)]`` shaped reward in [0, 1] (used when ``reward_type="dense"``)."""
-        return self.success(ids).astype(np.float64)
+        xp = self.env.xp
+        return xp.astype(self.success(ids), xp.float64)
 
     def before_step(self, ids: np.ndarray) -> None:
         """Hook run before the physics of a control step (moving targets, conveyors)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sims.mujoco.arrays import xp_of
 from sims.mujoco.scene import add_box, add_marker
 from sims.mujoco.tasks.base import MujocoTask, Region, free_joint_qpos, free_joint_qvel, yaw_quat
 
@@ -41,25 +42,28 @@ class PickCube(MujocoTask):
             )
         self.env.qvel[np.ix_(ids, np.arange(self.cube_qvel.start, self.cube_qvel.stop))] = 0.0
 
-    def cube_pos(self, ids) -> np.ndarray:
+    # The predicates and rewards below run on numpy arrays or on torch tensors on the Warp device
+    # (env.xp: the namespace of the fields they read).
+    def cube_pos(self, ids):
         return self.env.qpos[ids, self.cube_qpos.start : self.cube_qpos.start + 3]
 
-    def goal_pos(self, ids) -> np.ndarray:
-        goal = self.cube_pos(ids).copy()
-        goal[:, 2] = CUBE_HALF + self.lift_height
-        return goal
+    def goal_pos(self, ids):
+        cube = self.cube_pos(ids)
+        return xp_of(cube).concat([cube[:, :2], xp_of(cube).full_like(cube[:, 2:], CUBE_HALF + self.lift_height)],
+                                  axis=1)
 
     def success(self, ids):
         return self.cube_pos(ids)[:, 2] > CUBE_HALF + self.lift_height
 
     def privileged(self, ids):
         q = self.env.qpos[ids][:, self.cube_qpos]
-        return np.concatenate([q[:, :3], q[:, 3:7], self.goal_pos(ids)], axis=1)
+        return self.env.xp.concat([q[:, :3], q[:, 3:7], self.goal_pos(ids)], axis=1)
 
     def dense_reward(self, ids):
-        reach = np.linalg.norm(self.env.tcp_pos()[ids] - self.cube_pos(ids), axis=1)
-        lift = np.clip((self.cube_pos(ids)[:, 2] - CUBE_HALF) / self.lift_height, 0.0, 1.0)
-        return 0.3 * (1.0 - np.tanh(10.0 * reach)) + 0.7 * lift
+        xp = self.env.xp
+        reach = xp.linalg.vector_norm(self.env.tcp_pos()[ids] - self.cube_pos(ids), axis=1)
+        lift = xp.clip((self.cube_pos(ids)[:, 2] - CUBE_HALF) / self.lift_height, 0.0, 1.0)
+        return 0.3 * (1.0 - xp.tanh(10.0 * reach)) + 0.7 * lift
 
 
 class PlaceCube(PickCube):
@@ -91,23 +95,24 @@ class PlaceCube(PickCube):
             self.env.mocap_pos[i, self.mocap_id] = [*init["goal_xy"], 0.0005]
 
     def goal_pos(self, ids):
-        goal = self.env.mocap_pos[ids, self.mocap_id].copy()
-        goal[:, 2] = CUBE_HALF
-        return goal
+        pad = self.env.mocap_pos[ids, self.mocap_id]
+        return xp_of(pad).concat([pad[:, :2], xp_of(pad).full_like(pad[:, 2:], CUBE_HALF)], axis=1)
 
     def success(self, ids):
+        xp = self.env.xp
         cube = self.cube_pos(ids)
-        on_pad = np.linalg.norm(cube[:, :2] - self.goal_pos(ids)[:, :2], axis=1) < self.pad_radius
+        on_pad = xp.linalg.vector_norm(cube[:, :2] - self.goal_pos(ids)[:, :2], axis=1) < self.pad_radius
         resting = cube[:, 2] < CUBE_HALF + 0.005
         released = self.env.gripper_width()[ids] > 2 * CUBE_HALF + 0.01
         return on_pad & resting & released
 
     def dense_reward(self, ids):
+        xp = self.env.xp
         cube = self.cube_pos(ids)
-        reach = np.linalg.norm(self.env.tcp_pos()[ids] - cube, axis=1)
-        to_goal = np.linalg.norm(cube[:, :2] - self.goal_pos(ids)[:, :2], axis=1)
+        reach = xp.linalg.vector_norm(self.env.tcp_pos()[ids] - cube, axis=1)
+        to_goal = xp.linalg.vector_norm(cube[:, :2] - self.goal_pos(ids)[:, :2], axis=1)
         return (
-            0.2 * (1.0 - np.tanh(10.0 * reach))
-            + 0.5 * (1.0 - np.tanh(5.0 * to_goal))
-            + 0.3 * self.success(ids)
+            0.2 * (1.0 - xp.tanh(10.0 * reach))
+            + 0.5 * (1.0 - xp.tanh(5.0 * to_goal))
+            + 0.3 * xp.astype(self.success(ids), reach.dtype)
         )

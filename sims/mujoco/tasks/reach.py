@@ -33,15 +33,18 @@ class Reach(MujocoTask):
         for i, init in zip(ids, inits):
             self.env.mocap_pos[i, self.mocap_id] = init["goal"]
 
-    def goal_pos(self, ids) -> np.ndarray:
+    # numpy or torch on the Warp device alike (env.xp)
+    def goal_pos(self, ids):
         return self.env.mocap_pos[ids, self.mocap_id]
 
     def success(self, ids):
-        return np.linalg.norm(self.env.tcp_pos()[ids] - self.goal_pos(ids), axis=1) < self.tolerance
+        xp = self.env.xp
+        return xp.linalg.vector_norm(self.env.tcp_pos()[ids] - self.goal_pos(ids), axis=1) < self.tolerance
 
     def privileged(self, ids):
         goal = self.goal_pos(ids)
-        return np.concatenate([goal, goal - self.env.tcp_pos()[ids]], axis=1)
+        return self.env.xp.concat([goal, goal - self.env.tcp_pos()[ids]], axis=1)
 
     def dense_reward(self, ids):
-        return 1.0 - np.tanh(5.0 * np.linalg.norm(self.env.tcp_pos()[ids] - self.goal_pos(ids), axis=1))
+        xp = self.env.xp
+        return 1.0 - xp.tanh(5.0 * xp.linalg.vector_norm(self.env.tcp_pos()[ids] - self.goal_pos(ids), axis=1))
