@@ -16,7 +16,8 @@
 # an empty ~/.cache/warp), inside whichever of warp / bench / train runs first.
 # Each section writes its log (and JUnit XML / JSON) under OUT and the script goes on after a
 # failure; the exit status is the number of failed sections. Needs the project's dependencies with
-# the extras test and gpu (mujoco-warp, warp-lang); MuJoCo's OpenGL renderer needs EGL (MUJOCO_GL=egl).
+# the extras test and gpu (mujoco-warp, warp-lang; array-api-compat for the task logic on the
+# device, a pure-Python wheel); MuJoCo's OpenGL renderer needs EGL (MUJOCO_GL=egl).
 set -u
 out=${1:?usage: bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train]}
 shift

@@ -173,6 +173,8 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=ppo", "device=tpu"), "choose cpu or cuda"),
         ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_gpus_per_learner=1"), "set device=cuda"),
         ((f"init={ar}", "algo=ppo", "runtime.num_gpus_per_env_runner=0.5"), "applies to remote env runners"),
+        ((f"init={ar}", "algo=flow_sde", "algo.temperature=0.5"), "token VLA's sampling temperature"),
+        ((f"init={ar}", "algo=grpo", "algo.temperature=0"), "temperature must be > 0"),
     ]
     if not torch.cuda.is_available():
         cases += [((f"init={ar}", "algo=ppo", "device=cuda"), "torch sees no CUDA device"),
@@ -195,8 +197,9 @@ def test_token_grpo_runs_on_groups(tmp_path):
     # a 30-step training limit: 10 chunks of 3 cover it
     proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]", "num_envs=4",
                   "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
-                  "algo.minibatch_size=16")
+                  "algo.minibatch_size=16", "algo.temperature=0.7")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert policies.load(out / "checkpoint" / "policy").config.temperature == 0.7  # rollouts sampled at 0.7
     rows = _rows(out)
     assert len(rows) == 2 and all(int(r["episodes"]) >= 4 for r in rows)
     assert all(r["groups_kept"] != "" for r in rows)

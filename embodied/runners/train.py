@@ -86,6 +86,10 @@ class AlgoConfig:
     critic: str = "policy"
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256, 256])  # privileged critic's MLP widths
     group_size: int = 4  # grpo: rollouts per initial state (each runner's envs split into groups)
+    # token VLA (ppo | grpo): sampling temperature of the rollouts, which the PPO log-probabilities use too
+    # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
+    # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
+    temperature: Optional[float] = None
 
 
 @dataclass
@@ -155,6 +159,12 @@ def check_config(cfg: TrainConfig) -> None:
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGOS:
         raise TrainError(f"unknown algo {a.name!r}; choose one of {sorted(ALGOS)}")
+    if a.temperature is not None:
+        if ALGOS[a.name][0] != "autoregressive":
+            raise TrainError(f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
+                             f"algo={a.name} samples a flow policy: leave it unset")
+        if not a.temperature > 0:
+            raise TrainError(f"algo.temperature must be > 0, got {a.temperature}")
     if a.name == "grpo":
         critic_only = {"algo.critic_lr": a.critic_lr, "algo.value_clip": a.value_clip,
                        "algo.vf_coef": a.vf_coef or None}
@@ -243,6 +253,8 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
                          f"use {'algo=ppo or algo=grpo' if policy.family == 'autoregressive' else 'algo=flow_sde'}")
     if sampler is not None:
         policy.config.sampler = sampler
+    if cfg.algo.temperature is not None:
+        policy.config.temperature = float(cfg.algo.temperature)
     return policy, resumed
 
 
