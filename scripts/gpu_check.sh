@@ -8,7 +8,8 @@
 #   warp      the MuJoCo Warp backend on CUDA: equivalence with the CPU backend, CUDA-graph replay
 #             against kernel-by-kernel stepping, the batched ray-traced cameras against OpenGL
 #   bench     embodied-bench bench=sim with the mujoco_gpu backend at 256..8192 envs, state-only and
-#             one 128x128 camera, beside MuJoCo's C batch on this machine's cores
+#             one 128x128 camera, task logic on the device and on the host, beside MuJoCo's C batch
+#             on this machine's cores
 #   train     a short embodied-train run with the worlds (256 MuJoCo Warp envs, cameras ray-traced)
 #             and the learner on the GPU (a fresh flow VLA, Flow-SDE PPO, 3 iterations)
 #
@@ -62,9 +63,10 @@ for s in $sections; do
         run warp 480 "$py" -m pytest -q tests/test_warp_backend.py tests/test_warp_render.py \
             -k "not embodied_train and not bench" --junitxml="$out/warp.xml" ;;
     bench)
-        run bench 400 "$py" -m embodied.bench.cli bench=sim "out=$out/bench" "num_envs=[1024]" "num_threads=[16]" \
-            "cameras=[]" rollout=false repeats=3 "gpu_backends=[mujoco_gpu]" "gpu_num_envs=[256,1024,4096,8192]" \
-            gpu_image_size=128 gpu_steps=20 gpu_repeats=3 ;;
+        # every size twice: task logic on the device, then on host mirrors (the earlier path)
+        run bench 500 "$py" -m embodied.bench.cli bench=sim "out=$out/bench" "num_envs=[1024]" "num_threads=[16]" \
+            "cameras=[]" rollout=false repeats=3 "gpu_backends=[mujoco_gpu]" "gpu_num_envs=[256,1024,8192]" \
+            gpu_image_size=128 gpu_steps=20 gpu_repeats=3 "gpu_task_logic=[device,host]" ;;
     train)
         run train 400 "$py" -m embodied.runners.train "out=$out/train" policy=flow suite=goal "tasks=[8]" \
             backend=mujoco_gpu device=cuda num_envs=256 image_size=64 chunks_per_iter=8 max_episode_steps=40 \
