@@ -11,8 +11,9 @@ Two ways to keep them in step (``auto_sync``):
   have written (qpos, qvel, act, ctrl, mocap, time) are uploaded, after it every field the env
   reads is downloaded; the task logic runs on the mirrors.
 - ``False`` (``task_logic="device"``): physics calls touch the device only; the env's task logic
-  reads and writes the device views during a control step and calls :meth:`download` /
-  :meth:`upload` itself around host work (episode resets, GL rendering, scripted experts).
+  reads and writes the device views during a control step and copies itself around host work:
+  :meth:`download_rows` / :meth:`upload_rows` for the envs an episode reset draws new states for,
+  :meth:`download` before GL rendering or host code reading a field.
 
 Only the calls the env makes are implemented: ``bind``, ``torch_view``, ``step``, ``forward``,
 ``reset``, ``get_data`` (for rendering), ``warning`` (zeros: divergence is caught by the env's
