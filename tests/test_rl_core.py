@@ -79,6 +79,10 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
                                torch.tensor([-0.7071, -0.7071, 0.7071, 0.7071]), atol=1e-3, rtol=0)
     with pytest.raises(ValueError, match="groups of 3"):
         grpo_batch(rollout, group_size=3)
+    # episode statistics of the first episodes only: env 0 ended a quick success, then a second episode
+    rollout.episode_envs, rollout.episode_returns = [0, 1, 0, 2], [1.0, 0.0, 1.0, 0.0]
+    rollout.episode_lengths, rollout.episode_success = [4, 9, 3, 9], [True, False, True, False]
+    assert rollout.first_episodes() == ([1.0, 0.0, 0.0], [4, 9, 9], [True, False, False])
 
 
 def test_per_dimension_ratio_is_the_geometric_mean():

@@ -42,12 +42,28 @@ class Rollout:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     episode_success: list[bool] = field(default_factory=list)
+    episode_envs: list[int] = field(default_factory=list)  # the env of each ended episode, in order of ending
     timing: dict[str, float] = field(default_factory=dict)
     critic_obs: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.reward.shape)  # type: ignore[return-value]
+
+    def first_episodes(self) -> tuple[list[float], list[int], list[bool]]:
+        """``(returns, lengths, successes)`` of each env's first ended episode: the rollouts GRPO scores.
+        Every ended episode over-counts short ones (an env that succeeds fast ends several episodes
+        in a window where a failing one ends one)."""
+        seen: set[int] = set()
+        returns, lengths, successes = [], [], []
+        for env, ret, length, ok in zip(self.episode_envs, self.episode_returns, self.episode_lengths,
+                                        self.episode_success):
+            if env not in seen:
+                seen.add(env)
+                returns.append(ret)
+                lengths.append(length)
+                successes.append(ok)
+        return returns, lengths, successes
 
     def policy_obs(self, flat_index: torch.Tensor) -> dict[str, Any]:
         """Observations of flattened ``T * N`` entries, as the policy reads them."""
@@ -86,7 +102,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     rgb, state, task_id, extras = [], [], [], []
     env_steps = 0
-    returns, lengths, successes = [], [], []
+    returns, lengths, successes, ended_envs = [], [], [], []
     t_infer = t_sim = 0.0
     for _ in range(num_chunks):
         t0 = time.perf_counter()
@@ -120,6 +136,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
             returns.append(float(res.episode["return"][i]))
             lengths.append(int(res.episode["length"][i]))
             successes.append(bool(res.success[i]))
+            ended_envs.append(i)
         obs = res.obs
         t3 = time.perf_counter()
         t_infer += (t1 - t0) + (t3 - t2)
@@ -132,7 +149,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         rgb=torch.stack(rgb).cpu(), state=torch.stack(state).cpu(), task_id=torch.stack(task_id).cpu(),
         extras=stacked_extras, **{k: torch.stack(v) for k, v in cols.items()}, last_value=last_value,
         instructions=instructions, env_steps=env_steps, episode_returns=returns, episode_lengths=lengths,
-        episode_success=successes, timing={"inference_s": t_infer, "sim_s": t_sim},
+        episode_success=successes, episode_envs=ended_envs, timing={"inference_s": t_infer, "sim_s": t_sim},
         critic_obs=torch.stack(critic_obs) if critic_obs else None,
     )
     return rollout, obs

@@ -150,9 +150,12 @@ class VecEnvRunner(EnvRunner):
             batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
                               truncation=str(ec["truncation"]))
         self.num_env_steps_sampled_lifetime += rollout.env_steps
+        # GRPO trains on each env's first episode: its statistics are those episodes' (PPO's, every ended one)
+        returns, lengths, success = (rollout.first_episodes() if ec["algo"] == "grpo" else
+                                     (rollout.episode_returns, rollout.episode_lengths, rollout.episode_success))
         return {
-            "batch": batch, "env_steps": rollout.env_steps, "episode_returns": rollout.episode_returns,
-            "episode_lengths": rollout.episode_lengths, "episode_success": rollout.episode_success,
+            "batch": batch, "env_steps": rollout.env_steps, "episode_returns": returns,
+            "episode_lengths": lengths, "episode_success": success,
             "sim_s": rollout.timing["sim_s"], "inference_s": rollout.timing["inference_s"],
             "sample_s": time.perf_counter() - start, "worker_index": self.worker_index or 0, **info,
         }
