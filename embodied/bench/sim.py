@@ -244,8 +244,7 @@ def validate(cfg: SimBenchConfig) -> None:
         raise BenchError(f"gpu_backends must name mujoco_gpu and/or maniskill, got {bad_gpu}")
     if cfg.gpu_backends:
         positive_list("gpu_num_envs", cfg.gpu_num_envs)
-        bad_logic = [v for v in cfg.gpu_task_logic if v not in ("device", "host")] or not cfg.gpu_task_logic
-        if bad_logic:
+        if not cfg.gpu_task_logic or any(v not in ("device", "host") for v in cfg.gpu_task_logic):
             raise BenchError(f"gpu_task_logic must be a non-empty list of device and/or host, got "
                              f"{list(cfg.gpu_task_logic)}")
 

@@ -10,22 +10,19 @@ arrays; :func:`like` puts them beside the array they meet.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-_TORCH_NS: ModuleType | None = None
 
-
+@functools.cache
 def torch_namespace() -> ModuleType:
     """The array-API namespace of torch (``array_api_compat.torch``), imported on first use."""
-    global _TORCH_NS
-    if _TORCH_NS is None:
-        import array_api_compat.torch as xt
+    import array_api_compat.torch as xt
 
-        _TORCH_NS = xt
-    return _TORCH_NS
+    return xt
 
 
 def xp_of(x: Any) -> ModuleType:

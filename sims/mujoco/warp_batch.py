@@ -134,9 +134,9 @@ class WarpBatch:
             return
         import torch
 
-        idx = torch.as_tensor(ids, dtype=torch.long)
         for name in names:
-            self.host[name][ids] = self.torch_view(name)[idx.to(self.torch_view(name).device)].cpu().numpy()
+            view = self.torch_view(name)
+            self.host[name][ids] = view[torch.as_tensor(ids, dtype=torch.long, device=view.device)].cpu().numpy()
 
     def upload_rows(self, ids: np.ndarray, names: tuple[str, ...] = STATE_FIELDS) -> None:
         """Worlds ``ids``' rows of the host mirrors -> the device arrays."""

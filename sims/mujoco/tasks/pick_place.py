@@ -11,6 +11,12 @@ from sims.mujoco.tasks.base import MujocoTask, Region, free_joint_qpos, free_joi
 CUBE_HALF = 0.02
 
 
+def _at_height(pos, z: float):
+    """Positions ``[N, 3]`` (numpy or torch) moved to height ``z`` (a new array)."""
+    xp = xp_of(pos)
+    return xp.concat([pos[:, :2], xp.full_like(pos[:, 2:], z)], axis=1)
+
+
 class PickCube(MujocoTask):
     """Pick up the cube and lift it ``lift_height`` metres above the table."""
 
@@ -48,9 +54,7 @@ class PickCube(MujocoTask):
         return self.env.qpos[ids, self.cube_qpos.start : self.cube_qpos.start + 3]
 
     def goal_pos(self, ids):
-        cube = self.cube_pos(ids)
-        return xp_of(cube).concat([cube[:, :2], xp_of(cube).full_like(cube[:, 2:], CUBE_HALF + self.lift_height)],
-                                  axis=1)
+        return _at_height(self.cube_pos(ids), CUBE_HALF + self.lift_height)
 
     def success(self, ids):
         return self.cube_pos(ids)[:, 2] > CUBE_HALF + self.lift_height
@@ -95,8 +99,7 @@ class PlaceCube(PickCube):
             self.env.mocap_pos[i, self.mocap_id] = [*init["goal_xy"], 0.0005]
 
     def goal_pos(self, ids):
-        pad = self.env.mocap_pos[ids, self.mocap_id]
-        return xp_of(pad).concat([pad[:, :2], xp_of(pad).full_like(pad[:, 2:], CUBE_HALF)], axis=1)
+        return _at_height(self.env.mocap_pos[ids, self.mocap_id], CUBE_HALF)
 
     def success(self, ids):
         xp = self.env.xp
