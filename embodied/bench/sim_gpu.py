@@ -28,7 +28,7 @@ TASK = {"mujoco_gpu": dict(task="pick_cube"), "maniskill": dict(task="pick_cube"
 def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
     rows = []
     gen = torch.Generator().manual_seed(cfg.seed)
-    logics = list(cfg.gpu_task_logic)
+    logics = list(getattr(cfg, "gpu_task_logic", None) or ["device"])  # callers without the field: device only
     for backend in cfg.gpu_backends:
         for n in cfg.gpu_num_envs:
             for cams, logic in [(c, lg) for c in ((), ("agentview",))
