@@ -175,6 +175,9 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=ppo", "runtime.num_gpus_per_env_runner=0.5"), "applies to remote env runners"),
         ((f"init={ar}", "algo=flow_sde", "algo.temperature=0.5"), "token VLA's sampling temperature"),
         ((f"init={ar}", "algo=grpo", "algo.temperature=0"), "temperature must be > 0"),
+        ((f"init={ar}", "algo=flow_grpo", "algo.group_size=2"), "trains a flow policy, but the policy is autoregressive"),
+        ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.critic_warmup=2"), "algo=flow_grpo has no critic to warm up"),
+        ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.temperature=0.5"), "token VLA's sampling temperature"),
     ]
     if not torch.cuda.is_available():
         cases += [((f"init={ar}", "algo=ppo", "device=cuda"), "torch sees no CUDA device"),
@@ -203,6 +206,20 @@ def test_token_grpo_runs_on_groups(tmp_path):
     rows = _rows(out)
     assert len(rows) == 2 and all(int(r["episodes"]) == 4 for r in rows)  # each env's first episode
     assert all(r["groups_kept"] != "" for r in rows)
+
+
+def test_flow_grpo_runs_on_groups(tmp_path):
+    """GRPO on a flow VLA: Flow-SDE rollouts in groups of shared initial states, no critic."""
+    flow = policies.save(policies.make("flow", expert_layers=1, sampler="ode", **TINY), tmp_path / "flow")
+    out = tmp_path / "fgrpo"
+    proc = _train(f"init={flow}", "algo=flow_grpo", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]",
+                  "num_envs=4", "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
+                  "algo.minibatch_size=16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert policies.load(out / "checkpoint" / "policy").config.sampler == "sde"  # rollouts sampled with Flow-SDE
+    rows = _rows(out)
+    assert len(rows) == 2 and all(int(r["episodes"]) == 4 for r in rows)  # each env's first episode
+    assert all(r["groups_kept"] != "" and r["value_loss"] in ("", "0", "0.0") for r in rows)
 
 
 def test_token_ppo_sequential_with_a_critic_warmup(tmp_path):

@@ -3,12 +3,13 @@
     embodied-train init=runs/sft_flow/checkpoint/policy algo=flow_sde suite=spatial out=runs/rl
     embodied-train init=runs/sft_ar/ckpt algo=ppo suite=spatial out=runs/rl_ar
     embodied-train init=... algo=grpo algo.group_size=4 ...            # token VLA, critic-free
+    embodied-train init=runs/sft_flow/ckpt algo=flow_grpo ...          # flow VLA, critic-free (Flow-SDE sampler)
     embodied-train ... runtime=cluster runtime.num_env_runners=2       # env runners as Ray actors
     embodied-train ... resume=true          # continue a killed run from its last checkpoint
     embodied-train ... algo.critic=privileged   # a separate critic on the simulator's privileged state
 
 Config groups: ``policy`` (a fresh policy without ``init``), ``algo`` (flow_sde | flow_sde_full |
-flow_noise | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
+flow_noise | flow_grpo | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
 with ``num_env_runners=0``; cluster: remote env runners and optional remote learners / GPUs).
 
 Outputs in ``out``: ``checkpoint/`` (``policy/`` bundle + ``train_state/`` with optimizer states,
@@ -45,7 +46,11 @@ ALGOS = {
     "flow_noise": ("flow", "noise", True),
     "ppo": ("autoregressive", None, True),
     "grpo": ("autoregressive", None, False),
+    "flow_grpo": ("flow", "sde", False),
 }
+
+#: critic-free algorithms with group-relative advantages (whole episodes from shared initial states)
+GROUP_ALGOS = ("grpo", "flow_grpo")
 
 #: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
 CRITIC_FILE = "critic.safetensors"
@@ -60,7 +65,7 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
 class AlgoConfig:
     """Config group ``algo/``: the RL algorithm and its hyper-parameters (pi_RL's defaults)."""
 
-    name: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise (flow VLA) | ppo | grpo (token VLA)
+    name: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise | flow_grpo (flow VLA) | ppo | grpo (token VLA)
     lr: float = 5e-6  # actor (pi_RL: 5e-6; at 3e-5 with 2 epochs approx KL reached 0.1-2.5 here)
     critic_lr: Optional[float] = 1e-4  # value head (null for grpo: no critic)
     gamma: float = 0.99  # per chunk
@@ -85,7 +90,7 @@ class AlgoConfig:
     # only: deployment runs the policy alone)
     critic: str = "policy"
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256, 256])  # privileged critic's MLP widths
-    group_size: int = 4  # grpo: rollouts per initial state (each runner's envs split into groups)
+    group_size: int = 4  # grpo / flow_grpo: rollouts per initial state (each runner's envs split into groups)
     # token VLA (ppo | grpo): sampling temperature of the rollouts, which the PPO log-probabilities use too
     # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
     # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
@@ -165,19 +170,19 @@ def check_config(cfg: TrainConfig) -> None:
                              f"algo={a.name} samples a flow policy: leave it unset")
         if not a.temperature > 0:
             raise TrainError(f"algo.temperature must be > 0, got {a.temperature}")
-    if a.name == "grpo":
+    if a.name in GROUP_ALGOS:
         critic_only = {"algo.critic_lr": a.critic_lr, "algo.value_clip": a.value_clip,
                        "algo.vf_coef": a.vf_coef or None}
         bad = [k for k, v in critic_only.items() if v is not None]
         if bad:
-            raise TrainError(f"algo=grpo has no critic, but {bad} are set: they apply to PPO only "
-                             "(use algo=ppo, or set them to null / 0)")
+            raise TrainError(f"algo={a.name} has no critic, but {bad} are set: they apply to PPO only "
+                             "(use a PPO algorithm, or set them to null / 0)")
         if a.critic_warmup:
-            raise TrainError(f"algo=grpo has no critic to warm up: set algo.critic_warmup=0 (got {a.critic_warmup})")
+            raise TrainError(f"algo={a.name} has no critic to warm up: set algo.critic_warmup=0 (got {a.critic_warmup})")
         if a.critic != "policy":
-            raise TrainError(f"algo=grpo has no critic: algo.critic={a.critic} applies to PPO only (use algo=ppo)")
+            raise TrainError(f"algo={a.name} has no critic: algo.critic={a.critic} applies to PPO only")
         if a.group_size < 2 or cfg.num_envs % a.group_size:
-            raise TrainError(f"grpo needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
+            raise TrainError(f"{a.name} needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
                              f"({a.group_size} >= 2)")
     if a.critic not in CRITICS:
         raise TrainError(f"algo.critic={a.critic!r}: choose one of {', '.join(CRITICS)}")
@@ -250,7 +255,7 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
         policy = _latency_aware(cfg, policy)
     if policy.family != family:
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
-                         f"use {'algo=ppo or algo=grpo' if policy.family == 'autoregressive' else 'algo=flow_sde'}")
+                         f"use {'algo=ppo or algo=grpo' if policy.family == 'autoregressive' else 'algo=flow_sde or flow_grpo'}")
     if sampler is not None:
         policy.config.sampler = sampler
     if cfg.algo.temperature is not None:
@@ -303,10 +308,10 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
         critic_dim = critic_input_dim(int(spec["state"].shape[0]),
                                       int(spec["privileged"].shape[0]) if "privileged" in spec else 0,
                                       len(env.tasks))
-    if cfg.algo.name == "grpo":
+    if cfg.algo.name in GROUP_ALGOS:
         longest = cfg.max_episode_steps or max(sims.suites.tasks(cfg.suite)[t].max_steps for t in tasks)
         if cfg.chunks_per_iter * policy.chunk_size < longest:
-            raise TrainError(f"grpo scores whole episodes: chunks_per_iter * chunk size "
+            raise TrainError(f"{cfg.algo.name} scores whole episodes: chunks_per_iter * chunk size "
                              f"({cfg.chunks_per_iter} * {policy.chunk_size}) must cover the step limit ({longest})")
     return critic_dim
 
@@ -416,7 +421,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         torch.manual_seed(cfg.seed)
     env_config = make_env_config(suite=cfg.suite, tasks=tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
                                  chunks_per_iter=cfg.chunks_per_iter, reward_type=cfg.reward_type,
-                                 max_steps=cfg.max_episode_steps, algo="grpo" if a.name == "grpo" else "ppo",
+                                 max_steps=cfg.max_episode_steps, algo="grpo" if a.name in GROUP_ALGOS else "ppo",
                                  group_size=a.group_size, gamma=a.gamma, lam=a.lam,
                                  latency_delays=cfg.latency_delays, backend=cfg.backend,
                                  truncation=cfg.truncation,
