@@ -178,7 +178,8 @@ def check_config(cfg: TrainConfig) -> None:
             raise TrainError(f"algo={a.name} has no critic, but {bad} are set: they apply to PPO only "
                              "(use a PPO algorithm, or set them to null / 0)")
         if a.critic_warmup:
-            raise TrainError(f"algo={a.name} has no critic to warm up: set algo.critic_warmup=0 (got {a.critic_warmup})")
+            raise TrainError(f"algo={a.name} has no critic to warm up: set algo.critic_warmup=0 "
+                             f"(got {a.critic_warmup})")
         if a.critic != "policy":
             raise TrainError(f"algo={a.name} has no critic: algo.critic={a.critic} applies to PPO only")
         if a.group_size < 2 or cfg.num_envs % a.group_size:
@@ -254,8 +255,9 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
     if policy.family != family:
+        fits = "algo=ppo or algo=grpo" if policy.family == "autoregressive" else "algo=flow_sde or algo=flow_grpo"
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
-                         f"use {'algo=ppo or algo=grpo' if policy.family == 'autoregressive' else 'algo=flow_sde or flow_grpo'}")
+                         f"use {fits}")
     if sampler is not None:
         policy.config.sampler = sampler
     if cfg.algo.temperature is not None:
