@@ -49,8 +49,8 @@ ALGOS = {
     "flow_grpo": ("flow", "sde", False),
 }
 
-#: critic-free algorithms with group-relative advantages (whole episodes from shared initial states)
-GROUP_ALGOS = ("grpo", "flow_grpo")
+#: the critic-free ones: group-relative advantages (whole episodes from shared initial states)
+GROUP_ALGOS = tuple(name for name, (_, _, uses_critic) in ALGOS.items() if not uses_critic)
 
 #: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
 CRITIC_FILE = "critic.safetensors"
