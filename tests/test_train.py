@@ -175,6 +175,7 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=ppo", "runtime.num_gpus_per_env_runner=0.5"), "applies to remote env runners"),
         ((f"init={ar}", "algo=flow_sde", "algo.temperature=0.5"), "token VLA's sampling temperature"),
         ((f"init={ar}", "algo=grpo", "algo.temperature=0"), "temperature must be > 0"),
+        ((f"init={ar}", "algo=ppo", "algo.lr=-1e-5"), "must be >= 0"),
         ((f"init={ar}", "algo=flow_grpo", "algo.group_size=2"), "trains a flow policy, but the policy is autoreg"),
         ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.critic_warmup=2"),
          "algo=flow_grpo has no critic to warm up"),

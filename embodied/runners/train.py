@@ -164,6 +164,9 @@ def check_config(cfg: TrainConfig) -> None:
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGOS:
         raise TrainError(f"unknown algo {a.name!r}; choose one of {sorted(ALGOS)}")
+    if not a.lr >= 0 or (a.critic_lr is not None and not a.critic_lr >= 0):
+        raise TrainError(f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
+                         "(algo.lr=0 keeps the actor frozen: a control run)")
     if a.temperature is not None:
         if ALGOS[a.name][0] != "autoregressive":
             raise TrainError(f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
