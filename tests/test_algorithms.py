@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.algorithms import chunk_gae, grpo_advantages, grpo_group_filter, normalize_advantages, ppo_loss
+from embodied.algorithms import (chunk_gae, episode_weighted_advantages, grpo_advantages, grpo_group_filter,
+                                 normalize_advantages, ppo_loss)
 
 
 def _reference_gae(r, v, d, tr, last, fv, gamma, lam):
@@ -108,3 +109,17 @@ def test_first_episode_mask():
 
     done = torch.tensor([[False, True], [True, False], [False, True]])
     assert first_episode_mask(done).tolist() == [[True, True], [True, False], [False, False]]
+
+
+def test_episode_weighting_makes_every_episode_count_once():
+    adv = grpo_advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0]])).flatten()  # one success among four
+    lengths = torch.tensor([4.0, 16.0, 16.0, 16.0])  # the failures ran to the step limit
+    assert float((adv * lengths).sum()) < -1.0  # per chunk, the group's advantages no longer sum to 0
+    scaled = episode_weighted_advantages(adv, lengths)
+    assert abs(float((scaled * lengths).sum())) < 1e-5
+    assert torch.equal(scaled.sign(), adv.sign())  # nobody changes side
+    torch.testing.assert_close(episode_weighted_advantages(adv, torch.full((4,), 7.0)), adv)
+    with pytest.raises(ValueError, match="must both be"):
+        episode_weighted_advantages(adv, lengths[:3])
+    with pytest.raises(ValueError, match=">= 1 chunk"):
+        episode_weighted_advantages(adv, torch.tensor([0.0, 1.0, 1.0, 1.0]))

@@ -79,6 +79,18 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
                                torch.tensor([-0.7071, -0.7071, 0.7071, 0.7071]), atol=1e-3, rtol=0)
     with pytest.raises(ValueError, match="groups of 3"):
         grpo_batch(rollout, group_size=3)
+    with pytest.raises(ValueError, match="weighting must be one of"):
+        grpo_batch(rollout, group_size=2, weighting="token")
+    # group 0 again, its success ending after 1 chunk and its failure after 2: per episode, the
+    # chunks' advantages sum to 0; per chunk, the longer failure outweighs the success
+    rollout.done = torch.tensor([[True, False, False, False], [False, True, True, True], [False, False, False, False]])
+    rollout.success = torch.zeros(t, n, dtype=torch.bool)
+    rollout.success[0, 0] = True
+    rollout.reward = rollout.success.float()
+    even, _ = grpo_batch(rollout, group_size=2)
+    plain, _ = grpo_batch(rollout, group_size=2, weighting="chunk")
+    assert even["advantages"].shape == plain["advantages"].shape == (3,)
+    assert abs(float(even["advantages"].sum())) < 1e-5 and float(plain["advantages"].sum()) < -0.5
     # episode statistics of the first episodes only: env 0 ended a quick success, then a second episode
     rollout.episode_envs, rollout.episode_returns = [0, 1, 0, 2], [1.0, 0.0, 1.0, 0.0]
     rollout.episode_lengths, rollout.episode_success = [4, 9, 3, 9], [True, False, True, False]

@@ -176,6 +176,9 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=flow_sde", "algo.temperature=0.5"), "token VLA's sampling temperature"),
         ((f"init={ar}", "algo=grpo", "algo.temperature=0"), "temperature must be > 0"),
         ((f"init={ar}", "algo=ppo", "algo.lr=-1e-5"), "must be >= 0"),
+        ((f"init={ar}", "algo=ppo", "init_states=5"), "continues episodes across iterations"),
+        ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.grpo_weighting=token"), "choose episode or chunk"),
+        ((f"init={ar}", "algo=grpo", "algo.group_size=2", "init_states=0"), "init_states must be >= 1"),
         ((f"init={ar}", "algo=flow_grpo", "algo.group_size=2"), "trains a flow policy, but the policy is autoreg"),
         ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.critic_warmup=2"),
          "algo=flow_grpo has no critic to warm up"),
@@ -192,6 +195,27 @@ def test_configuration_errors(tmp_path):
             train(compose("train", f"out={tmp_path / str(i)}", *RUN, *args))
     with pytest.raises(Exception, match="sac"):
         compose("train", f"init={ar}", "algo=sac", f"out={tmp_path / 'sac'}", *RUN)
+
+
+def test_group_initial_states_new_or_from_a_fixed_pool():
+    from embodied.data.collect import TRAIN_INIT_OFFSET
+    from embodied.rllib.env_runner import group_initial_states
+
+    def draw(pool, runners=1):  # 3 iterations of 4 groups split over the runners, tasks 1 and 8
+        out = []
+        for it in range(3):
+            for r in range(runners):
+                tasks, inits = group_initial_states(it, 4, r * 4 // runners, 4 // runners, [1, 8], pool)
+                out += list(zip(tasks, inits))
+        return out
+
+    fresh = draw(None)
+    assert [t for t, _ in fresh] == [1, 8] * 6 and len(set(fresh)) == 12  # a new state for every group
+    assert min(i for _, i in fresh) >= TRAIN_INIT_OFFSET  # never an evaluation state
+    assert draw(None, runners=2) == fresh  # the same groups however the envs are split
+    pooled = draw(2)
+    assert sorted(set(pooled)) == [(t, TRAIN_INIT_OFFSET + k) for t in (1, 8) for k in (0, 1)]
+    assert pooled[:4] == pooled[4:8] == pooled[8:]  # 4 groups per iteration cycle the 2 x 2 pool
 
 
 def test_token_grpo_runs_on_groups(tmp_path):

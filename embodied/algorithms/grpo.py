@@ -23,3 +23,26 @@ def grpo_group_filter(success: torch.Tensor, low: float = 0.0, high: float = 1.0
     """bool ``[num_groups]``: keep groups whose success rate is strictly between ``low`` and ``high``."""
     rate = success.float().mean(dim=1)
     return (rate > low) & (rate < high)
+
+
+#: how GRPO weighs a rollout's chunks: ``episode`` (every episode counts once, GRPO's 1/|o_i|) or
+#: ``chunk`` (every chunk counts once, so long episodes count more)
+GRPO_WEIGHTING = ("episode", "chunk")
+
+
+def episode_weighted_advantages(advantages: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Advantages ``[E]`` of E episodes, scaled so that each episode weighs the same in a loss that
+    averages over chunks: ``A_e * mean(lengths) / length_e`` (``lengths [E]`` in chunks, >= 1).
+
+    Broadcast to their chunks unscaled, the group-normalised advantages (zero-sum per group) weigh
+    each episode by its length; failures that run to the step limit outlast successes, so the
+    chunks' mean advantage is negative and every update also pushes the policy away from its own
+    samples: a random walk that grows with the learning rate. Scaled, the chunk sum is zero again.
+    """
+    if advantages.shape != lengths.shape or advantages.ndim != 1:
+        raise ValueError(f"advantages and lengths must both be [E], got {tuple(advantages.shape)} "
+                         f"and {tuple(lengths.shape)}")
+    lengths = lengths.to(advantages.dtype)
+    if len(lengths) and not bool((lengths >= 1).all()):
+        raise ValueError("episode lengths must be >= 1 chunk")
+    return advantages * lengths.mean() / lengths if len(lengths) else advantages

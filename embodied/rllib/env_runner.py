@@ -8,7 +8,8 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 ``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
 ``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.rl.batch.ppo_batch`),
 ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
-``torch_threads``, ``backend`` (a :func:`sims.make` backend, e.g. ``mujoco_gpu``; default the
+``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`), ``init_states`` (``grpo``: cycle the groups through the first N training
+initial states of each task; None: a new state for every group), ``backend`` (a :func:`sims.make` backend, e.g. ``mujoco_gpu``; default the
 suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
 :class:`embodied.latency.delay_env.DelayedChunkEnv`), ``inference_device`` (``cuda``: the runner
 samples on its GPU when it sees one).
@@ -36,7 +37,8 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
                     reward_type: str = "sparse", max_steps: int | None = None, algo: str = "ppo",
                     group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
                     latency_delays: list[int] | None = None, backend: str | None = None,
-                    truncation: str = "bootstrap", inference_device: str = "cpu") -> dict[str, Any]:
+                    truncation: str = "bootstrap", inference_device: str = "cpu",
+                    init_states: int | None = None, grpo_weighting: str = "episode") -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
     GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration).
     ``inference_device="cuda"`` samples the chunks on the runner's GPU when it sees one."""
@@ -45,7 +47,8 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
     return dict(suite=suite, tasks=list(tasks), num_envs=num_envs, image_size=image_size, reward_type=reward_type,
                 chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
                 lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None,
-                backend=backend, truncation=truncation, inference_device=inference_device)
+                backend=backend, truncation=truncation, inference_device=inference_device,
+                init_states=init_states, grpo_weighting=grpo_weighting)
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -59,6 +62,20 @@ def runner_envs(env_config: dict[str, Any], worker_index: int) -> tuple[int, int
     """``(first global env index, env count)`` of runner ``worker_index`` (0 = the local runner)."""
     n = int(env_config["num_envs"])
     return max(worker_index - 1, 0) * n, n
+
+
+def group_initial_states(iteration: int, total_groups: int, first_group: int, num_groups: int,
+                         tasks: list[int], pool: int | None = None) -> tuple[list[int], list[int]]:
+    """``(task ids, init ids)`` of a runner's ``num_groups`` GRPO groups in ``iteration``.
+
+    Group ``i`` (counted over all runners and iterations) runs task ``tasks[i % T]``; its initial
+    state is training state ``i`` (a new one for every group) or, with a ``pool`` of N, that task's
+    training state ``(i // T) % N``. Training states are ``TRAIN_INIT_OFFSET + k``, never the
+    evaluation protocol's.
+    """
+    gids = [iteration * total_groups + first_group + j for j in range(num_groups)]
+    states = gids if pool is None else [(i // len(tasks)) % int(pool) for i in gids]
+    return [tasks[i % len(tasks)] for i in gids], [TRAIN_INIT_OFFSET + k for k in states]
 
 
 class VecEnvRunner(EnvRunner):
@@ -120,9 +137,9 @@ class VecEnvRunner(EnvRunner):
             g = int(ec["group_size"])
             total_groups = int(ec["num_envs_total"]) // g
             first_group = self.first_env // g
-            gids = [iteration * total_groups + first_group + j for j in range(n // g)]
-            return self.env.reset(task_ids=np.repeat([tasks[i % len(tasks)] for i in gids], g).tolist(),
-                                  init_ids=np.repeat([TRAIN_INIT_OFFSET + i for i in gids], g).tolist())
+            task_ids, init_ids = group_initial_states(iteration, total_groups, first_group, n // g, tasks,
+                                                      ec.get("init_states"))
+            return self.env.reset(task_ids=np.repeat(task_ids, g).tolist(), init_ids=np.repeat(init_ids, g).tolist())
         return self.env.reset(seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
                               task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)])
 
@@ -145,7 +162,7 @@ class VecEnvRunner(EnvRunner):
                                            generator=gen, critic=self.critic_inputs)
         info: dict[str, float] = {}
         if ec["algo"] == "grpo":
-            batch, info = grpo_batch(rollout, int(ec["group_size"]))
+            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec.get("grpo_weighting", "episode")))
         else:
             batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
                               truncation=str(ec["truncation"]))

@@ -91,6 +91,9 @@ class AlgoConfig:
     critic: str = "policy"
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256, 256])  # privileged critic's MLP widths
     group_size: int = 4  # grpo / flow_grpo: rollouts per initial state (each runner's envs split into groups)
+    # grpo / flow_grpo: episode (each kept episode weighs the same, GRPO's 1/|o_i|) | chunk (each chunk does: long
+    # failures outweigh short successes and the chunks' mean advantage turns negative)
+    grpo_weighting: str = "episode"
     # token VLA (ppo | grpo): sampling temperature of the rollouts, which the PPO log-probabilities use too
     # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
     # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
@@ -135,6 +138,10 @@ class TrainConfig:
     # there: no success means no return; with a short limit and sparse rewards, bootstrapping gives failed and
     # successful episodes nearly the same value targets)
     truncation: str = "bootstrap"
+    # grpo / flow_grpo: draw the groups' initial states from the first N training states of each task, in
+    # turn (the LIBERO RL works train on a fixed set of initial states); null: a new state for every group.
+    # Evaluation keeps its 50 held-out protocol states either way.
+    init_states: Optional[int] = None
     reward_type: str = "sparse"  # sparse: success (as pi_RL on LIBERO) | shaped: progress made + success | dense
     # latency-aware RL (ARLI): each chunk acts d control steps after its observation, d drawn per episode
     # from this list (each < the chunk size); the policy's state gains the committed actions and d
@@ -158,6 +165,7 @@ class TrainError(ValueError):
 def check_config(cfg: TrainConfig) -> None:
     """Stop impossible combinations before anything starts."""
     import sims
+    from embodied.algorithms.grpo import GRPO_WEIGHTING
     from embodied.rl.batch import TRUNCATION
     from embodied.rl.critic import CRITICS
 
@@ -188,6 +196,14 @@ def check_config(cfg: TrainConfig) -> None:
         if a.group_size < 2 or cfg.num_envs % a.group_size:
             raise TrainError(f"{a.name} needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
                              f"({a.group_size} >= 2)")
+    if a.grpo_weighting not in GRPO_WEIGHTING:
+        raise TrainError(f"algo.grpo_weighting={a.grpo_weighting!r}: choose {' or '.join(GRPO_WEIGHTING)}")
+    if cfg.init_states is not None:
+        if a.name not in GROUP_ALGOS:
+            raise TrainError(f"init_states={cfg.init_states} sets GRPO's group initial states; algo={a.name} "
+                             f"continues episodes across iterations: use one of {list(GROUP_ALGOS)}, or leave it unset")
+        if cfg.init_states < 1:
+            raise TrainError(f"init_states must be >= 1 (states per task), got {cfg.init_states}")
     if a.critic not in CRITICS:
         raise TrainError(f"algo.critic={a.critic!r}: choose one of {', '.join(CRITICS)}")
     if a.critic == "privileged" and (not a.critic_hidden or min(a.critic_hidden) < 1):
@@ -429,7 +445,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                  max_steps=cfg.max_episode_steps, algo="grpo" if a.name in GROUP_ALGOS else "ppo",
                                  group_size=a.group_size, gamma=a.gamma, lam=a.lam,
                                  latency_delays=cfg.latency_delays, backend=cfg.backend,
-                                 truncation=cfg.truncation,
+                                 truncation=cfg.truncation, init_states=cfg.init_states,
+                                 grpo_weighting=a.grpo_weighting,
                                  # sampling on the GPU where the runners see one: the driver (local), or
                                  # remote runners given a GPU share
                                  inference_device="cuda" if cfg.device == "cuda" and (
