@@ -87,8 +87,8 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
     rollout.success = torch.zeros(t, n, dtype=torch.bool)
     rollout.success[0, 0] = True
     rollout.reward = rollout.success.float()
-    even, _ = grpo_batch(rollout, group_size=2)
-    plain, _ = grpo_batch(rollout, group_size=2, weighting="chunk")
+    even, _ = grpo_batch(rollout, group_size=2, weighting="episode")
+    plain, _ = grpo_batch(rollout, group_size=2)
     assert even["advantages"].shape == plain["advantages"].shape == (3,)
     assert abs(float(even["advantages"].sum())) < 1e-5 and float(plain["advantages"].sum()) < -0.5
     # episode statistics of the first episodes only: env 0 ended a quick success, then a second episode

@@ -61,7 +61,7 @@ def first_episode_mask(done: torch.Tensor) -> torch.Tensor:
     return ended_before == 0
 
 
-def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "episode"
+def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk"
                ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """GRPO rows: envs ``[g * G, (g + 1) * G)`` form group ``g`` (same initial state); each env's first
     episode is one rollout whose group-normalised return is the advantage of all its chunks (scaled

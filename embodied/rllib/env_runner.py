@@ -38,7 +38,7 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
                     group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
                     latency_delays: list[int] | None = None, backend: str | None = None,
                     truncation: str = "bootstrap", inference_device: str = "cpu",
-                    init_states: int | None = None, grpo_weighting: str = "episode") -> dict[str, Any]:
+                    init_states: int | None = None, grpo_weighting: str = "chunk") -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
     GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration).
     ``inference_device="cuda"`` samples the chunks on the runner's GPU when it sees one."""
@@ -162,7 +162,7 @@ class VecEnvRunner(EnvRunner):
                                            generator=gen, critic=self.critic_inputs)
         info: dict[str, float] = {}
         if ec["algo"] == "grpo":
-            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec.get("grpo_weighting", "episode")))
+            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec.get("grpo_weighting", "chunk")))
         else:
             batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
                               truncation=str(ec["truncation"]))

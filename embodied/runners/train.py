@@ -91,9 +91,9 @@ class AlgoConfig:
     critic: str = "policy"
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256, 256])  # privileged critic's MLP widths
     group_size: int = 4  # grpo / flow_grpo: rollouts per initial state (each runner's envs split into groups)
-    # grpo / flow_grpo: episode (each kept episode weighs the same, GRPO's 1/|o_i|) | chunk (each chunk does: long
-    # failures outweigh short successes and the chunks' mean advantage turns negative)
-    grpo_weighting: str = "episode"
+    # grpo / flow_grpo: chunk (each chunk weighs the same: long failures outweigh short successes and the chunks'
+    # mean advantage turns negative) | episode (each kept episode weighs the same, GRPO's 1/|o_i|)
+    grpo_weighting: str = "chunk"
     # token VLA (ppo | grpo): sampling temperature of the rollouts, which the PPO log-probabilities use too
     # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
     # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
