@@ -43,6 +43,6 @@ def episode_weighted_advantages(advantages: torch.Tensor, lengths: torch.Tensor)
         raise ValueError(f"advantages and lengths must both be [E], got {tuple(advantages.shape)} "
                          f"and {tuple(lengths.shape)}")
     lengths = lengths.to(advantages.dtype)
-    if len(lengths) and not bool((lengths >= 1).all()):
+    if not bool((lengths >= 1).all()):
         raise ValueError("episode lengths must be >= 1 chunk")
-    return advantages * lengths.mean() / lengths if len(lengths) else advantages
+    return advantages * lengths.mean() / lengths

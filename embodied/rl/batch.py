@@ -81,10 +81,8 @@ def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk"
     keep = grpo_group_filter(success.view(groups, group_size)) & finished.view(groups, group_size).all(1)
     adv_env = grpo_advantages(returns.view(groups, group_size)).flatten()
     kept_envs = keep.repeat_interleave(group_size)
-    if weighting == "episode" and bool(kept_envs.any()):
-        lengths = mask.sum(0).float()  # chunks of each env's first episode
-        adv_env = adv_env.clone()
-        adv_env[kept_envs] = episode_weighted_advantages(adv_env[kept_envs], lengths[kept_envs])
+    if weighting == "episode":  # lengths: chunks of each env's first episode
+        adv_env[kept_envs] = episode_weighted_advantages(adv_env[kept_envs], mask.sum(0)[kept_envs])
     use = (mask & kept_envs[None, :]).flatten()
     rows = use.nonzero().flatten()
     cols = _observation_columns(rollout, rows)

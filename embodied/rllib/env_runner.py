@@ -8,9 +8,10 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 ``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
 ``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.rl.batch.ppo_batch`),
 ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
-``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`), ``init_states`` (``grpo``: cycle the groups through the first N training
-initial states of each task; None: a new state for every group), ``backend`` (a :func:`sims.make` backend, e.g. ``mujoco_gpu``; default the
-suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
+``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`),
+``init_states`` (``grpo``: cycle the groups through the first N training initial states of each
+task; None: a new state for every group), ``backend`` (a :func:`sims.make` backend, e.g.
+``mujoco_gpu``; default the suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
 :class:`embodied.latency.delay_env.DelayedChunkEnv`), ``inference_device`` (``cuda``: the runner
 samples on its GPU when it sees one).
 """
@@ -138,7 +139,7 @@ class VecEnvRunner(EnvRunner):
             total_groups = int(ec["num_envs_total"]) // g
             first_group = self.first_env // g
             task_ids, init_ids = group_initial_states(iteration, total_groups, first_group, n // g, tasks,
-                                                      ec.get("init_states"))
+                                                      ec["init_states"])
             return self.env.reset(task_ids=np.repeat(task_ids, g).tolist(), init_ids=np.repeat(init_ids, g).tolist())
         return self.env.reset(seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
                               task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)])
@@ -162,7 +163,7 @@ class VecEnvRunner(EnvRunner):
                                            generator=gen, critic=self.critic_inputs)
         info: dict[str, float] = {}
         if ec["algo"] == "grpo":
-            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec.get("grpo_weighting", "chunk")))
+            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec["grpo_weighting"]))
         else:
             batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
                               truncation=str(ec["truncation"]))
