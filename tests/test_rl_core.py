@@ -147,7 +147,9 @@ def test_state_only_policy_rollout_and_update():
     assert changed and all(k.startswith("value_mlp.") for k in changed)  # critic warm-up: the actor is untouched
     stats = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=1, minibatch_size=2,
                           generator=torch.Generator())
-    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values()) and stats["minibatches"] == 2
+    whole = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=3, minibatch_size=None)
+    assert whole["minibatches"] == 3  # the whole batch per step
     with pytest.raises(ValueError, match="needs a critic"):
         update_policy(policy, opt, batch, rollout.instructions, LossConfig(use_critic=False), critic_only=True)
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=()) as plain:

@@ -176,6 +176,7 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=flow_sde", "algo.temperature=0.5"), "token VLA's sampling temperature"),
         ((f"init={ar}", "algo=grpo", "algo.temperature=0"), "temperature must be > 0"),
         ((f"init={ar}", "algo=ppo", "algo.lr=-1e-5"), "must be >= 0"),
+        ((f"init={ar}", "algo=ppo", "algo.minibatch_size=0"), "minibatch_size \\(0\\) must be >= 1"),
         ((f"init={ar}", "algo=ppo", "init_states=5"), "continues episodes across iterations"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.grpo_weighting=token"), "choose episode or chunk"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "init_states=0"), "init_states must be >= 1"),
@@ -241,12 +242,14 @@ def test_flow_grpo_runs_on_groups(tmp_path):
     out = tmp_path / "fgrpo"
     proc = _train(f"init={flow}", "algo=flow_grpo", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]",
                   "num_envs=4", "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
-                  "algo.minibatch_size=16")
+                  "algo.minibatch_size=null", "algo.epochs=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert policies.load(out / "checkpoint" / "policy").config.sampler == "sde"  # rollouts sampled with Flow-SDE
     rows = _rows(out)
     assert len(rows) == 2 and all(int(r["episodes"]) == 4 for r in rows)  # each env's first episode
     assert all(r["groups_kept"] != "" and r["value_loss"] in ("", "0", "0.0") for r in rows)
+    # minibatch_size=null: one step on the whole batch per epoch (none when every group was dropped)
+    assert all(float(r["minibatches"]) == (2 if float(r["groups_kept"]) else 0) for r in rows)
 
 
 def test_token_ppo_sequential_with_a_critic_warmup(tmp_path):

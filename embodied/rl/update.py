@@ -21,18 +21,20 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
 
 
 def update_policy(policy: Any, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
-                  instructions: Sequence[str], cfg: LossConfig, *, epochs: int = 1, minibatch_size: int = 32,
+                  instructions: Sequence[str], cfg: LossConfig, *, epochs: int = 1, minibatch_size: int | None = 32,
                   max_grad_norm: float = 1.0, generator: torch.Generator | None = None,
                   critic_only: bool = False) -> dict[str, float]:
     """``epochs`` shuffled passes of minibatch PPO over ``batch``; returns mean statistics.
 
     ``critic_only`` (critic warm-up): only the value head steps; the actor's gradients are dropped.
+    ``minibatch_size=None``: the whole batch in one step per epoch.
     """
     if critic_only and not cfg.use_critic:
         raise ValueError("critic_only needs a critic (cfg.use_critic=True)")
     start = time.perf_counter()
     actor = split_parameters(policy)[0] if critic_only else []
     total = batch_size(batch)
+    minibatch_size = minibatch_size or max(total, 1)
     device = policy.device
     stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clip_fraction",
                                                      "approx_kl")}
@@ -53,6 +55,7 @@ def update_policy(policy: Any, optimizer: torch.optim.Optimizer, batch: dict[str
             for k in stats:
                 stats[k].append(getattr(st, k))
     out = {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+    out["minibatches"] = float(len(stats["approx_kl"]))
     out["explained_variance"] = explained_variance(batch["old_values"], batch["value_targets"]) \
         if cfg.use_critic and total else 0.0
     out["learn_s"] = time.perf_counter() - start

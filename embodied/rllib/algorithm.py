@@ -53,7 +53,7 @@ class ChunkRLConfig(AlgorithmConfig):
         self.freeze_prefix = False  # train the action head(s) only, not the observation encoder
         self.critic_warmup = 0  # first iterations in which only the value head is updated
         self.num_epochs = 1
-        self.minibatch_size = 32
+        self.minibatch_size: int | None = 32  # None: each learner's whole share of the batch per step
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
         self.overlap = False
@@ -186,7 +186,8 @@ class ChunkRL(Algorithm):
             self.learner_group.update(
                 batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=rows),
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)},
-                num_epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
+                num_epochs=self.config.num_epochs,
+                minibatch_size=self.config.minibatch_size or -(-rows // max(1, self.config.num_learners)),
                 shuffle_batch_per_epoch=True,
             )
             stats = self._on_learners(lambda learner: learner.pop_stats())[0]
@@ -214,7 +215,7 @@ class ChunkRL(Algorithm):
             "learn_s": learn_s, "wait_s": wait_s,
             "iteration_s": time.perf_counter() - t0,
         }
-        for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl"):
+        for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "minibatches"):
             out[key] = float(stats.get(key, 0.0))
         if "groups" in results[0]:
             out["groups"] = float(sum(r["groups"] for r in results))

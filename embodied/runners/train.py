@@ -58,7 +58,7 @@ CRITIC_FILE = "critic.safetensors"
 METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
                  "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
-                 "advantage_std"]
+                 "advantage_std", "minibatches"]
 
 
 @dataclass
@@ -79,7 +79,9 @@ class AlgoConfig:
     ratio: str = "chunk"  # chunk: ratio of the whole chunk's probability; per_dim: its geometric mean per
     #                       action dimension / token (GSPO's length normalisation), clipped far less often
     epochs: int = 1  # passes over each iteration's batch
-    minibatch_size: int = 32  # chunks per gradient step
+    # chunks per gradient step (null: the iteration's whole batch, one step per epoch: every step then
+    # sees all the kept episodes instead of a few, at the cost of fewer steps per iteration)
+    minibatch_size: Optional[int] = 32
     max_grad_norm: float = 1.0  # global gradient-norm clip
     freeze_prefix: bool = False  # RL trains the action expert / decoder and heads, not the observation encoder
     # critic warm-up: the first N iterations update only the value head (the actor keeps its SFT weights and
@@ -175,6 +177,9 @@ def check_config(cfg: TrainConfig) -> None:
     if not a.lr >= 0 or (a.critic_lr is not None and not a.critic_lr >= 0):
         raise TrainError(f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
                          "(algo.lr=0 keeps the actor frozen: a control run)")
+    if a.epochs < 1 or (a.minibatch_size is not None and a.minibatch_size < 1):
+        raise TrainError(f"algo.epochs ({a.epochs}) and algo.minibatch_size ({a.minibatch_size}) must be >= 1 "
+                         "(algo.minibatch_size=null: the whole batch per step)")
     if a.temperature is not None:
         if ALGOS[a.name][0] != "autoregressive":
             raise TrainError(f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
