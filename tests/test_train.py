@@ -254,7 +254,8 @@ def test_flow_grpo_runs_on_groups(tmp_path):
 
 def test_token_ppo_sequential_with_a_critic_warmup(tmp_path):
     """In-process ChunkRL (real Ray, local runner and learner, no overlap) on a token VLA: the
-    warm-up iteration changes the value head and nothing else; the next one trains the actor."""
+    warm-up iteration changes the value head and nothing else; the next one trains the actor.
+    ``minibatch_size=None``: one step per iteration on the whole batch (6 chunks)."""
     import ray
     import torch
 
@@ -270,7 +271,7 @@ def test_token_ppo_sequential_with_a_critic_warmup(tmp_path):
     algo = None
     try:
         algo = build_algorithm(policy, instructions=[t.instruction for t in sims.suites.tasks("goal")],
-                               env_config=env_config, rl=dict(critic_warmup=1, minibatch_size=4, overlap=False))
+                               env_config=env_config, rl=dict(critic_warmup=1, minibatch_size=None, overlap=False))
 
         def snapshot() -> dict[str, torch.Tensor]:  # the local learner hands out its live tensors
             return {k: v.clone() for k, v in algo.policy_state().items()}
@@ -278,10 +279,12 @@ def test_token_ppo_sequential_with_a_critic_warmup(tmp_path):
         before = snapshot()
         row = algo.run_iteration(0)
         assert row["actor_updated"] == 0.0 and row["advantage_std"] > 0 and row["env_steps"] == 2 * 3 * 3
+        assert row["minibatches"] == 1.0
         warm = snapshot()
         changed = {k for k in before if not torch.equal(before[k], warm[k])}
         assert changed and all(k.startswith("value_mlp.") for k in changed), sorted(changed)[:5]
-        assert algo.run_iteration(1)["actor_updated"] == 1.0
+        row = algo.run_iteration(1)
+        assert row["actor_updated"] == 1.0 and row["minibatches"] == 1.0
         after = snapshot()
         assert any(not torch.equal(warm[k], after[k]) for k in after if not k.startswith("value_mlp."))
     finally:
