@@ -186,8 +186,8 @@ class ChunkRL(Algorithm):
             self.learner_group.update(
                 batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=rows),
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)},
-                num_epochs=self.config.num_epochs,
-                minibatch_size=self.config.minibatch_size or -(-rows // max(1, self.config.num_learners)),
+                # None: RLlib's learners step once per epoch on their whole share of the batch
+                num_epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
                 shuffle_batch_per_epoch=True,
             )
             stats = self._on_learners(lambda learner: learner.pop_stats())[0]
