@@ -35,7 +35,7 @@ def test_sde_transition_logprob_equals_torch_normal():
     assert torch.allclose(S.sde_sigma(torch.tensor([1.0]), 0.2, 0.5, x_t[:1]).flatten(), torch.tensor([0.5 * math.sqrt(5.0)]))
 
 
-@pytest.mark.parametrize("sampler", ["sde", "sde_full", "noise"])
+@pytest.mark.parametrize("sampler", ["sde", "sde_full", "noise", "fpo"])
 def test_sample_logprob_is_recomputed_exactly(sampler):
     policy = policies.make("flow", sampler=sampler, **TINY)
     obs = _obs()
@@ -48,6 +48,31 @@ def test_sample_logprob_is_recomputed_exactly(sampler):
     # the recomputation is differentiable (PPO needs gradients through it)
     logprob.sum().backward()
     assert policy.velocity.weight.grad is not None
+
+
+def test_fpo_samples_the_ode_and_its_surrogate_rises_with_flow_matching_on_the_chunk():
+    """FPO acts with the flow's own ODE (what evaluation runs); its surrogate is minus the flow-matching
+    error of the sampled chunk, so fitting the velocity field to that chunk raises it (ratio > 1)."""
+    torch.manual_seed(0)
+    policy = policies.make("flow", sampler="fpo", fpo_samples=6, **TINY)
+    obs = _obs()
+    sample = policy.sample(obs, generator=torch.Generator().manual_seed(5))
+    ode = policy.sample(obs, mode="greedy", generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(sample.actions, ode.actions)
+    assert sample.extras["fpo_t"].shape == (4, 6) and sample.extras["fpo_eps"].shape == (4, 6, 3, 7)
+    assert (sample.logprob < 0).all()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    chunk = sample.extras["action"]
+    assert torch.equal(policy.processor.normalize_actions(chunk), chunk)  # no action statistics: identity
+    for _ in range(20):
+        opt.zero_grad()
+        policy.sft_loss(obs, chunk).backward()  # the unclipped chunk the surrogate scores
+        opt.step()
+    with torch.no_grad():
+        after, entropy, _ = policy.logprob(obs, sample.extras)
+    assert (after > sample.logprob).all() and (entropy == 0).all()
+    with pytest.raises(ValueError, match="fpo_samples must be >= 1"):
+        policies.make("flow", fpo_samples=0, **TINY)
 
 
 def test_accelerated_sde_draws_one_stochastic_step_per_sample():

@@ -111,6 +111,21 @@ def test_per_dimension_ratio_is_the_geometric_mean():
     assert abs(per_dim.policy_loss + float(torch.exp(torch.tensor(0.01)))) < 1e-6
 
 
+def test_negative_advantages_scaled():
+    """neg_adv_scale multiplies negative advantages only: at 0 the failures give no gradient at all."""
+    from embodied.rl.loss import chunk_ppo_loss
+
+    mb = {"old_logprob": torch.zeros(4), "advantages": torch.tensor([1.0, -1.0, -2.0, 0.5])}
+    for scale, expected in ((1.0, -(1.0 - 1.0 - 2.0 + 0.5) / 4), (0.0, -(1.0 + 0.5) / 4),
+                            (0.5, -(1.0 - 0.5 - 1.0 + 0.5) / 4)):
+        new = torch.zeros(4, requires_grad=True)
+        loss, st = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb,
+                                  LossConfig(use_critic=False, neg_adv_scale=scale))
+        loss.backward()
+        assert abs(st.policy_loss - expected) < 1e-6
+        assert (new.grad[1:3] == 0).all() == (scale == 0.0)
+
+
 def test_split_parameters_actor_critic_and_frozen_prefix():
     from embodied.rllib.learner import split_parameters
 

@@ -185,6 +185,8 @@ def test_configuration_errors(tmp_path):
          "algo=flow_grpo has no critic to warm up"),
         ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.temperature=0.5"),
          "token VLA's sampling temperature"),
+        ((f"init={joint}", "algo=flow_fpo", "algo.group_size=2", "algo.ent_coef=0.01"), "no closed-form entropy"),
+        ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.neg_adv_scale=2"), "must lie in \\[0, 1\\]"),
     ]
     if not torch.cuda.is_available():
         cases += [((f"init={ar}", "algo=ppo", "device=cuda"), "torch sees no CUDA device"),
@@ -236,15 +238,16 @@ def test_token_grpo_runs_on_groups(tmp_path):
     assert all(r["groups_kept"] != "" for r in rows)
 
 
-def test_flow_grpo_runs_on_groups(tmp_path):
-    """GRPO on a flow VLA: Flow-SDE rollouts in groups of shared initial states, no critic."""
+@pytest.mark.parametrize("algo,sampler", [("flow_grpo", "sde"), ("flow_fpo", "fpo")])
+def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler):
+    """GRPO on a flow VLA: Flow-SDE (or FPO: ODE) rollouts in groups of shared initial states, no critic."""
     flow = policies.save(policies.make("flow", expert_layers=1, sampler="ode", **TINY), tmp_path / "flow")
     out = tmp_path / "fgrpo"
-    proc = _train(f"init={flow}", "algo=flow_grpo", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]",
+    proc = _train(f"init={flow}", f"algo={algo}", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]",
                   "num_envs=4", "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
                   "algo.minibatch_size=null", "algo.epochs=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert policies.load(out / "checkpoint" / "policy").config.sampler == "sde"  # rollouts sampled with Flow-SDE
+    assert policies.load(out / "checkpoint" / "policy").config.sampler == sampler  # the rollouts' sampler
     rows = _rows(out)
     assert len(rows) == 2 and all(int(r["episodes"]) == 4 for r in rows)  # each env's first episode
     assert all(r["groups_kept"] != "" and r["value_loss"] in ("", "0", "0.0") for r in rows)

@@ -25,6 +25,9 @@ class LossConfig:
         logprob_scale: multiplies log-probabilities before the ratio. 1: the ratio of whole chunks
             (product over the H*A action dimensions or tokens); 1/(H*A): the per-dimension
             geometric mean (GSPO's length-normalised sequence ratio), far less often clipped.
+        neg_adv_scale: multiplies negative advantages (1: the plain objective; 0: only the better than
+            average samples are pulled up and nothing is pushed away, a reward-weighted regression on
+            them; values in between damp the push away from the worse ones).
     """
 
     clip: float = 0.2
@@ -35,6 +38,7 @@ class LossConfig:
     kl_coef: float = 0.0
     use_critic: bool = True
     logprob_scale: float = 1.0
+    neg_adv_scale: float = 1.0
 
 
 def policy_obs(minibatch: dict[str, torch.Tensor], instructions: Sequence[str]) -> dict[str, Any]:
@@ -59,7 +63,10 @@ def chunk_ppo_loss(logprob: torch.Tensor, entropy: torch.Tensor, value: torch.Te
     critic = dict(values=value, old_values=minibatch["old_values"], returns=minibatch["value_targets"]) \
         if cfg.use_critic else {}
     scale = cfg.logprob_scale
-    return ppo_loss(logprob * scale, minibatch["old_logprob"] * scale, minibatch["advantages"], entropy=entropy,
+    advantages = minibatch["advantages"]
+    if cfg.neg_adv_scale != 1.0:
+        advantages = torch.where(advantages < 0, advantages * cfg.neg_adv_scale, advantages)
+    return ppo_loss(logprob * scale, minibatch["old_logprob"] * scale, advantages, entropy=entropy,
                     clip=cfg.clip,
                     dual_clip=cfg.dual_clip if cfg.use_critic else None,
                     value_clip=cfg.value_clip if cfg.use_critic else None, vf_coef=cfg.vf_coef,

@@ -50,6 +50,7 @@ class ChunkRLConfig(AlgorithmConfig):
         self.kl_coeff = 0.0
         self.use_critic = True
         self.logprob_scale = 1.0  # 1/(H*A): per-dimension (length-normalised) ratios
+        self.neg_adv_scale = 1.0  # multiplies negative advantages (0: pull up the better samples only)
         self.freeze_prefix = False  # train the action head(s) only, not the observation encoder
         self.critic_warmup = 0  # first iterations in which only the value head is updated
         self.num_epochs = 1

@@ -43,7 +43,8 @@ class ChunkPPOLearner(TorchLearner):
                                 fwd_out: dict[str, torch.Tensor]) -> torch.Tensor:
         cfg = LossConfig(clip=config.clip_param, dual_clip=config.dual_clip, value_clip=config.vf_clip_param,
                          vf_coef=config.vf_loss_coeff, ent_coef=config.entropy_coeff, kl_coef=config.kl_coeff,
-                         use_critic=config.use_critic, logprob_scale=config.logprob_scale)
+                         use_critic=config.use_critic, logprob_scale=config.logprob_scale,
+                         neg_adv_scale=config.neg_adv_scale)
         loss, st = chunk_ppo_loss(fwd_out["logprob"], fwd_out["entropy"], fwd_out["value"], batch, cfg)
         for k in STAT_KEYS:
             self._stats[k].append(getattr(st, k))

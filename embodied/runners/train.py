@@ -4,12 +4,13 @@
     embodied-train init=runs/sft_ar/ckpt algo=ppo suite=spatial out=runs/rl_ar
     embodied-train init=... algo=grpo algo.group_size=4 ...            # token VLA, critic-free
     embodied-train init=runs/sft_flow/ckpt algo=flow_grpo ...          # flow VLA, critic-free (Flow-SDE sampler)
+    embodied-train init=runs/sft_flow/ckpt algo=flow_fpo ...           # flow VLA, FPO ratio, critic-free (ODE sampler)
     embodied-train ... runtime=cluster runtime.num_env_runners=2       # env runners as Ray actors
     embodied-train ... resume=true          # continue a killed run from its last checkpoint
     embodied-train ... algo.critic=privileged   # a separate critic on the simulator's privileged state
 
 Config groups: ``policy`` (a fresh policy without ``init``), ``algo`` (flow_sde | flow_sde_full |
-flow_noise | flow_grpo | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
+flow_noise | flow_grpo | flow_fpo | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
 with ``num_env_runners=0``; cluster: remote env runners and optional remote learners / GPUs).
 
 Outputs in ``out``: ``checkpoint/`` (``policy/`` bundle + ``train_state/`` with optimizer states,
@@ -47,6 +48,7 @@ ALGOS = {
     "ppo": ("autoregressive", None, True),
     "grpo": ("autoregressive", None, False),
     "flow_grpo": ("flow", "sde", False),
+    "flow_fpo": ("flow", "fpo", False),
 }
 
 #: the critic-free ones: group-relative advantages (whole episodes from shared initial states)
@@ -65,7 +67,7 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
 class AlgoConfig:
     """Config group ``algo/``: the RL algorithm and its hyper-parameters (pi_RL's defaults)."""
 
-    name: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise | flow_grpo (flow VLA) | ppo | grpo (token VLA)
+    name: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise | flow_grpo | flow_fpo (flow VLA) | ppo | grpo (token VLA)
     lr: float = 5e-6  # actor (pi_RL: 5e-6; at 3e-5 with 2 epochs approx KL reached 0.1-2.5 here)
     critic_lr: Optional[float] = 1e-4  # value head (null for grpo: no critic)
     gamma: float = 0.99  # per chunk
@@ -76,6 +78,9 @@ class AlgoConfig:
     vf_coef: float = 0.5  # value loss weight (grpo: must be 0)
     ent_coef: float = 0.0  # entropy bonus
     kl_coef: float = 0.0  # approx-KL penalty (off by default)
+    # multiplies negative advantages: 1 the plain objective; 0 pulls up the better-than-average samples only
+    # and pushes nothing away (a reward-weighted regression on them; see Online RL in the README)
+    neg_adv_scale: float = 1.0
     ratio: str = "chunk"  # chunk: ratio of the whole chunk's probability; per_dim: its geometric mean per
     #                       action dimension / token (GSPO's length normalisation), clipped far less often
     epochs: int = 1  # passes over each iteration's batch
@@ -180,6 +185,12 @@ def check_config(cfg: TrainConfig) -> None:
     if a.epochs < 1 or (a.minibatch_size is not None and a.minibatch_size < 1):
         raise TrainError(f"algo.epochs ({a.epochs}) and algo.minibatch_size ({a.minibatch_size}) must be >= 1 "
                          "(algo.minibatch_size=null: the whole batch per step)")
+    if not 0.0 <= a.neg_adv_scale <= 1.0:
+        raise TrainError(f"algo.neg_adv_scale={a.neg_adv_scale} must lie in [0, 1] (1: plain objective, "
+                         "0: only positive advantages)")
+    if ALGOS[a.name][1] == "fpo" and a.ent_coef:
+        raise TrainError(f"algo={a.name} has no closed-form entropy to reward: set algo.ent_coef=0 "
+                         f"(got {a.ent_coef})")
     if a.temperature is not None:
         if ALGOS[a.name][0] != "autoregressive":
             raise TrainError(f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
@@ -279,7 +290,7 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
     if policy.family != family:
-        fits = "algo=ppo or algo=grpo" if policy.family == "autoregressive" else "algo=flow_sde or algo=flow_grpo"
+        fits = "algo=ppo or algo=grpo" if policy.family == "autoregressive" else "algo=flow_sde, flow_grpo or flow_fpo"
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
                          f"use {fits}")
     if sampler is not None:
@@ -460,6 +471,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
               vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
               use_critic=use_critic, num_epochs=a.epochs,
               logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
+              neg_adv_scale=a.neg_adv_scale,
               minibatch_size=a.minibatch_size, freeze_prefix=a.freeze_prefix, critic_warmup=a.critic_warmup,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from policies.base import PolicyConfig
 
-SAMPLERS = ("ode", "sde", "sde_full", "noise")
+SAMPLERS = ("ode", "sde", "sde_full", "noise", "fpo")
 
 
 @dataclass
@@ -18,12 +18,16 @@ class FlowConfig(PolicyConfig):
         sampler: exploration sampler: ``ode`` (deterministic), ``sde`` (Flow-SDE, one uniformly
             drawn stochastic step per call: the accelerated mode), ``sde_full`` (Flow-SDE, every
             step stochastic), ``noise`` (Flow-Noise: learned std on every step). Greedy mode
-            always uses the ODE.
+            always uses the ODE. ``fpo`` (FPO, Flow Policy Optimization): the ODE from random
+            noise, the flow's own distribution (the same sampler evaluation runs); its "log-
+            probability" is the conditional flow-matching surrogate of ``fpo_samples`` fixed
+            (t, noise) draws, so the whole chunk's randomness is credited.
         noise_level: Flow-SDE noise level a in ``sigma_t = a * sqrt(t / (1 - t))`` (0.5 in pi_RL).
         noise_std_min / noise_std_max: bounds of Flow-Noise's learned std ([0.08, 0.16] in pi_RL).
         expert_layers / expert_heads: the action expert (self-attention over the H action tokens
             and cross-attention to the prefix).
         beta_a / beta_b: t ~ Beta(a, b) during flow-matching training (pi_0: Beta(1.5, 1)).
+        fpo_samples: (t, noise) draws per chunk of the ``fpo`` surrogate (FPO: 4-8).
     """
 
     num_steps: int = 5
@@ -35,10 +39,13 @@ class FlowConfig(PolicyConfig):
     expert_heads: int = 4
     beta_a: float = 1.5
     beta_b: float = 1.0
+    fpo_samples: int = 4
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.fpo_samples < 1:
+            raise ValueError(f"fpo_samples must be >= 1, got {self.fpo_samples}")
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {self.num_steps}")
         if not 0 < self.noise_std_min <= self.noise_std_max:

@@ -8,7 +8,12 @@ the model (log-probabilities too); the env receives them unnormalised and clippe
 ``sample`` returns in ``extras`` what ``logprob`` needs:
 - ``sde``: ``step`` [N] (the stochastic step index), ``x_t`` and ``x_next`` [N, H, A];
 - ``sde_full`` and ``noise``: ``chain`` [N, K+1, H, A] (every intermediate x);
-- ``ode``/greedy: ``chain`` as well (log-probability 0: the ODE is deterministic).
+- ``ode``/greedy: ``chain`` as well (log-probability 0: the ODE is deterministic);
+- ``fpo``: ``action`` [N, H, A] (the sampled chunk, normalised), ``fpo_t`` [N, M] and
+  ``fpo_eps`` [N, M, H, A]: M fixed flow-matching draws. The "log-probability" is FPO's
+  surrogate ``-1/2 * mean_j ||v(x_tj, t_j) - (eps_j - a)||^2`` (summed over the H*A
+  dimensions), so a PPO ratio of two weights is ``exp(L_old - L_new)``, FPO's ratio of the
+  flow-matching losses (McAllister et al., 2025, "Flow Matching Policy Gradients").
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ class FlowPolicy(Policy):
             t = torch.full((n,), t_val, device=prefix.device)
             feats = self._features(x, t, prefix, pad)
             v = self.velocity(feats)
-            if sampler == "ode":
+            if sampler in ("ode", "fpo"):
                 x_next = S.ode_step(x, v, dt)
             else:
                 if sampler == "noise":
@@ -142,7 +147,13 @@ class FlowPolicy(Policy):
                     logprob = logprob + S.gaussian_logprob(noisy, mean, std)
             x = x_next
             chain.append(x)
-        if sampler == "sde":
+        if sampler == "fpo":
+            u = torch.rand((n, cfg.fpo_samples), generator=generator, device=rng_device).to(prefix.device)
+            fpo_t = 0.999 * u + 0.001
+            fpo_eps = normal((n, cfg.fpo_samples, h, a))
+            logprob = self._fpo_surrogate(x, fpo_t, fpo_eps, prefix, pad)
+            extras = {"action": x, "fpo_t": fpo_t, "fpo_eps": fpo_eps}
+        elif sampler == "sde":
             extras["step"] = stoch
         else:
             extras["chain"] = torch.stack(chain, dim=1)
@@ -163,6 +174,11 @@ class FlowPolicy(Policy):
         value = self._value(prefix, pad)
         n, k_steps = prefix.shape[0], cfg.num_steps
         dt = 1.0 / k_steps
+        if "fpo_t" in extras:
+            dev = prefix.device
+            lp = self._fpo_surrogate(extras["action"].to(dev), extras["fpo_t"].to(dev), extras["fpo_eps"].to(dev),
+                                     prefix, pad)
+            return lp, torch.zeros_like(lp), value  # no closed-form entropy: FPO has no entropy bonus
         if "step" in extras:
             x_t, x_next = extras["x_t"].to(prefix.device), extras["x_next"].to(prefix.device)
             t = 1.0 - extras["step"].to(prefix.device).float() * dt
@@ -192,6 +208,19 @@ class FlowPolicy(Policy):
         lp = S.gaussian_logprob(x_next, mean, std).reshape(n, k_steps).sum(1)
         ent = S.gaussian_entropy(std).reshape(n, k_steps).sum(1)
         return lp, ent, value
+
+    def _fpo_surrogate(self, action: torch.Tensor, t: torch.Tensor, eps: torch.Tensor, prefix: torch.Tensor,
+                       pad: torch.Tensor) -> torch.Tensor:
+        """FPO's log-likelihood surrogate ``[N]`` of normalised chunks ``action [N, H, A]`` from M
+        flow-matching draws ``t [N, M]``, ``eps [N, M, H, A]``: minus half the squared velocity error,
+        summed over the chunk and averaged over the draws (one batched expert pass of N*M rows)."""
+        n, m = t.shape
+        a = action[:, None].expand(-1, m, -1, -1)
+        x_t = t[..., None, None] * eps + (1.0 - t[..., None, None]) * a
+        rp, rpad = self._repeat(prefix, pad, m)
+        v = self.velocity(self._features(x_t.flatten(0, 1), t.flatten(), rp, rpad))
+        err = (v - (eps - a).flatten(0, 1)) ** 2
+        return -0.5 * err.flatten(1).sum(1).reshape(n, m).mean(1)
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         prefix, pad = self.encode(obs)
