@@ -290,9 +290,9 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
     if policy.family != family:
-        fits = "algo=ppo or algo=grpo" if policy.family == "autoregressive" else "algo=flow_sde, flow_grpo or flow_fpo"
+        fits = ", ".join(name for name, (fam, _, _) in ALGOS.items() if fam == policy.family)
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
-                         f"use {fits}")
+                         f"use one of algo={fits}")
     if sampler is not None:
         policy.config.sampler = sampler
     if cfg.algo.temperature is not None:

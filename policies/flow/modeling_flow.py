@@ -30,6 +30,11 @@ from policies.flow import sde as S
 from policies.flow.configuration_flow import SAMPLERS, FlowConfig
 
 
+def _flow_time(u: torch.Tensor) -> torch.Tensor:
+    """Flow-matching times from draws ``u`` in [0, 1], kept off the ends: ``0.999 * u + 0.001``."""
+    return 0.999 * u + 0.001
+
+
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal embedding of ``t`` ``[N]`` in [0, 1] -> ``[N, dim]``."""
     half = dim // 2
@@ -149,7 +154,7 @@ class FlowPolicy(Policy):
             chain.append(x)
         if sampler == "fpo":
             u = torch.rand((n, cfg.fpo_samples), generator=generator, device=rng_device).to(prefix.device)
-            fpo_t = 0.999 * u + 0.001
+            fpo_t = _flow_time(u)
             fpo_eps = normal((n, cfg.fpo_samples, h, a))
             logprob = self._fpo_surrogate(x, fpo_t, fpo_eps, prefix, pad)
             extras = {"action": x, "fpo_t": fpo_t, "fpo_eps": fpo_eps}
@@ -215,12 +220,18 @@ class FlowPolicy(Policy):
         flow-matching draws ``t [N, M]``, ``eps [N, M, H, A]``: minus half the squared velocity error,
         summed over the chunk and averaged over the draws (one batched expert pass of N*M rows)."""
         n, m = t.shape
-        a = action[:, None].expand(-1, m, -1, -1)
-        x_t = t[..., None, None] * eps + (1.0 - t[..., None, None]) * a
+        a = action[:, None].expand(-1, m, -1, -1).flatten(0, 1)
         rp, rpad = self._repeat(prefix, pad, m)
-        v = self.velocity(self._features(x_t.flatten(0, 1), t.flatten(), rp, rpad))
-        err = (v - (eps - a).flatten(0, 1)) ** 2
+        err = self._velocity_error(a, t.flatten(), eps.flatten(0, 1), rp, rpad)
         return -0.5 * err.flatten(1).sum(1).reshape(n, m).mean(1)
+
+    def _velocity_error(self, action: torch.Tensor, t: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor,
+                        pad: torch.Tensor) -> torch.Tensor:
+        """Flow matching's squared error ``[B, H, A]`` at ``x_t = t*noise + (1-t)*action``: the predicted
+        velocity against ``noise - action`` (``action``, ``noise`` ``[B, H, A]`` normalised; ``t`` ``[B]``)."""
+        x_t = t[:, None, None] * noise + (1.0 - t[:, None, None]) * action
+        v = self.velocity(self._features(x_t, t, prefix, pad))
+        return (v - (noise - action)) ** 2
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         prefix, pad = self.encode(obs)
@@ -232,9 +243,6 @@ class FlowPolicy(Policy):
         prefix, pad = self.encode(obs)
         a = self.processor.normalize_actions(actions.to(prefix.device))
         n = a.shape[0]
-        t = torch.distributions.Beta(cfg.beta_a, cfg.beta_b).sample((n,)).to(prefix.device)
-        t = 0.999 * t + 0.001
+        t = _flow_time(torch.distributions.Beta(cfg.beta_a, cfg.beta_b).sample((n,)).to(prefix.device))
         noise = torch.randn_like(a)
-        x_t = t[:, None, None] * noise + (1.0 - t[:, None, None]) * a
-        v = self.velocity(self._features(x_t, t, prefix, pad))
-        return torch.mean((v - (noise - a)) ** 2)
+        return torch.mean(self._velocity_error(a, t, noise, prefix, pad))
