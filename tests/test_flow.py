@@ -35,7 +35,7 @@ def test_sde_transition_logprob_equals_torch_normal():
     assert torch.allclose(S.sde_sigma(torch.tensor([1.0]), 0.2, 0.5, x_t[:1]).flatten(), torch.tensor([0.5 * math.sqrt(5.0)]))
 
 
-@pytest.mark.parametrize("sampler", ["sde", "sde_full", "noise", "fpo"])
+@pytest.mark.parametrize("sampler", ["sde", "sde_full", "noise", "fpo", "steer"])
 def test_sample_logprob_is_recomputed_exactly(sampler):
     policy = policies.make("flow", sampler=sampler, **TINY)
     obs = _obs()
@@ -45,9 +45,10 @@ def test_sample_logprob_is_recomputed_exactly(sampler):
     torch.testing.assert_close(logprob, sample.logprob, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(value, sample.value, rtol=1e-5, atol=1e-5)
     assert torch.isfinite(entropy).all() and value.shape == (4,)
-    # the recomputation is differentiable (PPO needs gradients through it)
+    # the recomputation is differentiable (PPO needs gradients through it); DSRL's reach the steering only
     logprob.sum().backward()
-    assert policy.velocity.weight.grad is not None
+    trained = policy.steer.head.weight if sampler == "steer" else policy.velocity.weight
+    assert trained.grad is not None
 
 
 def test_fpo_samples_the_ode_and_its_surrogate_rises_with_flow_matching_on_the_chunk():
@@ -73,6 +74,49 @@ def test_fpo_samples_the_ode_and_its_surrogate_rises_with_flow_matching_on_the_c
     assert (after > sample.logprob).all() and (entropy == 0).all()
     with pytest.raises(ValueError, match="fpo_samples must be >= 1"):
         policies.make("flow", fpo_samples=0, **TINY)
+
+
+def test_steering_starts_as_the_flow_and_trains_only_its_noise_policy(tmp_path):
+    """DSRL: a fresh steering module reproduces the plain flow's ODE from the same noise; a PPO step
+    on its log-probability changes the steering weights only; the bundle keeps them, and a once-steered
+    policy's weights still load when another sampler is configured."""
+    from embodied.rl.params import split_parameters
+
+    torch.manual_seed(0)
+    policy = policies.make("flow", sampler="ode", **TINY)
+    obs = _obs()
+    plain = policy.sample(obs, mode="greedy", generator=torch.Generator().manual_seed(7))
+    steer = policy.add_steer()
+    assert policy.config.sampler == "steer" and policy.rl_trainable == "steer"
+    for mode in ("explore", "greedy"):  # both modes draw the noise from the steering Gaussian
+        steered = policy.sample(obs, mode=mode, generator=torch.Generator().manual_seed(7))
+        torch.testing.assert_close(steered.actions, plain.actions)
+    actor, critic = split_parameters(policy)
+    assert {id(p) for p in actor + critic} == {id(p) for p in steer.parameters()}
+    assert not any(p.requires_grad for n, p in policy.named_parameters() if not n.startswith("steer."))
+    flow_before = {k: v.clone() for k, v in policy.state_dict().items() if not k.startswith("steer.")}
+    sample = policy.sample(obs, generator=torch.Generator().manual_seed(8))
+    opt = torch.optim.Adam(actor, lr=1e-3)
+    for _ in range(5):  # raise the first chunk's probability
+        opt.zero_grad()
+        lp, ent, _ = policy.logprob(obs, sample.extras)
+        (-lp[0]).backward()
+        opt.step()
+    with torch.no_grad():
+        lp, _, _ = policy.logprob(obs, sample.extras)
+    assert lp[0] > sample.logprob[0] + 1.0
+    assert all(torch.equal(v, policy.state_dict()[k]) for k, v in flow_before.items())
+    # a bundle of the steered policy carries the steering weights and the sampler
+    loaded = policies.load(policies.save(policy, tmp_path / "steered"))
+    assert loaded.config.sampler == "steer"
+    torch.testing.assert_close(loaded.sample(obs, generator=torch.Generator().manual_seed(9)).actions,
+                               policy.sample(obs, generator=torch.Generator().manual_seed(9)).actions)
+    policy.config.sampler = "sde"  # trained on with Flow-SDE afterwards: the steer.* weights stay loadable
+    assert policy.rl_trainable is None
+    again = policies.load(policies.save(policy, tmp_path / "after"))
+    assert again.config.sampler == "sde" and again.steer is not None
+    with pytest.raises(ValueError, match="steer_std_min"):
+        policies.make("flow", sampler="steer", steer_std_min=0.0, **TINY)
 
 
 def test_accelerated_sde_draws_one_stochastic_step_per_sample():

@@ -35,10 +35,13 @@ def _rows(out: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(open(out / "metrics.csv")))
 
 
-def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path):
+@pytest.mark.parametrize("algo,sampler", [("flow_sde", "sde"), ("flow_dsrl", "steer")])
+def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path, algo, sampler):
+    """PPO on a flow VLA (Flow-SDE; or DSRL, PPO on the steered initial noise of the fixed flow):
+    metrics, checkpoint, resume."""
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
-    proc = _train(f"init={init}", "algo=flow_sde", f"out={out}", "iterations=2", "save_every=1", *RUN)
+    proc = _train(f"init={init}", f"algo={algo}", f"out={out}", "iterations=2", "save_every=1", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == [1, 2] and int(rows[-1]["env_steps"]) == 2 * 2 * 3 * 3
@@ -47,12 +50,15 @@ def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path):
         assert rows[-1][key] != ""
     assert (out / "ray").is_dir() and not (out / ".checkpoint.tmp").exists()
     bundle = policies.load(out / "checkpoint" / "policy")
-    assert bundle.config.sampler == "sde"
-    before = policies.load(init)
-    assert any(not (a == b).all() for a, b in zip(before.parameters(), bundle.parameters()))  # RL changed it
+    assert bundle.config.sampler == sampler
+    before, after = policies.load(init).state_dict(), bundle.state_dict()
+    flow_changed = any(not (before[k] == after[k]).all() for k in before)
+    assert flow_changed == (algo == "flow_sde")  # RL changed it; DSRL leaves the flow as SFT left it
+    if algo == "flow_dsrl":  # the steering mean starts at exactly zero
+        assert after["steer.head.weight"].abs().sum() > 0
     state = json.loads((out / "checkpoint" / "train_state" / "state.json").read_text())
     assert state["step"] == 2 and set(state["optimizers"]) == {"default_policy_actor", "default_policy_critic"}
-    proc = _train(f"init={init}", "algo=flow_sde", f"out={out}", "iterations=3", "resume=true", *RUN)
+    proc = _train(f"init={init}", f"algo={algo}", f"out={out}", "iterations=3", "resume=true", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3] and int(rows[-1]["env_steps"]) == 3 * 2 * 3 * 3
@@ -238,9 +244,10 @@ def test_token_grpo_runs_on_groups(tmp_path):
     assert all(r["groups_kept"] != "" for r in rows)
 
 
-@pytest.mark.parametrize("algo,sampler", [("flow_grpo", "sde"), ("flow_fpo", "fpo")])
+@pytest.mark.parametrize("algo,sampler", [("flow_grpo", "sde"), ("flow_fpo", "fpo"), ("flow_dsrl_grpo", "steer")])
 def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler):
-    """GRPO on a flow VLA: Flow-SDE (or FPO: ODE) rollouts in groups of shared initial states, no critic."""
+    """GRPO on a flow VLA: Flow-SDE (or FPO: ODE; or DSRL: ODE from steered noise) rollouts in groups of
+    shared initial states, no critic."""
     flow = policies.save(policies.make("flow", expert_layers=1, sampler="ode", **TINY), tmp_path / "flow")
     out = tmp_path / "fgrpo"
     proc = _train(f"init={flow}", f"algo={algo}", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]",
@@ -253,6 +260,12 @@ def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler):
     assert all(r["groups_kept"] != "" and r["value_loss"] in ("", "0", "0.0") for r in rows)
     # minibatch_size=null: one step on the whole batch per epoch (none when every group was dropped)
     assert all(float(r["minibatches"]) == (2 if float(r["groups_kept"]) else 0) for r in rows)
+    if sampler == "steer":  # DSRL trains the steering module and leaves the flow as it was
+        import torch
+
+        before, after = policies.load(flow).state_dict(), policies.load(out / "checkpoint" / "policy").state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        assert any(k.startswith("steer.") for k in after)
 
 
 def test_token_ppo_sequential_with_a_critic_warmup(tmp_path):

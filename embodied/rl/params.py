@@ -12,7 +12,11 @@ def split_parameters(module: torch.nn.Module, freeze_prefix: bool = False
     separate critic (``critic.*``, see :mod:`embodied.rl.critic`) when the module has one; the
     value head then takes no part and stops requiring gradients. With ``freeze_prefix`` the
     observation encoder (``prefix``: vision, language, state, fusion) is left out of both and stops
-    requiring gradients."""
+    requiring gradients. A policy whose ``rl_trainable`` names a submodule (a steered flow policy:
+    ``steer``, DSRL) trains that submodule alone, its ``value_mlp`` as the critic; every other weight
+    stops requiring gradients."""
+    policy = getattr(module, "policy", module)
+    only = getattr(policy, "rl_trainable", None)
     named = list(module.named_parameters())
     separate = any(name.startswith("critic.") for name, _ in named)
     actor, critic = [], []
@@ -20,6 +24,9 @@ def split_parameters(module: torch.nn.Module, freeze_prefix: bool = False
         dotted = f".{name}"
         if separate and name.startswith("critic."):
             critic.append(p)
+            continue
+        if only is not None and f".{only}." not in dotted:
+            p.requires_grad_(False)
             continue
         if (freeze_prefix and ".prefix." in dotted) or (separate and ".value_mlp." in dotted):
             p.requires_grad_(False)

@@ -5,12 +5,13 @@
     embodied-train init=... algo=grpo algo.group_size=4 ...            # token VLA, critic-free
     embodied-train init=runs/sft_flow/ckpt algo=flow_grpo ...          # flow VLA, critic-free (Flow-SDE sampler)
     embodied-train init=runs/sft_flow/ckpt algo=flow_fpo ...           # flow VLA, FPO ratio, critic-free (ODE sampler)
+    embodied-train init=runs/sft_flow/ckpt algo=flow_dsrl ...          # flow VLA fixed, PPO on its initial noise (DSRL)
     embodied-train ... runtime=cluster runtime.num_env_runners=2       # env runners as Ray actors
     embodied-train ... resume=true          # continue a killed run from its last checkpoint
     embodied-train ... algo.critic=privileged   # a separate critic on the simulator's privileged state
 
 Config groups: ``policy`` (a fresh policy without ``init``), ``algo`` (flow_sde | flow_sde_full |
-flow_noise | flow_grpo | flow_fpo | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
+flow_noise | flow_grpo | flow_fpo | flow_dsrl | flow_dsrl_grpo | ppo | grpo: the algorithm and its hyper-parameters), ``runtime`` (local: one process
 with ``num_env_runners=0``; cluster: remote env runners and optional remote learners / GPUs).
 
 Outputs in ``out``: ``checkpoint/`` (``policy/`` bundle + ``train_state/`` with optimizer states,
@@ -49,6 +50,8 @@ ALGOS = {
     "grpo": ("autoregressive", None, False),
     "flow_grpo": ("flow", "sde", False),
     "flow_fpo": ("flow", "fpo", False),
+    "flow_dsrl": ("flow", "steer", True),
+    "flow_dsrl_grpo": ("flow", "steer", False),
 }
 
 #: the critic-free ones: group-relative advantages (whole episodes from shared initial states)
@@ -67,7 +70,9 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
 class AlgoConfig:
     """Config group ``algo/``: the RL algorithm and its hyper-parameters (pi_RL's defaults)."""
 
-    name: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise | flow_grpo | flow_fpo (flow VLA) | ppo | grpo (token VLA)
+    # flow_sde | flow_sde_full | flow_noise | flow_grpo | flow_fpo | flow_dsrl | flow_dsrl_grpo (flow VLA) |
+    # ppo | grpo (token VLA)
+    name: str = "flow_sde"
     lr: float = 5e-6  # actor (pi_RL: 5e-6; at 3e-5 with 2 epochs approx KL reached 0.1-2.5 here)
     critic_lr: Optional[float] = 1e-4  # value head (null for grpo: no critic)
     gamma: float = 0.99  # per chunk
@@ -293,7 +298,9 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
         fits = ", ".join(name for name, (fam, _, _) in ALGOS.items() if fam == policy.family)
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
                          f"use one of algo={fits}")
-    if sampler is not None:
+    if sampler == "steer":
+        policy.add_steer()  # DSRL: a fresh steering module over the fixed flow (a steered init keeps its own)
+    elif sampler is not None:
         policy.config.sampler = sampler
     if cfg.algo.temperature is not None:
         policy.config.temperature = float(cfg.algo.temperature)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from policies.base import PolicyConfig
 
-SAMPLERS = ("ode", "sde", "sde_full", "noise", "fpo")
+SAMPLERS = ("ode", "sde", "sde_full", "noise", "fpo", "steer")
 
 
 @dataclass
@@ -21,13 +21,20 @@ class FlowConfig(PolicyConfig):
             always uses the ODE. ``fpo`` (FPO, Flow Policy Optimization): the ODE from random
             noise, the flow's own distribution (the same sampler evaluation runs); its "log-
             probability" is the conditional flow-matching surrogate of ``fpo_samples`` fixed
-            (t, noise) draws, so the whole chunk's randomness is credited.
+            (t, noise) draws, so the whole chunk's randomness is credited. ``steer`` (DSRL): the
+            flow's weights stay fixed and a small Gaussian policy over its initial noise (see
+            :mod:`policies.flow.steer`) picks where the ODE starts, in both modes; a policy with this
+            sampler carries the steering module (``steer.*`` weights) in its bundle.
         noise_level: Flow-SDE noise level a in ``sigma_t = a * sqrt(t / (1 - t))`` (0.5 in pi_RL).
         noise_std_min / noise_std_max: bounds of Flow-Noise's learned std ([0.08, 0.16] in pi_RL).
         expert_layers / expert_heads: the action expert (self-attention over the H action tokens
             and cross-attention to the prefix).
         beta_a / beta_b: t ~ Beta(a, b) during flow-matching training (pi_0: Beta(1.5, 1)).
         fpo_samples: (t, noise) draws per chunk of the ``fpo`` surrogate (FPO: 4-8).
+        steer_hidden: width of the steering MLP's two hidden layers (and of its value head's).
+        steer_bound: bound of the steered noise mean, ``bound * tanh(.)`` (DSRL bounds its noise actions).
+        steer_std_min / steer_std_max: bounds of the steered noise's learned, state-dependent std
+            (it starts at 1).
     """
 
     num_steps: int = 5
@@ -40,6 +47,10 @@ class FlowConfig(PolicyConfig):
     beta_a: float = 1.5
     beta_b: float = 1.0
     fpo_samples: int = 4
+    steer_hidden: int = 256
+    steer_bound: float = 2.0
+    steer_std_min: float = 0.05
+    steer_std_max: float = 1.2
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:

@@ -13,7 +13,11 @@ the model (log-probabilities too); the env receives them unnormalised and clippe
   ``fpo_eps`` [N, M, H, A]: M fixed flow-matching draws. The "log-probability" is FPO's
   surrogate ``-1/2 * mean_j ||v(x_tj, t_j) - (eps_j - a)||^2`` (summed over the H*A
   dimensions), so a PPO ratio of two weights is ``exp(L_old - L_new)``, FPO's ratio of the
-  flow-matching losses (McAllister et al., 2025, "Flow Matching Policy Gradients").
+  flow-matching losses (McAllister et al., 2025, "Flow Matching Policy Gradients");
+- ``steer`` (DSRL, :mod:`policies.flow.steer`): ``steer_w`` [N, H, A], the initial noise drawn from
+  the steering Gaussian; the ODE from it gives the chunk, and the log-probability (and entropy) is
+  that Gaussian's. The flow itself gets no gradient, and the value comes from the steering module's
+  own head on the detached prefix.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from policies.base import ChunkSample, Mode, Policy
 from policies.encoders.prefix import PrefixEncoder
 from policies.flow import sde as S
 from policies.flow.configuration_flow import SAMPLERS, FlowConfig
+from policies.flow.steer import NoiseSteer
 
 
 def _flow_time(u: torch.Tensor) -> torch.Tensor:
@@ -80,6 +85,32 @@ class FlowPolicy(Policy):
         self.velocity = nn.Linear(d, config.action_dim)
         self.noise_head = nn.Linear(d, config.action_dim)  # Flow-Noise only; dropped at deployment
         self.value_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        self.steer: NoiseSteer | None = None
+        if config.sampler == "steer":
+            self.add_steer()
+
+    def add_steer(self, use: bool = True) -> NoiseSteer:
+        """Attach the DSRL steering module (fresh: the steered policy starts as the flow's own
+        distribution; an attached one is kept) and, with ``use``, switch the sampler to ``steer``."""
+        c = self.config
+        if self.steer is None:
+            device = self.velocity.weight.device
+            self.steer = NoiseSteer(2 * c.d_model, c.chunk_size, c.action_dim, hidden=c.steer_hidden,
+                                    bound=c.steer_bound, std_min=c.steer_std_min, std_max=c.steer_std_max).to(device)
+        if use:
+            c.sampler = "steer"
+        return self.steer
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        # weights of a once-steered policy (trained on with another sampler) still hold steer.*
+        if self.steer is None and any(k.startswith("steer.") for k in state_dict):
+            self.add_steer(use=False)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    @property
+    def rl_trainable(self) -> str | None:
+        """The only submodule RL may train (``steer``: DSRL keeps the flow fixed), or None (all)."""
+        return "steer" if self.steer is not None and self.config.sampler == "steer" else None
 
     # ------------------------------------------------------------------ building blocks
     def encode(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,8 +124,16 @@ class FlowPolicy(Policy):
         c = self.config
         return c.noise_std_min + (c.noise_std_max - c.noise_std_min) * torch.sigmoid(self.noise_head(feats))
 
+    def _steer_features(self, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """The steering module's input ``[N, 2d]``: the fused state token (the prefix's last) and the
+        pooled prefix, detached (the flow's encoder stays as SFT left it)."""
+        return torch.cat([prefix[:, -1], PrefixEncoder.pooled(prefix, pad)], dim=1).detach()
+
     def _value(self, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-        """``[N]``: on the pooled prefix, or on the expert's output for a zero chunk at t=1."""
+        """``[N]``: on the pooled prefix, or on the expert's output for a zero chunk at t=1 (steered:
+        the steering module's own head)."""
+        if self.rl_trainable == "steer":
+            return self.steer.value(self._steer_features(prefix, pad))
         if self.config.value_head == "prefix":
             return self.value_mlp(PrefixEncoder.pooled(prefix, pad))[:, 0]
         n = prefix.shape[0]
@@ -112,15 +151,24 @@ class FlowPolicy(Policy):
         prefix, pad = self.encode(obs)
         n, h, a, k_steps = prefix.shape[0], cfg.chunk_size, cfg.action_dim, cfg.num_steps
         dt = 1.0 / k_steps
-        sampler = "ode" if mode == "greedy" else cfg.sampler
+        # greedy mode runs the ODE from random noise; a steered policy draws that noise from its steering
+        # Gaussian in both modes (it is the policy's noise distribution, as N(0, I) is the plain flow's)
+        sampler = "steer" if cfg.sampler == "steer" else "ode" if mode == "greedy" else cfg.sampler
+        if sampler == "steer" and self.steer is None:
+            raise RuntimeError("sampler='steer' needs the steering module: call policy.add_steer() first")
         rng_device = generator.device if generator is not None else prefix.device
 
         def normal(shape: tuple[int, ...]) -> torch.Tensor:
             return torch.randn(shape, generator=generator, device=rng_device).to(prefix.device)
 
         x = normal((n, h, a))
-        chain = [x]
         logprob = torch.zeros(n, device=prefix.device)
+        if sampler == "steer":
+            mean, std = self.steer(self._steer_features(prefix, pad))
+            x = mean + std * x
+            logprob = S.gaussian_logprob(x, mean, std)
+            steer_w = x
+        chain = [x]
         if sampler == "sde":  # one stochastic step per chunk, drawn uniformly per sample
             stoch = torch.randint(0, k_steps, (n,), generator=generator, device=rng_device).to(prefix.device)
         extras: dict[str, torch.Tensor] = {}
@@ -128,7 +176,7 @@ class FlowPolicy(Policy):
             t = torch.full((n,), t_val, device=prefix.device)
             feats = self._features(x, t, prefix, pad)
             v = self.velocity(feats)
-            if sampler in ("ode", "fpo"):
+            if sampler in ("ode", "fpo", "steer"):
                 x_next = S.ode_step(x, v, dt)
             else:
                 if sampler == "noise":
@@ -160,6 +208,8 @@ class FlowPolicy(Policy):
             extras = {"action": x, "fpo_t": fpo_t, "fpo_eps": fpo_eps}
         elif sampler == "sde":
             extras["step"] = stoch
+        elif sampler == "steer":
+            extras = {"steer_w": steer_w}
         else:
             extras["chain"] = torch.stack(chain, dim=1)
         # which sampler produced the chunk: logprob() follows it, whatever the config says now
@@ -179,6 +229,11 @@ class FlowPolicy(Policy):
         value = self._value(prefix, pad)
         n, k_steps = prefix.shape[0], cfg.num_steps
         dt = 1.0 / k_steps
+        if "steer_w" in extras:
+            if self.steer is None:
+                raise RuntimeError("these chunks were steered (extras 'steer_w') but the policy has no steering module")
+            mean, std = self.steer(self._steer_features(prefix, pad))
+            return S.gaussian_logprob(extras["steer_w"].to(prefix.device), mean, std), S.gaussian_entropy(std), value
         if "fpo_t" in extras:
             dev = prefix.device
             lp = self._fpo_surrogate(extras["action"].to(dev), extras["fpo_t"].to(dev), extras["fpo_eps"].to(dev),

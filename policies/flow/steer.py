@@ -1,0 +1,58 @@
+"""Latent-noise steering of a frozen flow policy (DSRL: Wagenmaker et al., 2025, "Steering Your
+Diffusion Policy with Latent Space Reinforcement Learning").
+
+The flow's ODE maps an initial noise ``w [N, H, A]`` to an action chunk deterministically. DSRL
+keeps the flow's weights fixed and learns a small Gaussian policy over ``w`` instead of over
+actions: ``w ~ N(mean(s), std^2)``, the chunk is ``ODE(w)``. Its log-probability is the Gaussian
+density of ``w`` (exact, and no gradient has to run through the flow), so PPO / GRPO train it as
+any Gaussian policy, and nothing it does can unlearn what SFT taught the flow.
+
+At initialisation ``mean = 0`` and ``std = 1``: the steered policy is exactly the flow's own
+distribution (the ODE from standard normal noise, what evaluation of the plain flow runs).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class NoiseSteer(nn.Module):
+    """State-conditioned Gaussian over the flow's initial noise, with its own value head.
+
+    ``forward(features [N, F]) -> (mean [N, H, A], std [N, H, A])``; ``value(features) -> [N]``.
+    ``mean = bound * tanh(.)`` keeps the noise near the region the flow was trained on (DSRL bounds
+    its noise actions likewise); ``log std`` is clamped to ``[log std_min, log std_max]`` (as SAC
+    clamps its log-std). Both come from one zero-initialised layer on a small MLP, so the policy
+    starts at ``N(0, I)`` and can narrow its noise state by state where it has found what works (a
+    single learned std per dimension moves too slowly at the learning rates that keep the mean
+    stable).
+    """
+
+    def __init__(self, in_dim: int, chunk_size: int, action_dim: int, hidden: int = 256,
+                 bound: float = 2.0, std_min: float = 0.05, std_max: float = 1.2):
+        super().__init__()
+        if bound <= 0 or not 0 < std_min < 1 < std_max:
+            raise ValueError(f"need steer_bound > 0 and 0 < steer_std_min < 1 < steer_std_max, got {bound}, "
+                             f"{std_min}, {std_max}")
+        self.shape = (chunk_size, action_dim)
+        self.mlp = nn.Sequential(nn.LayerNorm(in_dim), nn.Linear(in_dim, hidden), nn.Tanh(),
+                                 nn.Linear(hidden, hidden), nn.Tanh())
+        self.head = nn.Linear(hidden, 2 * chunk_size * action_dim)  # mean and log-std, both 0 at the start
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+        self.value_mlp = nn.Sequential(nn.LayerNorm(in_dim), nn.Linear(in_dim, hidden), nn.Tanh(),
+                                       nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.bound = float(bound)
+        self.log_std_range = (math.log(std_min), math.log(std_max))
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raw_mean, raw_log_std = self.head(self.mlp(features)).chunk(2, dim=1)
+        mean = self.bound * torch.tanh(raw_mean)
+        std = torch.exp(raw_log_std.clamp(*self.log_std_range))
+        return mean.reshape(-1, *self.shape), std.reshape(-1, *self.shape)
+
+    def value(self, features: torch.Tensor) -> torch.Tensor:
+        return self.value_mlp(features)[:, 0]
