@@ -96,7 +96,7 @@ class ChunkSample:
 
     Attributes:
         actions: ``[N, H, A]`` in the env's action space ``[-1, 1]``.
-        logprob: ``[N]`` log-probability of the sampled chunk (0 in greedy mode).
+        logprob: ``[N]`` log-probability of the sampled chunk (0 where greedy mode is deterministic).
         value: ``[N]`` critic value of the observation.
         extras: tensors (batch first) that :meth:`Policy.logprob` needs to recompute ``logprob``.
     """
