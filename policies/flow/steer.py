@@ -19,6 +19,11 @@ import torch
 from torch import nn
 
 
+def _trunk(in_dim: int, hidden: int) -> list[nn.Module]:
+    """Two tanh layers on layer-normalised (detached, unscaled) prefix features."""
+    return [nn.LayerNorm(in_dim), nn.Linear(in_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()]
+
+
 class NoiseSteer(nn.Module):
     """State-conditioned Gaussian over the flow's initial noise, with its own value head.
 
@@ -38,13 +43,11 @@ class NoiseSteer(nn.Module):
             raise ValueError(f"need steer_bound > 0 and 0 < steer_std_min < 1 < steer_std_max, got {bound}, "
                              f"{std_min}, {std_max}")
         self.shape = (chunk_size, action_dim)
-        self.mlp = nn.Sequential(nn.LayerNorm(in_dim), nn.Linear(in_dim, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, hidden), nn.Tanh())
+        self.mlp = nn.Sequential(*_trunk(in_dim, hidden))
         self.head = nn.Linear(hidden, 2 * chunk_size * action_dim)  # mean and log-std, both 0 at the start
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
-        self.value_mlp = nn.Sequential(nn.LayerNorm(in_dim), nn.Linear(in_dim, hidden), nn.Tanh(),
-                                       nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.value_mlp = nn.Sequential(*_trunk(in_dim, hidden), nn.Linear(hidden, 1))
         self.bound = float(bound)
         self.log_std_range = (math.log(std_min), math.log(std_max))
 
