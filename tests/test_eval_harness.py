@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import policies
-from embodied.eval.stats import difference_interval, wilson_interval
+from embodied.eval.stats import difference_interval, pass_at_k, wilson_interval
 
 BIN = Path(sys.executable).parent
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
@@ -33,6 +33,27 @@ def test_wilson_and_difference_intervals():
     assert d == pytest.approx(0.4) and 0 < lo < d < hi < 1
     with pytest.raises(ValueError):
         wilson_interval(11, 10)
+
+
+def test_pass_at_k_and_its_aggregation_over_attempts():
+    from embodied.eval.harness import EpisodeRecord, wave_seed
+    from embodied.eval.report import aggregate
+
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25) and pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0 and pass_at_k(4, 4, 1) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+    assert wave_seed(0, "goal", 1) == wave_seed(0, "goal", 1, 0) != wave_seed(0, "goal", 1, 1)
+    # task 0: state 0 succeeds at attempt 0 only, state 1 at attempt 2 only, state 2 never
+    outcomes = {0: [True, False, False], 1: [False, False, True], 2: [False, False, False]}
+    records = [EpisodeRecord("goal", 0, "t", init_id, 0, ok, 10, False, attempt)
+               for init_id, oks in outcomes.items() for attempt, ok in enumerate(oks)]
+    res = aggregate(records, ["goal"], {"goal": [0]}, {"goal": ["t"]})["goal"]
+    row = res["tasks"][0]
+    assert row["episodes"] == 3 and row["successes"] == 1 and row["failures"] == [1, 2]  # attempt 0: the protocol
+    assert row["pass_at_k"] == pytest.approx([2 / 9, 4 / 9, 2 / 3], abs=1e-4)  # pass@3: 2 of 3 states
+    assert res["pass_at_k"] == row["pass_at_k"]
+    assert "pass_at_k" not in aggregate(records[::3], ["goal"], {"goal": [0]}, {"goal": ["t"]})["goal"]
 
 
 def test_experts_through_the_harness_meet_the_protocol(tmp_path):
@@ -61,6 +82,16 @@ def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
     assert ra["suites"] == rb["suites"]  # same checkpoint, same seed: same numbers
     assert rb["agent"]["sha256"] == ra["agent"]["sha256"]
     assert all(t["difference"] == 0 for t in rb["comparison"]["dynamic"]["tasks"])
+    c = tmp_path / "c"  # more attempts per state: the protocol's figures unchanged, pass@k added
+    proc = _eval(*args, f"out={c}", "attempts=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rc = json.loads((c / "results.json").read_text())["suites"]["dynamic"]
+    assert rc["success_rate"] == ra["suites"]["dynamic"]["success_rate"] and len(rc["pass_at_k"]) == 2
+    assert [{k: v for k, v in t.items() if k != "pass_at_k"} for t in rc["tasks"]] == ra["suites"]["dynamic"]["tasks"]
+    lines = [json.loads(line) for line in (c / "episodes.jsonl").read_text().splitlines()]
+    assert sorted((r["attempt"], r["task"], r["init_id"]) for r in lines) == [
+        (a, t, i) for a in (0, 1) for t in (0, 3) for i in (0, 1)]
+    assert "pass@2" in (c / "report.md").read_text()
 
 
 def test_interrupted_run_keeps_episodes_and_resumes(tmp_path):
@@ -106,6 +137,8 @@ def test_clear_errors(tmp_path):
         (("policy=expert", "suite=goal", "tasks=[12]"), "out of range"),
         ((f"checkpoint={tmp_path / 'missing'}", "suite=goal"), "no checkpoint bundle"),
         (("suite=goal",), "checkpoint=PATH"),
+        (("policy=expert", "suite=goal", "attempts=2"), "deterministic"),
+        (("policy=expert", "suite=goal", "attempts=0"), "attempts must be"),
     ]
     for i, (args, message) in enumerate(cases):  # the same checks in-process
         with pytest.raises((EvalError, CheckpointError, SpecMismatchError), match=message):

@@ -108,13 +108,15 @@ class EpisodeRecord:
     success: bool
     length: int
     diverged: bool
+    attempt: int = 0  # which of the state's attempts (``embodied-eval attempts=K``); 0: the protocol's episode
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
 
 
-def wave_seed(seed: int, suite: str, wave: int) -> int:
-    return zlib.crc32(f"{seed}/{suite}/{wave}".encode())
+def wave_seed(seed: int, suite: str, wave: int, attempt: int = 0) -> int:
+    """The sampling seed of one wave; attempt 0 keeps the protocol's seeds, later attempts differ."""
+    return zlib.crc32(f"{seed}/{suite}/{wave}".encode() + (f"/{attempt}".encode() if attempt else b""))
 
 
 def work_list(tasks: Sequence[int], episodes: int) -> list[tuple[int, int]]:
@@ -143,7 +145,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
               on_episode: Callable[[EpisodeRecord], None] | None = None, record_frames: bool = False,
               on_frames: FrameSink | None = None, progress: Any = None,
               check: Callable[[Any], None] | None = None,
-              should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+              should_stop: Callable[[], bool] | None = None, attempt: int = 0) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -155,6 +157,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         check: called with the env once built (e.g. the policy's spec check).
         should_stop: polled before every control step; when it returns True the run stops there
             with ``KeyboardInterrupt`` (finished episodes have been handed to ``on_episode``).
+        attempt: runs the same initial states again with other sampling noise (its own wave seeds;
+            its records carry the attempt, and ``done`` is matched per attempt).
     """
     import sims
 
@@ -166,7 +170,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     waves = [work[w:w + n] for w in range(0, len(work), n)]
     recorded: dict[int, set[tuple[int, int]]] = {}
     for r in done:
-        if r.suite == suite:
+        if r.suite == suite and r.attempt == attempt:
             recorded.setdefault(r.wave, set()).add((r.task, r.init_id))
     todo = [w for w, items in enumerate(waves) if not set(items) <= recorded.get(w, set())]
     if not todo:
@@ -190,7 +194,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             k = len(wave)
             padded = wave + [wave[0]] * (n - k)
             obs = env.reset(task_ids=[t for t, _ in padded], init_ids=[i for _, i in padded])
-            agent.begin_wave(wave_seed(seed, suite, w))
+            agent.begin_wave(wave_seed(seed, suite, w, attempt))
             executor.reset()
             active = np.zeros(n, bool)
             active[:k] = True
@@ -214,7 +218,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                 for j in np.flatnonzero(ended):
                     t, init_id = wave[j]
                     rec = EpisodeRecord(suite, t, specs[t].name, init_id, w, bool(success[j]),
-                                        int(info["episode"]["length"][j]), bool(info["diverged"][j]))
+                                        int(info["episode"]["length"][j]), bool(info["diverged"][j]), attempt)
                     if on_episode is not None and (t, init_id) not in recorded.get(w, set()):
                         on_episode(rec)
                     if record_frames and on_frames is not None:

@@ -10,15 +10,24 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from embodied.eval.harness import EpisodeRecord
-from embodied.eval.stats import difference_interval, wilson_interval
+from embodied.eval.stats import difference_interval, pass_at_k, wilson_interval
 
 
 def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of: dict[str, list[int]],
               names: dict[str, list[str]]) -> dict[str, Any]:
-    """Per suite and task: success rate, 95% Wilson interval, lengths, failures by init id."""
+    """Per suite and task: success rate, 95% Wilson interval, lengths, failures by init id (the
+    protocol's episodes: attempt 0). Where states were attempted several times (``attempts=K``), also
+    ``pass_at_k [K]``: the chance that one of k attempts at a state succeeds, k = 1..K, averaged over
+    the states (pass@1 is the success rate over every attempt; pass@K - pass@1 is the headroom a
+    policy that picked its noise well per state would have)."""
+    records = list(records)
     by_task: dict[tuple[str, int], list[EpisodeRecord]] = {}
+    by_state: dict[tuple[str, int], dict[int, list[bool]]] = {}
     for r in records:
-        by_task.setdefault((r.suite, r.task), []).append(r)
+        by_state.setdefault((r.suite, r.task), {}).setdefault(r.init_id, []).append(r.success)
+        if r.attempt == 0:
+            by_task.setdefault((r.suite, r.task), []).append(r)
+    attempts = 1 + max((r.attempt for r in records), default=0)
     out: dict[str, Any] = {}
     for suite in suites:
         rows = []
@@ -33,12 +42,30 @@ def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of:
                 "failures": [r.init_id for r in eps if not r.success],
                 "diverged": sum(r.diverged for r in eps),
             })
+            if attempts > 1:
+                rows[-1]["pass_at_k"] = _pass_curve(by_state.get((suite, t), {}), attempts)
         k_all = sum(r["successes"] for r in rows)
         n_all = sum(r["episodes"] for r in rows)
         lo, hi = wilson_interval(k_all, n_all)
         out[suite] = {"success_rate": float(np.mean([r["success_rate"] for r in rows])) if rows else 0.0,
                       "episodes": n_all, "ci95": [round(lo, 4), round(hi, 4)], "tasks": rows}
+        if attempts > 1:
+            curves = [r["pass_at_k"] for r in rows if r["pass_at_k"]]
+            out[suite]["pass_at_k"] = ([round(float(np.mean([c[k] for c in curves if len(c) > k])), 4)
+                                        for k in range(max(map(len, curves)))] if curves else [])
     return out
+
+
+def _pass_curve(states: dict[int, list[bool]], attempts: int) -> list[float]:
+    """``[pass@1, ..., pass@K]`` over the states, each k over the states with at least k attempts
+    recorded (an interrupted run may have fewer for some)."""
+    curve = []
+    for k in range(1, attempts + 1):
+        vals = [pass_at_k(len(s), sum(s), k) for s in states.values() if len(s) >= k]
+        if not vals:
+            break
+        curve.append(round(float(np.mean(vals)), 4))
+    return curve
 
 
 def compare(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +154,10 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"| {r['task']} | {r['name']} | {r['success_rate']:.0%} ({r['successes']}/{r['episodes']}) | "
                          f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['mean_length']:.0f} | {fails} |")
         lines.append("")
+        if res.get("pass_at_k"):
+            curve = ", ".join(f"pass@{k + 1} {p:.0%}" for k, p in enumerate(res["pass_at_k"]))
+            lines += [f"Attempts per initial state: {len(res['pass_at_k'])} (other sampling noise each; the table is "
+                      f"attempt 0, the protocol's): {curve}.", ""]
         cmp = results.get("comparison", {}).get(suite)
         if cmp:
             lines += [f"### {suite}: change against {results['compare_with']} (mean {cmp['mean_difference']:+.1%})", "",

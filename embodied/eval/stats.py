@@ -30,3 +30,16 @@ def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, floa
     low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
     high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
     return d, max(-1.0, low), min(1.0, high)
+
+
+def pass_at_k(attempts: int, successes: int, k: int) -> float:
+    """Probability that at least one of ``k`` attempts drawn without replacement from ``attempts``
+    recorded ones (``successes`` of them successful) succeeds: the unbiased pass@k estimator of Chen
+    et al. (2021), ``1 - C(n - c, k) / C(n, k)``."""
+    if not 1 <= k <= attempts:
+        raise ValueError(f"k must be in [1, {attempts}] (the recorded attempts), got {k}")
+    if not 0 <= successes <= attempts:
+        raise ValueError(f"successes must be in [0, {attempts}], got {successes}")
+    if attempts - successes < k:
+        return 1.0
+    return 1.0 - math.comb(attempts - successes, k) / math.comb(attempts, k)

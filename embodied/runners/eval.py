@@ -6,7 +6,9 @@
 
 Protocol: every task's fixed initial states (50 by default), one episode each, in parallel envs,
 each env stopping at success or at its task's step limit; the policy acts greedily unless
-``mode=explore``. Outputs in ``out``: ``results.json`` (per suite and task: success rate, 95%
+``mode=explore``. ``attempts=K`` runs every state K times with other sampling noise and adds
+pass@1..K (the best of k attempts: how much a policy that picked its noise per state could gain).
+Outputs in ``out``: ``results.json`` (per suite and task: success rate, 95%
 Wilson interval, episode lengths, failures by initial-state id), ``results.csv``, ``report.md``,
 ``plots/<suite>.png``, ``videos/`` (both camera views side by side with the instruction and step),
 ``episodes.jsonl`` (one line per finished episode) and ``eval_config.json``. Ctrl-C keeps the
@@ -48,6 +50,10 @@ class EvalConfig:
     image_size: int = 128  # rendered camera size (the policy resizes to its own)
     mode: str = "greedy"  # greedy | explore
     seed: int = 0  # seeds the policy's sampling (per wave)
+    # episodes per initial state, each with its own sampling noise: >1 adds pass@k (k = 1..attempts) to the
+    # results, the success of the best of k attempts (the headroom RL can turn into pass@1); the success
+    # rate, intervals, comparison and videos stay the protocol's (attempt 0)
+    attempts: int = 1
     device: str = "cpu"
     execution: str = "sync"  # sync | async | rtc | aware (embodied/latency/executor.py)
     delay: int = 0  # inference delay in control steps (simulated; sync waits it out, holding still)
@@ -84,6 +90,8 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
         raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.all_names()}")
     if not 1 <= cfg.episodes <= sims.suites.NUM_INIT_STATES:
         raise EvalError(f"episodes must be in 1..{sims.suites.NUM_INIT_STATES} (fixed initial states per task)")
+    if cfg.attempts < 1:
+        raise EvalError(f"attempts must be >= 1 (episodes per initial state), got {cfg.attempts}")
     if cfg.videos not in VIDEO_CHOICES:
         raise EvalError(f"videos must be one of {VIDEO_CHOICES}, got {cfg.videos!r}")
     from embodied.latency import EXECUTION_MODES
@@ -188,6 +196,10 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         policy = None
         agent_info = {"label": "scripted experts", "family": "expert"}
     _check_latency(cfg, policy, suites[0])
+    if cfg.attempts > 1 and (policy is None or (policy.family == "autoregressive" and cfg.mode == "greedy")):
+        what = "the scripted experts are" if policy is None else "a token policy's greedy decoding is"
+        raise EvalError(f"attempts={cfg.attempts}: {what} deterministic, so every attempt repeats the first"
+                        + ("" if policy is None else "; use mode=explore to sample"))
 
     out = prepare_run_dir(cfg.out)
     identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare")}
@@ -196,6 +208,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     cfg_path = out / "eval_config.json"
     if cfg_path.is_file():
         stored = json.loads(cfg_path.read_text())
+        stored.setdefault("attempts", 1)  # folders from before attempts existed
         if stored != json.loads(json.dumps(identity)):
             diff = sorted(k for k in set(stored) | set(identity) if stored.get(k) != json.loads(json.dumps(identity)).get(k))
             raise EvalError(f"{out} holds an evaluation with a different configuration ({', '.join(diff)}): "
@@ -230,7 +243,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     env_steps, seconds, interrupted = 0, 0.0, False
     stop = _StopOnInterrupt()
     latency_stats: dict[str, Any] = {}
-    total = sum(len(tasks_of[s]) * cfg.episodes for s in suites)
+    total = sum(len(tasks_of[s]) * cfg.episodes for s in suites) * cfg.attempts
     start = time.perf_counter()
     try:
         with tqdm(total=total, initial=len(records), desc="eval", unit="ep") as bar:
@@ -239,14 +252,16 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                          else ExpertAgent(suite, cfg.num_envs))
                 latency = _latency_config(cfg)
                 check = policy.check_env if policy is not None else None
-                stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
-                                  image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],
-                                  on_episode=record, record_frames=cfg.videos != "none", on_frames=film,
-                                  progress=bar, check=check, should_stop=stop)
-                env_steps += stats["env_steps"]
-                seconds += stats["seconds"]
-                if stats["latency"]:
-                    latency_stats[suite] = stats["latency"]
+                for attempt in range(cfg.attempts):
+                    stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes,
+                                      num_envs=cfg.num_envs, image_size=cfg.image_size, seed=cfg.seed,
+                                      latency=latency, done=records[:], on_episode=record,
+                                      record_frames=cfg.videos != "none" and attempt == 0, on_frames=film,
+                                      progress=bar, check=check, should_stop=stop, attempt=attempt)
+                    env_steps += stats["env_steps"]
+                    seconds += stats["seconds"]
+                    if stats["latency"] and attempt == 0:
+                        latency_stats[suite] = stats["latency"]
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -288,7 +303,9 @@ def main(cfg: Any) -> None:
         raise SystemExit(f"embodied-eval: {err}") from None
     for suite, res in results["suites"].items():
         print(f"{suite}: {res['success_rate']:.1%} over {res['episodes']} episodes "
-              f"(95% CI [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])")
+              f"(95% CI [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])"
+              + (f"; pass@1..{len(res['pass_at_k'])}: " + " ".join(f"{p:.0%}" for p in res["pass_at_k"])
+                 if res.get("pass_at_k") else ""))
     if results["interrupted"]:
         print(f"interrupted: finished episodes are kept in {config.out}; run the same command to resume",
               file=sys.stderr)
