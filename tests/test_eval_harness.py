@@ -129,6 +129,8 @@ def test_clear_errors(tmp_path):
     from policies import CheckpointError, SpecMismatchError
 
     ckpt = policies.save(policies.make("flow", action_dim=8, **TINY), tmp_path / "ckpt8")
+    token = policies.save(policies.make("autoregressive", d_model=32, image_size=32, vision_channels=[8, 16],
+                                        chunk_size=2, prefix_layers=1), tmp_path / "token")
     proc = _eval(f"checkpoint={ckpt}", "suite=goal", "episodes=1", f"out={tmp_path / 'cli'}", "image_size=32")
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and last.startswith("embodied-eval:") and "8-D actions but the env expects 7-D" in last
@@ -139,6 +141,7 @@ def test_clear_errors(tmp_path):
         (("suite=goal",), "checkpoint=PATH"),
         (("policy=expert", "suite=goal", "attempts=2"), "deterministic"),
         (("policy=expert", "suite=goal", "attempts=0"), "attempts must be"),
+        ((f"checkpoint={token}", "suite=goal", "attempts=2"), "mode=explore"),
     ]
     for i, (args, message) in enumerate(cases):  # the same checks in-process
         with pytest.raises((EvalError, CheckpointError, SpecMismatchError), match=message):
