@@ -145,7 +145,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
               on_episode: Callable[[EpisodeRecord], None] | None = None, record_frames: bool = False,
               on_frames: FrameSink | None = None, progress: Any = None,
               check: Callable[[Any], None] | None = None,
-              should_stop: Callable[[], bool] | None = None, attempt: int = 0) -> dict[str, Any]:
+              should_stop: Callable[[], bool] | None = None, attempts: int = 1) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -153,12 +153,14 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         done: records from an interrupted run; their complete waves are skipped.
         on_episode: called for every finished episode (append it to ``episodes.jsonl``).
         record_frames / on_frames: keep each env's frames ``[V, H, W, 3]`` and hand the episode's
-            frames to ``on_frames(suite, task, init_id, frames, success, length)`` when it ends.
+            frames to ``on_frames(suite, task, init_id, frames, success, length)`` when it ends
+            (attempt 0's episodes only).
         check: called with the env once built (e.g. the policy's spec check).
         should_stop: polled before every control step; when it returns True the run stops there
             with ``KeyboardInterrupt`` (finished episodes have been handed to ``on_episode``).
-        attempt: runs the same initial states again with other sampling noise (its own wave seeds;
-            its records carry the attempt, and ``done`` is matched per attempt).
+        attempts: runs every initial state this many times in the same envs, each attempt with other
+            sampling noise (its own wave seeds; records carry the attempt, ``done`` is matched per
+            attempt); attempt 0 is the protocol's run.
     """
     import sims
 
@@ -168,11 +170,12 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     work = work_list(tasks, episodes)
     n = max(1, min(num_envs, len(work)))
     waves = [work[w:w + n] for w in range(0, len(work), n)]
-    recorded: dict[int, set[tuple[int, int]]] = {}
+    recorded: dict[tuple[int, int], set[tuple[int, int]]] = {}  # (attempt, wave) -> its (task, init id)s
     for r in done:
-        if r.suite == suite and r.attempt == attempt:
-            recorded.setdefault(r.wave, set()).add((r.task, r.init_id))
-    todo = [w for w, items in enumerate(waves) if not set(items) <= recorded.get(w, set())]
+        if r.suite == suite:
+            recorded.setdefault((r.attempt, r.wave), set()).add((r.task, r.init_id))
+    todo = [(a, w) for a in range(attempts) for w, items in enumerate(waves)
+            if not set(items) <= recorded.get((a, w), set())]
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}}
     env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
@@ -189,8 +192,9 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     env_steps = held = 0
     start = time.perf_counter()
     try:
-        for w in todo:
+        for attempt, w in todo:
             wave = waves[w]
+            filming = record_frames and attempt == 0
             k = len(wave)
             padded = wave + [wave[0]] * (n - k)
             obs = env.reset(task_ids=[t for t, _ in padded], init_ids=[i for _, i in padded])
@@ -200,7 +204,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             active[:k] = True
             success = np.zeros(n, bool)
             frames: list[list[np.ndarray]] = [[] for _ in range(n)]
-            if record_frames:
+            if filming:
                 for j in range(k):
                     frames[j].append(_frame(env, obs, j))
             while active.any():
@@ -212,16 +216,16 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                 held += int((~from_chunk.numpy() & active).sum())
                 ended = info["done"].numpy() & active
                 success |= info["success"].numpy() & active
-                if record_frames:
+                if filming:
                     for j in np.flatnonzero(active & ~ended if "rgb" not in obs else active):
                         frames[j].append(_frame(env, info["final_obs"], j))
                 for j in np.flatnonzero(ended):
                     t, init_id = wave[j]
                     rec = EpisodeRecord(suite, t, specs[t].name, init_id, w, bool(success[j]),
                                         int(info["episode"]["length"][j]), bool(info["diverged"][j]), attempt)
-                    if on_episode is not None and (t, init_id) not in recorded.get(w, set()):
+                    if on_episode is not None and (t, init_id) not in recorded.get((attempt, w), set()):
                         on_episode(rec)
-                    if record_frames and on_frames is not None:
+                    if filming and on_frames is not None:
                         on_frames(suite, t, init_id, frames[j], rec.success, rec.length)
                         frames[j] = []
                     if progress is not None:

@@ -156,7 +156,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
         if res.get("pass_at_k"):
             curve = ", ".join(f"pass@{k + 1} {p:.0%}" for k, p in enumerate(res["pass_at_k"]))
-            lines += [f"Attempts per initial state: {len(res['pass_at_k'])} (other sampling noise each; the table is "
+            lines += [f"Attempts per initial state: {cfg.get('attempts', len(res['pass_at_k']))} (other sampling noise each; the table is "
                       f"attempt 0, the protocol's): {curve}.", ""]
         cmp = results.get("comparison", {}).get(suite)
         if cmp:

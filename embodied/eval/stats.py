@@ -40,6 +40,4 @@ def pass_at_k(attempts: int, successes: int, k: int) -> float:
         raise ValueError(f"k must be in [1, {attempts}] (the recorded attempts), got {k}")
     if not 0 <= successes <= attempts:
         raise ValueError(f"successes must be in [0, {attempts}], got {successes}")
-    if attempts - successes < k:
-        return 1.0
     return 1.0 - math.comb(attempts - successes, k) / math.comb(attempts, k)

@@ -252,16 +252,14 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                          else ExpertAgent(suite, cfg.num_envs))
                 latency = _latency_config(cfg)
                 check = policy.check_env if policy is not None else None
-                for attempt in range(cfg.attempts):
-                    stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes,
-                                      num_envs=cfg.num_envs, image_size=cfg.image_size, seed=cfg.seed,
-                                      latency=latency, done=records[:], on_episode=record,
-                                      record_frames=cfg.videos != "none" and attempt == 0, on_frames=film,
-                                      progress=bar, check=check, should_stop=stop, attempt=attempt)
-                    env_steps += stats["env_steps"]
-                    seconds += stats["seconds"]
-                    if stats["latency"] and attempt == 0:
-                        latency_stats[suite] = stats["latency"]
+                stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
+                                  image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],
+                                  on_episode=record, record_frames=cfg.videos != "none", on_frames=film,
+                                  progress=bar, check=check, should_stop=stop, attempts=cfg.attempts)
+                env_steps += stats["env_steps"]
+                seconds += stats["seconds"]
+                if stats["latency"]:
+                    latency_stats[suite] = stats["latency"]
     except KeyboardInterrupt:
         interrupted = True
     finally:
