@@ -117,3 +117,42 @@ def test_dataset_reader_round_trip(tmp_path):
         err = np.abs(obs["rgb"][0].numpy().astype(float) - ep["rgb"][0].astype(float)).mean()
         assert err < 12.0
     assert ds.stats["action"]["count"] == [len(ds)]
+
+
+def _replay_states(ep: dict) -> np.ndarray:
+    """The states ``[T, 15]`` that replaying the episode's recorded actions open loop visits."""
+    import sims
+    import torch
+
+    with sims.make("mujoco", suite="goal", num_envs=1, cameras=()) as env:
+        obs = env.reset(task_ids=[ep["meta"]["suite_task_index"]], init_ids=[ep["meta"]["init_id"]])
+        states = []
+        for action in ep["action"]:
+            states.append(obs["state"][0].numpy())
+            obs, *_ = env.step(torch.as_tensor(action)[None])
+    return np.stack(states)
+
+
+def test_collect_with_action_noise_records_the_experts_clean_actions(tmp_path):
+    """DART: the executed actions carry noise, the dataset holds the expert's action at each visited state."""
+    from embodied.data.collect import collect_suite
+    from embodied.data.lerobot_format import Dataset
+
+    eps = {}
+    for noise in (0.0, 0.1):
+        result = collect_suite("goal", tmp_path / f"ds{noise}", episodes_per_task=1, task_ids=[2], num_envs=1,
+                             cameras=(), action_noise=noise)
+        ds = Dataset(result.root)
+        assert ds.info["embodied"]["action_noise"] == noise and ds.episodes[0]["success"]
+        eps[noise] = ds.episode(0, images=False)
+    clean, noisy = eps[0.0], eps[0.1]
+    # without noise the recorded actions are the executed ones: replaying them retraces the episode
+    np.testing.assert_allclose(_replay_states(clean), clean["observation.state"], atol=1e-5)
+    # with noise the states drift from where the clean actions alone lead, yet the expert still succeeds
+    drift = np.abs(_replay_states(noisy)[:, :3] - noisy["observation.state"][:, :3]).max()
+    assert drift > 5e-3
+    assert not np.allclose(noisy["observation.state"][: len(clean["action"])][:, :3],
+                           clean["observation.state"][: len(noisy["action"])][:, :3], atol=1e-3)
+    with pytest.raises(ValueError, match="action_noise"):
+        collect_suite("goal", tmp_path / "bad", episodes_per_task=1, task_ids=[2], num_envs=1, cameras=(),
+                      action_noise=-0.1)

@@ -51,6 +51,7 @@ def collect_suite(
     seed: int = 0,
     num_threads: int | None = None,
     expert_gain: float = 1.0,
+    action_noise: float = 0.0,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
 ) -> CollectResult:
     """Run the suite's experts and write ``out`` (a v3.0 dataset). See the module docstring.
@@ -63,6 +64,10 @@ def collect_suite(
         on_episode: called with each finished episode's summary (for videos, logging).
         expert_gain: share of the remaining error the experts command per step (1: deadbeat; below
             1: smoother demonstrations, see :mod:`sims.suites.experts`); recorded in ``info.json``.
+        action_noise: std of Gaussian noise added to the arm dimensions (all but the last, the
+            gripper) of the executed actions, clipped to the action bounds; the dataset records the
+            expert's clean action at every state it visited (DART, Laskey et al. 2017), so a policy
+            also learns how the expert steers back from the drift its own errors cause. 0: off.
     """
     import sims
 
@@ -73,6 +78,9 @@ def collect_suite(
         raise ValueError(f"task ids {bad} out of range: suite {suite!r} has tasks 0..{len(specs) - 1}")
     if episodes_per_task < 1:
         raise ValueError(f"episodes_per_task must be >= 1, got {episodes_per_task}")
+    if not 0.0 <= action_noise <= 1.0:
+        raise ValueError(f"action_noise is a std in action units (actions lie in [-1, 1]): 0 <= action_noise <= 1, "
+                         f"got {action_noise}")
     max_attempts = max_attempts_per_task or 2 * episodes_per_task + 2
     n = max(1, min(num_envs, episodes_per_task * len(ids)))
     env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
@@ -83,8 +91,9 @@ def collect_suite(
         action_names=ACTION_NAMES, privileged_dim=env.observation_spec["privileged"].shape[0],
         extra_info={"suite": suite, "task_names": [s.name for s in specs], "control_hz": env.control_hz,
                     "action_mode": env.action_mode, "init_ids_from": TRAIN_INIT_OFFSET,
-                    "expert_gain": expert_gain},
+                    "expert_gain": expert_gain, "action_noise": action_noise},
     )
+    noise_gen = torch.Generator().manual_seed(seed)
     stats = {t: {"attempts": 0, "successes": 0, "kept": 0} for t in ids}
     next_init = {t: 0 for t in ids}
     total = episodes_per_task * len(ids)
@@ -123,7 +132,13 @@ def collect_suite(
                 ]
                 while active.any():
                     actions = expert.act(obs)
-                    nxt, reward, term, trunc, info = env.step(actions, active=torch.as_tensor(active))
+                    executed = actions
+                    if action_noise > 0:
+                        noise = torch.randn(actions.shape, generator=noise_gen) * action_noise
+                        noise[:, -1] = 0.0
+                        low, high = env.action_spec.low, env.action_spec.high
+                        executed = (actions + noise.to(actions.dtype)).clamp(low, high)
+                    nxt, reward, term, trunc, info = env.step(executed, active=torch.as_tensor(active))
                     done = info["done"].numpy()
                     for i in np.flatnonzero(active):
                         b = buffers[i]

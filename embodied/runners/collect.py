@@ -33,6 +33,7 @@ class CollectConfig:
     seed: int = 0
     num_threads: int = 0  # MuJoCo threads; 0 = all cores
     expert_gain: float = 1.0  # share of the remaining error the experts command per step (<1: smoother chunks)
+    action_noise: float = 0.0  # DART: std of noise on the executed arm actions; the clean expert action is recorded
 
 
 store("collect_schema", CollectConfig)
@@ -49,6 +50,7 @@ def run(cfg: CollectConfig) -> dict[str, Any]:
         cfg.suite, out, episodes_per_task=cfg.episodes_per_task, task_ids=cfg.tasks, num_envs=cfg.num_envs,
         cameras=cfg.cameras, image_size=cfg.image_size, keep_failures=cfg.keep_failures, seed=cfg.seed,
         num_threads=cfg.num_threads or None, expert_gain=cfg.expert_gain,
+        action_noise=cfg.action_noise,
     )
     summary = {"suite": cfg.suite, "episodes": result.episodes, "frames": result.frames,
                "wall_s": round(result.wall_s, 2), "tasks": result.tasks, "machine": machine_info()}
