@@ -61,6 +61,13 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     # another configuration into the same folder refuses instead of mixing runs
     with pytest.raises(PipelineError, match="another configuration"):
         run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "episodes_per_task=2"))
+    # a folder from before a config field existed resumes while the field keeps its default
+    stored = json.loads((out / "results.json").read_text())
+    del stored["config"]["action_noise"]
+    (out / "results.json").write_text(json.dumps(stored))
+    assert run(compose("pipeline", f"out={out}", *TINY_PIPELINE))["stages_done"] == results["stages_done"]
+    with pytest.raises(PipelineError, match="another configuration"):
+        run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "action_noise=0.1"))
     with pytest.raises(PipelineError, match="use policy=flow"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "policy=autoregressive"))
     with pytest.raises(PipelineError, match="rl.critic_warmup=2 must lie in 0..rl.iterations-1"):
@@ -69,6 +76,8 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.truncation=never"))
     with pytest.raises(PipelineError, match="rl.critic='oracle': choose one of policy, privileged"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.critic=oracle"))
+    with pytest.raises(PipelineError, match="action_noise=-0.1"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "action_noise=-0.1"))
 
 
 def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):

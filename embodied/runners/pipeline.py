@@ -21,7 +21,7 @@ videos), ``videos/collect.mp4`` and each evaluation's failure/success videos.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING as NO_DEFAULT, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -90,6 +90,7 @@ class PipelineConfig:
     seed: int = 0
     episodes_per_task: int = 20  # demonstrations per task
     expert_gain: float = 1.0  # experts command this share of the remaining error per step (<1: smoother chunks)
+    action_noise: float = 0.0  # DART: std of noise on the experts' executed arm actions (their clean action is recorded)
     video_tasks: int = 3  # first demonstration of this many tasks goes into videos/collect.mp4
     sft: PipelineSFTConfig = field(default_factory=PipelineSFTConfig)
     rl: PipelineRLConfig = field(default_factory=PipelineRLConfig)
@@ -124,6 +125,9 @@ def check_config(cfg: PipelineConfig) -> None:
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+    if not 0.0 <= cfg.action_noise <= 1.0:
+        raise PipelineError(f"action_noise={cfg.action_noise}: a std in action units (actions lie in [-1, 1]), "
+                            "0 <= action_noise <= 1 (0.1 keeps the experts reliable)")
     if cfg.video_tasks > 0 and not cfg.sim.cameras:
         raise PipelineError("video_tasks > 0 needs cameras: set sim.cameras=[agentview,wrist] or video_tasks=0")
     family = cfg.policy.get("family") if isinstance(cfg.policy, dict) else getattr(cfg.policy, "family", None)
@@ -170,6 +174,7 @@ def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
             cfg.sim.suite, out / "data", episodes_per_task=cfg.episodes_per_task, task_ids=_tasks(cfg),
             num_envs=cfg.sim.num_envs, cameras=cfg.sim.cameras, image_size=cfg.sim.image_size, seed=cfg.seed,
             num_threads=cfg.sim.num_threads or None, on_episode=film, expert_gain=cfg.expert_gain,
+            action_noise=cfg.action_noise,
         )
     finally:
         if video is not None:
@@ -361,6 +366,16 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def same_config(stored: dict[str, Any] | None, current: dict[str, Any]) -> bool:
+    """Whether a run folder's stored config is ``current``; a field added to :class:`PipelineConfig`
+    after the folder was made (absent there) matches while it keeps its default, so old runs resume."""
+    if stored is None:
+        return False
+    added = {f.name for f in fields(PipelineConfig) if f.name not in stored and f.default is not NO_DEFAULT
+             and current.get(f.name) == f.default}
+    return {k: v for k, v in current.items() if k not in added} == stored
+
+
 def run(cfg: PipelineConfig) -> dict[str, Any]:
     """Run the configured stages (skipping ones a previous run of this folder finished)."""
     import json
@@ -371,7 +386,7 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     config = json.loads(json.dumps(asdict(cfg)))
     done = results.get("stages_done", [])
-    if done and results.get("config") != config:
+    if done and not same_config(results.get("config"), config):
         raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
                             "repeat the original command to resume it")
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)
