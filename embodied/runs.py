@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import tempfile
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,17 @@ def write_json(path: str | os.PathLike, payload: Any) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def same_config(stored: dict[str, Any] | None, current: dict[str, Any], schema: type) -> bool:
+    """Whether a run folder's stored config is ``current``. A field of the dataclass ``schema`` added
+    after the folder was made (absent from ``stored``) matches while it keeps its default, so folders
+    from before the field existed still resume."""
+    if stored is None:
+        return False
+    added = {f.name for f in fields(schema) if f.name not in stored and f.default is not MISSING
+             and current.get(f.name) == f.default}
+    return {k: v for k, v in current.items() if k not in added} == stored
 
 
 def machine_info() -> dict[str, Any]:

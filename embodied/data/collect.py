@@ -37,6 +37,13 @@ class CollectResult:
     root: Path
 
 
+def check_action_noise(action_noise: float) -> None:
+    """Raise ``ValueError`` unless ``action_noise`` is a usable DART noise std (actions lie in [-1, 1])."""
+    if not 0.0 <= action_noise <= 1.0:
+        raise ValueError(f"action_noise={action_noise}: a std in action units (actions lie in [-1, 1]), "
+                         "0 <= action_noise <= 1 (0.1 keeps the experts reliable)")
+
+
 def collect_suite(
     suite: str,
     out: str | Path,
@@ -78,9 +85,7 @@ def collect_suite(
         raise ValueError(f"task ids {bad} out of range: suite {suite!r} has tasks 0..{len(specs) - 1}")
     if episodes_per_task < 1:
         raise ValueError(f"episodes_per_task must be >= 1, got {episodes_per_task}")
-    if not 0.0 <= action_noise <= 1.0:
-        raise ValueError(f"action_noise is a std in action units (actions lie in [-1, 1]): 0 <= action_noise <= 1, "
-                         f"got {action_noise}")
+    check_action_noise(action_noise)
     max_attempts = max_attempts_per_task or 2 * episodes_per_task + 2
     n = max(1, min(num_envs, episodes_per_task * len(ids)))
     env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
@@ -94,6 +99,7 @@ def collect_suite(
                     "expert_gain": expert_gain, "action_noise": action_noise},
     )
     noise_gen = torch.Generator().manual_seed(seed)
+    bounds = (env.action_spec.low, env.action_spec.high)
     stats = {t: {"attempts": 0, "successes": 0, "kept": 0} for t in ids}
     next_init = {t: 0 for t in ids}
     total = episodes_per_task * len(ids)
@@ -135,9 +141,8 @@ def collect_suite(
                     executed = actions
                     if action_noise > 0:
                         noise = torch.randn(actions.shape, generator=noise_gen) * action_noise
-                        noise[:, -1] = 0.0
-                        low, high = env.action_spec.low, env.action_spec.high
-                        executed = (actions + noise.to(actions.dtype)).clamp(low, high)
+                        noise[:, -1] = 0.0  # the gripper stays the expert's
+                        executed = (actions + noise.to(actions.dtype)).clamp(*bounds)
                     nxt, reward, term, trunc, info = env.step(executed, active=torch.as_tensor(active))
                     done = info["done"].numpy()
                     for i in np.flatnonzero(active):

@@ -30,7 +30,7 @@ from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import store
-from embodied.runs import machine_info, prepare_run_dir, write_json
+from embodied.runs import machine_info, prepare_run_dir, same_config, write_json
 
 VIDEO_CHOICES = ("failures", "all", "none")
 
@@ -208,9 +208,9 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     cfg_path = out / "eval_config.json"
     if cfg_path.is_file():
         stored = json.loads(cfg_path.read_text())
-        stored.setdefault("attempts", 1)  # folders from before attempts existed
-        if stored != json.loads(json.dumps(identity)):
-            diff = sorted(k for k in set(stored) | set(identity) if stored.get(k) != json.loads(json.dumps(identity)).get(k))
+        current = json.loads(json.dumps(identity))
+        if not same_config(stored, current, EvalConfig):
+            diff = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
             raise EvalError(f"{out} holds an evaluation with a different configuration ({', '.join(diff)}): "
                             "choose a new out=..., or repeat the original command to resume it")
     else:

@@ -21,7 +21,7 @@ videos), ``videos/collect.mp4`` and each evaluation's failure/success videos.
 from __future__ import annotations
 
 import time
-from dataclasses import MISSING as NO_DEFAULT, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,7 +30,7 @@ import numpy as np
 from omegaconf import MISSING, OmegaConf
 
 from embodied.config import SimConfig, register_policy_schemas, store
-from embodied.runs import machine_info, prepare_run_dir, write_json
+from embodied.runs import machine_info, prepare_run_dir, same_config, write_json
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
 STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
@@ -117,6 +117,7 @@ def _tasks(cfg: PipelineConfig) -> list[int]:
 
 def check_config(cfg: PipelineConfig) -> None:
     import sims
+    from embodied.data.collect import check_action_noise
     from embodied.rl.batch import TRUNCATION
     from embodied.rl.critic import CRITICS
 
@@ -125,9 +126,10 @@ def check_config(cfg: PipelineConfig) -> None:
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
-    if not 0.0 <= cfg.action_noise <= 1.0:
-        raise PipelineError(f"action_noise={cfg.action_noise}: a std in action units (actions lie in [-1, 1]), "
-                            "0 <= action_noise <= 1 (0.1 keeps the experts reliable)")
+    try:
+        check_action_noise(cfg.action_noise)
+    except ValueError as err:
+        raise PipelineError(str(err)) from None
     if cfg.video_tasks > 0 and not cfg.sim.cameras:
         raise PipelineError("video_tasks > 0 needs cameras: set sim.cameras=[agentview,wrist] or video_tasks=0")
     family = cfg.policy.get("family") if isinstance(cfg.policy, dict) else getattr(cfg.policy, "family", None)
@@ -366,16 +368,6 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     return path
 
 
-def same_config(stored: dict[str, Any] | None, current: dict[str, Any]) -> bool:
-    """Whether a run folder's stored config is ``current``; a field added to :class:`PipelineConfig`
-    after the folder was made (absent there) matches while it keeps its default, so old runs resume."""
-    if stored is None:
-        return False
-    added = {f.name for f in fields(PipelineConfig) if f.name not in stored and f.default is not NO_DEFAULT
-             and current.get(f.name) == f.default}
-    return {k: v for k, v in current.items() if k not in added} == stored
-
-
 def run(cfg: PipelineConfig) -> dict[str, Any]:
     """Run the configured stages (skipping ones a previous run of this folder finished)."""
     import json
@@ -386,7 +378,7 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     config = json.loads(json.dumps(asdict(cfg)))
     done = results.get("stages_done", [])
-    if done and not same_config(results.get("config"), config):
+    if done and not same_config(results.get("config"), config, PipelineConfig):
         raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
                             "repeat the original command to resume it")
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)
