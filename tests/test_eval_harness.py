@@ -166,3 +166,22 @@ def test_a_stop_request_ends_the_run_between_control_steps():
                   on_episode=records.append, should_stop=should_stop)
     assert len(polls) == 61  # polled once per control step, stopped at the first True
     assert 0 < len(records) < 50 and all(r.success for r in records)
+
+
+
+def test_same_config_lets_folders_from_before_a_new_field_resume():
+    from dataclasses import dataclass
+
+    from embodied.runs import same_config
+
+    @dataclass
+    class Schema:
+        episodes: int = 50
+        attempts: int = 1  # a field added after some folders were made
+
+    old = {"episodes": 50}  # stored by a run from before ``attempts`` existed
+    assert same_config(old, {"episodes": 50, "attempts": 1}, Schema)
+    assert not same_config(old, {"episodes": 50, "attempts": 2}, Schema)
+    assert not same_config(old, {"episodes": 20, "attempts": 1}, Schema)
+    assert same_config({"episodes": 50, "attempts": 2}, {"episodes": 50, "attempts": 2}, Schema)
+    assert not same_config(None, {"episodes": 50, "attempts": 1}, Schema)
