@@ -168,7 +168,6 @@ def test_a_stop_request_ends_the_run_between_control_steps():
     assert 0 < len(records) < 50 and all(r.success for r in records)
 
 
-
 def test_same_config_lets_folders_from_before_a_new_field_resume():
     from dataclasses import dataclass
 
