@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from embodied.algorithms import (chunk_gae, episode_weighted_advantages, grpo_advantages, grpo_group_filter,
-                                 normalize_advantages, ppo_loss)
+                                 grpo_return_filter, normalize_advantages, ppo_loss)
 
 
 def _reference_gae(r, v, d, tr, last, fv, gamma, lam):
@@ -93,6 +93,16 @@ def test_grpo_advantages_and_dynamic_sampling():
     assert adv[1].abs().max() == 0 and adv[0, 0] > 0 > adv[0, 1]
     keep = grpo_group_filter(returns > 0.5)
     assert keep.tolist() == [True, False, False, True]
+    assert grpo_return_filter(returns).tolist() == keep.tolist()  # sparse returns: the same groups
+    # shaped returns (progress + 1 at success): an all-failure group that made different progress is
+    # kept, one whose rollouts all ended alike is not
+    shaped = torch.tensor([[0.3, 0.7], [0.2, 0.2], [1.9, 1.9], [1.9, 0.4]])
+    assert grpo_return_filter(shaped).tolist() == [True, False, False, True]
+    assert grpo_group_filter(shaped > 1.0).tolist() == [False, False, False, True]
+    # Dr. GRPO: centred, not scaled: the near-tie (0.3 vs 0.7) pushes less than the success (1.9 vs 0.4)
+    plain = grpo_advantages(shaped, std_norm=False)
+    torch.testing.assert_close(plain[:, 0], torch.tensor([-0.2, 0.0, 0.0, 0.75]))
+    assert grpo_advantages(shaped)[0, 0] == pytest.approx(-0.7071, abs=1e-3)
     with pytest.raises(ValueError):
         grpo_advantages(torch.ones(3, 1))
 

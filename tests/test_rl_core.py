@@ -81,6 +81,20 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
         grpo_batch(rollout, group_size=3)
     with pytest.raises(ValueError, match="weighting must be one of"):
         grpo_batch(rollout, group_size=2, weighting="token")
+    with pytest.raises(ValueError, match="keep must be one of"):
+        grpo_batch(rollout, group_size=2, keep="all")
+    assert grpo_batch(rollout, group_size=2, keep="return")[1]["groups_kept"] == 1.0  # sparse: the same
+    # shaped rewards: group 1's failures made different progress (0.2 vs 0.5), so keep="return" keeps it
+    # too, its rollout that got further being the one pushed up
+    shaped = rollout.reward.clone()
+    shaped[0, 2:] = torch.tensor([0.2, 0.5])
+    rollout.reward = shaped
+    assert grpo_batch(rollout, group_size=2)[1]["groups_kept"] == 1.0
+    both, info = grpo_batch(rollout, group_size=2, keep="return")
+    assert info["groups_kept"] == 2.0 and both["advantages"].shape == (8,)
+    adv = both["advantages"].view(2, 4)  # [chunk, env]: every env's 2 first-episode chunks
+    assert (adv[:, 3] > 0).all() and (adv[:, 2] < 0).all()
+    rollout.reward = success.float()
     # group 0 again, its success ending after 1 chunk and its failure after 2: per episode, the
     # chunks' advantages sum to 0; per chunk, the longer failure outweighs the success
     rollout.done = torch.tensor([[True, False, False, False], [False, True, True, True], [False, False, False, False]])

@@ -185,6 +185,7 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=ppo", "algo.minibatch_size=0"), "minibatch_size \\(0\\) must be >= 1"),
         ((f"init={ar}", "algo=ppo", "init_states=5"), "continues episodes across iterations"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.grpo_weighting=token"), "choose episode or chunk"),
+        ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.grpo_keep=all"), "choose success or return"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "init_states=0"), "init_states must be >= 1"),
         ((f"init={ar}", "algo=flow_grpo", "algo.group_size=2"), "trains a flow policy, but the policy is autoreg"),
         ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.critic_warmup=2"),
@@ -244,15 +245,18 @@ def test_token_grpo_runs_on_groups(tmp_path):
     assert all(r["groups_kept"] != "" for r in rows)
 
 
-@pytest.mark.parametrize("algo,sampler", [("flow_grpo", "sde"), ("flow_fpo", "fpo"), ("flow_dsrl_grpo", "steer")])
-def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler):
+@pytest.mark.parametrize("algo,sampler,task,extra", [
+    ("flow_grpo", "sde", 1, ()), ("flow_fpo", "fpo", 1, ()), ("flow_dsrl_grpo", "steer", 1, ()),
+    ("flow_grpo", "sde", 2, ("reward_type=shaped", "algo.grpo_keep=return", "algo.grpo_std_norm=false"))])  # 2: put the cube on the plate
+def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler, task, extra):
     """GRPO on a flow VLA: Flow-SDE (or FPO: ODE; or DSRL: ODE from steered noise) rollouts in groups of
-    shared initial states, no critic."""
+    shared initial states, no critic. With shaped rewards and ``grpo_keep=return`` the untrained
+    policy's all-failure groups, whose rollouts got to different places, are kept and trained on."""
     flow = policies.save(policies.make("flow", expert_layers=1, sampler="ode", **TINY), tmp_path / "flow")
     out = tmp_path / "fgrpo"
-    proc = _train(f"init={flow}", f"algo={algo}", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]",
+    proc = _train(f"init={flow}", f"algo={algo}", f"out={out}", "iterations=2", "suite=goal", f"tasks=[{task}]",
                   "num_envs=4", "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
-                  "algo.minibatch_size=null", "algo.epochs=2")
+                  "algo.minibatch_size=null", "algo.epochs=2", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert policies.load(out / "checkpoint" / "policy").config.sampler == sampler  # the rollouts' sampler
     rows = _rows(out)
@@ -260,6 +264,8 @@ def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler):
     assert all(r["groups_kept"] != "" and r["value_loss"] in ("", "0", "0.0") for r in rows)
     # minibatch_size=null: one step on the whole batch per epoch (none when every group was dropped)
     assert all(float(r["minibatches"]) == (2 if float(r["groups_kept"]) else 0) for r in rows)
+    if extra:
+        assert all(float(r["groups_kept"]) >= 1 and float(r["success_rate"]) == 0 for r in rows)
     if sampler == "steer":  # DSRL trains the steering module and leaves the flow as it was
         import torch
 

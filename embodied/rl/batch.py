@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from embodied.algorithms import (GRPO_WEIGHTING, chunk_gae, episode_weighted_advantages, grpo_advantages,
-                                 grpo_group_filter, normalize_advantages)
+from embodied.algorithms import (GRPO_KEEP, GRPO_WEIGHTING, chunk_gae, episode_weighted_advantages,
+                                 grpo_advantages, grpo_group_filter, grpo_return_filter, normalize_advantages)
 from embodied.rl.rollout import Rollout
 
 EXTRA_PREFIX = "x."
@@ -61,33 +61,39 @@ def first_episode_mask(done: torch.Tensor) -> torch.Tensor:
     return ended_before == 0
 
 
-def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk"
-               ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk", keep: str = "success",
+               std_norm: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """GRPO rows: envs ``[g * G, (g + 1) * G)`` form group ``g`` (same initial state); each env's first
     episode is one rollout whose group-normalised return is the advantage of all its chunks (scaled
     by mean length / its length with ``weighting="episode"``, so each kept episode weighs the same:
-    see :func:`embodied.algorithms.grpo.episode_weighted_advantages`). Groups that are unfinished,
-    or all-success / all-failure (dynamic sampling), are dropped."""
+    see :func:`embodied.algorithms.grpo.episode_weighted_advantages`). Groups that are unfinished are
+    dropped, and (dynamic sampling) with ``keep="success"`` the all-success / all-failure ones, with
+    ``keep="return"`` those whose returns are all equal. ``std_norm=False``: advantages ``R - mean``
+    (see :func:`embodied.algorithms.grpo.grpo_advantages`)."""
     t_len, n = rollout.shape
     if group_size < 2 or n % group_size:
         raise ValueError(f"{n} envs do not split into groups of {group_size} (>= 2)")
     if weighting not in GRPO_WEIGHTING:
         raise ValueError(f"weighting must be one of {GRPO_WEIGHTING}, got {weighting!r}")
+    if keep not in GRPO_KEEP:
+        raise ValueError(f"keep must be one of {GRPO_KEEP}, got {keep!r}")
     mask = first_episode_mask(rollout.done)
     finished = (rollout.done & mask).any(0)
     returns = (rollout.reward * mask).sum(0)
     success = (rollout.success & mask).any(0)
     groups = n // group_size
-    keep = grpo_group_filter(success.view(groups, group_size)) & finished.view(groups, group_size).all(1)
-    adv_env = grpo_advantages(returns.view(groups, group_size)).flatten()
-    kept_envs = keep.repeat_interleave(group_size)
+    signal = (grpo_group_filter(success.view(groups, group_size)) if keep == "success" else
+              grpo_return_filter(returns.view(groups, group_size)))
+    kept = signal & finished.view(groups, group_size).all(1)
+    adv_env = grpo_advantages(returns.view(groups, group_size), std_norm=std_norm).flatten()
+    kept_envs = kept.repeat_interleave(group_size)
     if weighting == "episode":  # lengths: chunks of each env's first episode
         adv_env[kept_envs] = episode_weighted_advantages(adv_env[kept_envs], mask.sum(0)[kept_envs])
     use = (mask & kept_envs[None, :]).flatten()
     rows = use.nonzero().flatten()
     cols = _observation_columns(rollout, rows)
     cols["advantages"] = adv_env[None, :].expand(t_len, n).flatten()[rows]
-    return cols, {"groups": float(groups), "groups_kept": float(keep.sum())}
+    return cols, {"groups": float(groups), "groups_kept": float(kept.sum())}
 
 
 def batch_size(batch: dict[str, Any]) -> int:

@@ -8,7 +8,8 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 ``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
 ``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.rl.batch.ppo_batch`),
 ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
-``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`),
+``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`), ``grpo_keep``
+(:data:`embodied.algorithms.grpo.GRPO_KEEP`), ``grpo_std_norm`` (divide by the group's std),
 ``init_states`` (``grpo``: cycle the groups through the first N training initial states of each
 task; None: a new state for every group), ``backend`` (a :func:`sims.make` backend, e.g.
 ``mujoco_gpu``; default the suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
@@ -39,7 +40,8 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
                     group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
                     latency_delays: list[int] | None = None, backend: str | None = None,
                     truncation: str = "bootstrap", inference_device: str = "cpu",
-                    init_states: int | None = None, grpo_weighting: str = "chunk") -> dict[str, Any]:
+                    init_states: int | None = None, grpo_weighting: str = "chunk",
+                    grpo_keep: str = "success", grpo_std_norm: bool = True) -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
     GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration).
     ``inference_device="cuda"`` samples the chunks on the runner's GPU when it sees one."""
@@ -49,7 +51,8 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
                 chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
                 lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None,
                 backend=backend, truncation=truncation, inference_device=inference_device,
-                init_states=init_states, grpo_weighting=grpo_weighting)
+                init_states=init_states, grpo_weighting=grpo_weighting, grpo_keep=grpo_keep,
+                grpo_std_norm=grpo_std_norm)
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -163,7 +166,8 @@ class VecEnvRunner(EnvRunner):
                                            generator=gen, critic=self.critic_inputs)
         info: dict[str, float] = {}
         if ec["algo"] == "grpo":
-            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec["grpo_weighting"]))
+            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec["grpo_weighting"]),
+                                     str(ec["grpo_keep"]), bool(ec["grpo_std_norm"]))
         else:
             batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
                               truncation=str(ec["truncation"]))

@@ -106,6 +106,13 @@ class AlgoConfig:
     # grpo / flow_grpo: chunk (each chunk weighs the same: long failures outweigh short successes and the chunks'
     # mean advantage turns negative) | episode (each kept episode weighs the same, GRPO's 1/|o_i|)
     grpo_weighting: str = "chunk"
+    # grpo / flow_grpo dynamic sampling: success (drop all-success / all-failure groups) | return (drop groups
+    # whose returns are all equal: with reward_type=shaped, all-failure groups that made different progress
+    # keep their signal; with sparse rewards the same as success)
+    grpo_keep: str = "success"
+    # grpo / flow_grpo: divide each group's centred returns by their std (GRPO) | false: keep their scale (Dr.
+    # GRPO), so that with shaped rewards a group whose rollouts barely differ pushes barely
+    grpo_std_norm: bool = True
     # token VLA (ppo | grpo): sampling temperature of the rollouts, which the PPO log-probabilities use too
     # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
     # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
@@ -177,7 +184,7 @@ class TrainError(ValueError):
 def check_config(cfg: TrainConfig) -> None:
     """Stop impossible combinations before anything starts."""
     import sims
-    from embodied.algorithms.grpo import GRPO_WEIGHTING
+    from embodied.algorithms.grpo import GRPO_KEEP, GRPO_WEIGHTING
     from embodied.rl.batch import TRUNCATION
     from embodied.rl.critic import CRITICS
 
@@ -219,6 +226,8 @@ def check_config(cfg: TrainConfig) -> None:
                              f"({a.group_size} >= 2)")
     if a.grpo_weighting not in GRPO_WEIGHTING:
         raise TrainError(f"algo.grpo_weighting={a.grpo_weighting!r}: choose {' or '.join(GRPO_WEIGHTING)}")
+    if a.grpo_keep not in GRPO_KEEP:
+        raise TrainError(f"algo.grpo_keep={a.grpo_keep!r}: choose {' or '.join(GRPO_KEEP)}")
     if cfg.init_states is not None:
         if a.name not in GROUP_ALGOS:
             raise TrainError(f"init_states={cfg.init_states} sets GRPO's group initial states; algo={a.name} "
@@ -469,7 +478,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                  group_size=a.group_size, gamma=a.gamma, lam=a.lam,
                                  latency_delays=cfg.latency_delays, backend=cfg.backend,
                                  truncation=cfg.truncation, init_states=cfg.init_states,
-                                 grpo_weighting=a.grpo_weighting,
+                                 grpo_weighting=a.grpo_weighting, grpo_keep=a.grpo_keep,
+                                 grpo_std_norm=a.grpo_std_norm,
                                  # sampling on the GPU where the runners see one: the driver (local), or
                                  # remote runners given a GPU share
                                  inference_device="cuda" if cfg.device == "cuda" and (
