@@ -47,6 +47,17 @@ def same_config(stored: dict[str, Any] | None, current: dict[str, Any], schema: 
     return {k: v for k, v in current.items() if k not in added} == stored
 
 
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def machine_info() -> dict[str, Any]:
     """Versions and hardware recorded next to every benchmark or report."""
     info: dict[str, Any] = {
@@ -54,6 +65,7 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        "cpu": _cpu_model(),
     }
     from importlib.metadata import PackageNotFoundError, version
 
@@ -67,6 +79,9 @@ def machine_info() -> dict[str, Any]:
         import torch
 
         info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        # the instruction set torch's CPU kernels use: runs on machines that differ here (e.g. AVX2 vs
+        # AVX512) round differently, so the same command can train a different policy
+        info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     except Exception:  # noqa: BLE001
         info["cuda"] = None
     info["mujoco_gl"] = os.environ.get("MUJOCO_GL")

@@ -36,7 +36,7 @@ def test_bench_sim_writes_json_csv_and_table(tmp_path):
     res = json.loads((out / "sim.json").read_text())
     assert res["bench"] == "sim"
     assert res["config"]["num_envs"] == [1, 2] and res["config"]["steps"] == 3
-    assert {"python", "cpu_count", "mujoco", "numpy", "torch"} <= set(res["machine"])
+    assert {"python", "cpu_count", "cpu", "torch_cpu_capability", "mujoco", "numpy", "torch"} <= set(res["machine"])
     sizes = res["sizes"]
     assert sizes["task"] == "pick_cube" and sizes["substeps"] >= 1 and sizes["nv"] > 0
     assert sizes["views"] == 2 and sizes["image_size"] == 32

@@ -67,7 +67,10 @@ def test_experts_through_the_harness_meet_the_protocol(tmp_path):
     for t in goal["tasks"]:
         assert t["episodes"] == 4 and t["success_rate"] >= 0.95 and len(t["ci95"]) == 2
     assert (out / "plots" / "goal.png").stat().st_size > 0 and (out / "results.csv").is_file()
-    assert len(res["videos"]) == 1 and "| 0 | open_the_drawer |" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert len(res["videos"]) == 1 and "| 0 | open_the_drawer |" in report
+    # the machine, down to the instruction set torch's kernels use (it changes a trained policy's floats)
+    assert f"torch kernels {res['machine']['torch_cpu_capability']}" in report
 
 
 def test_policy_evaluation_is_reproducible_and_compares(tmp_path):

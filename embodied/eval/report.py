@@ -173,7 +173,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["## Reproducibility", "",
               f"- agent: {results['agent']['label']}; checkpoint sha256 {results['agent'].get('sha256', '-')}",
               f"- device {results['device']}; python {m['python']}, torch {m['torch']}, mujoco {m['mujoco']}, "
-              f"numpy {m['numpy']}; {m['platform']}, {m['cpu_count']} CPUs", ""]
+              f"numpy {m['numpy']}; {m['platform']}, {m['cpu_count']} CPUs ({m.get('cpu')}, torch kernels "
+              f"{m.get('torch_cpu_capability')})", ""]
     return "\n".join(lines)
 
 

@@ -361,7 +361,8 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     lines += ["## Time", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in results.get("stage_seconds", {}).items()]
     m = results["machine"]
-    lines += ["", f"Machine: {m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']}, mujoco {m['mujoco']}, "
+    lines += ["", f"Machine: {m['platform']}, {m['cpu_count']} CPUs ({m.get('cpu')}, torch kernels "
+              f"{m.get('torch_cpu_capability')}), torch {m['torch']}, numpy {m.get('numpy')}, mujoco {m['mujoco']}, "
               f"GL {m['mujoco_gl']}", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
