@@ -58,6 +58,12 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_summary(machine: dict[str, Any]) -> str:
+    """``"N CPUs (model, torch kernels ISA)"`` from a :func:`machine_info` dict (older ones lack the last two)."""
+    return (f"{machine['cpu_count']} CPUs ({machine.get('cpu')}, torch kernels "
+            f"{machine.get('torch_cpu_capability')})")
+
+
 def machine_info() -> dict[str, Any]:
     """Versions and hardware recorded next to every benchmark or report."""
     info: dict[str, Any] = {

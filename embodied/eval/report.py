@@ -11,6 +11,7 @@ import numpy as np
 
 from embodied.eval.harness import EpisodeRecord
 from embodied.eval.stats import difference_interval, pass_at_k, wilson_interval
+from embodied.runs import cpu_summary
 
 
 def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of: dict[str, list[int]],
@@ -173,8 +174,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["## Reproducibility", "",
               f"- agent: {results['agent']['label']}; checkpoint sha256 {results['agent'].get('sha256', '-')}",
               f"- device {results['device']}; python {m['python']}, torch {m['torch']}, mujoco {m['mujoco']}, "
-              f"numpy {m['numpy']}; {m['platform']}, {m['cpu_count']} CPUs ({m.get('cpu')}, torch kernels "
-              f"{m.get('torch_cpu_capability')})", ""]
+              f"numpy {m['numpy']}; {m['platform']}, {cpu_summary(m)}", ""]
     return "\n".join(lines)
 
 

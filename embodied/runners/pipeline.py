@@ -30,7 +30,7 @@ import numpy as np
 from omegaconf import MISSING, OmegaConf
 
 from embodied.config import SimConfig, register_policy_schemas, store
-from embodied.runs import machine_info, prepare_run_dir, same_config, write_json
+from embodied.runs import cpu_summary, machine_info, prepare_run_dir, same_config, write_json
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
 STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
@@ -361,9 +361,8 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     lines += ["## Time", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in results.get("stage_seconds", {}).items()]
     m = results["machine"]
-    lines += ["", f"Machine: {m['platform']}, {m['cpu_count']} CPUs ({m.get('cpu')}, torch kernels "
-              f"{m.get('torch_cpu_capability')}), torch {m['torch']}, numpy {m.get('numpy')}, mujoco {m['mujoco']}, "
-              f"GL {m['mujoco_gl']}", ""]
+    lines += ["", f"Machine: {m['platform']}, {cpu_summary(m)}, torch {m['torch']}, numpy {m.get('numpy')}, "
+              f"mujoco {m['mujoco']}, GL {m['mujoco_gl']}", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
