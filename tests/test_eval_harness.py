@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import policies
-from embodied.eval.stats import difference_interval, pass_at_k, wilson_interval
+from embodied.eval.stats import difference_interval, paired_difference_interval, pass_at_k, wilson_interval
 
 BIN = Path(sys.executable).parent
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
@@ -33,6 +33,48 @@ def test_wilson_and_difference_intervals():
     assert d == pytest.approx(0.4) and 0 < lo < d < hi < 1
     with pytest.raises(ValueError):
         wilson_interval(11, 10)
+
+
+def test_paired_difference_interval():
+    # the same states, every one 0.25 better: no spread in the differences, a point interval
+    d, lo, hi = paired_difference_interval([0.5, 1.0, 0.75], [0.25, 0.75, 0.5])
+    assert (d, lo, hi) == pytest.approx((0.25, 0.25, 0.25))
+    # states that disagree: mean 0.1, SE = sd / sqrt(n)
+    now, before = [1.0, 0.0, 1.0, 1.0, 0.5], [0.5, 0.0, 1.0, 0.5, 1.0]
+    diffs = [0.5, 0.0, 0.0, 0.5, -0.5]
+    se = (sum((x - 0.1) ** 2 for x in diffs) / 4 / 5) ** 0.5
+    d, lo, hi = paired_difference_interval(now, before)
+    assert d == pytest.approx(0.1) and lo == pytest.approx(0.1 - 1.96 * se, abs=1e-3) and hi == pytest.approx(0.1 + 1.96 * se, abs=1e-3)
+    # pairing is tighter than pooling when the policies agree on which states are hard
+    hard_easy_before, hard_easy_now = [0.0] * 25 + [0.5] * 25, [0.25] * 25 + [0.75] * 25
+    _, lo_paired, _ = paired_difference_interval(hard_easy_now, hard_easy_before)
+    _, lo_pooled, _ = difference_interval(50, 100, 25, 100)  # the same rates over 2 attempts per state, unpaired
+    assert lo_paired > lo_pooled
+    assert paired_difference_interval([1.0], [0.0]) == (1.0, -1.0, 1.0)
+    with pytest.raises(ValueError, match="same units"):
+        paired_difference_interval([1.0, 0.0], [0.0])
+
+
+def test_compare_pairs_the_states_both_runs_played():
+    from embodied.eval.harness import EpisodeRecord
+    from embodied.eval.report import aggregate, compare
+
+    def run(outcomes):  # {init id: [success per attempt]}
+        recs = [EpisodeRecord("goal", 0, "t", i, 0, ok, 10, False, a)
+                for i, oks in outcomes.items() for a, ok in enumerate(oks)]
+        return aggregate(recs, ["goal"], {"goal": [0]}, {"goal": ["t"]})
+
+    before = run({0: [False, False], 1: [True, False], 2: [True, True], 3: [False, True]})
+    after = run({0: [True, False], 1: [True, True], 2: [True, True], 4: [True, True]})  # state 3 absent, 4 new
+    assert before["goal"]["tasks"][0]["state_successes"] == [[0, 0, 2], [1, 1, 2], [2, 2, 2], [3, 1, 2]]
+    cmp = compare(after, {"suites": before})["goal"]
+    paired = cmp["tasks"][0]["paired"]
+    assert paired["states"] == 3 and paired["before"] == pytest.approx(0.5) and paired["now"] == pytest.approx(5 / 6, abs=1e-4)
+    assert paired["difference"] == pytest.approx(1 / 3, abs=1e-4) and cmp["paired"] == paired
+    # a previous results.json without per-state successes (older runs) compares as before, unpaired
+    old = {"suites": {"goal": {"tasks": [{k: v for k, v in before["goal"]["tasks"][0].items() if k != "state_successes"}]}}}
+    cmp_old = compare(after, old)["goal"]
+    assert "paired" not in cmp_old and "paired" not in cmp_old["tasks"][0] and cmp_old["tasks"][0]["difference"] == 0.5  # attempt 0: 2 of 4 -> 4 of 4
 
 
 def test_pass_at_k_and_its_aggregation_over_attempts():
@@ -90,7 +132,10 @@ def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rc = json.loads((c / "results.json").read_text())["suites"]["dynamic"]
     assert rc["success_rate"] == ra["suites"]["dynamic"]["success_rate"] and len(rc["pass_at_k"]) == 2
-    assert [{k: v for k, v in t.items() if k != "pass_at_k"} for t in rc["tasks"]] == ra["suites"]["dynamic"]["tasks"]
+    per_attempt = ("pass_at_k", "state_successes")  # over every attempt
+    assert ([{k: v for k, v in t.items() if k not in per_attempt} for t in rc["tasks"]]
+            == [{k: v for k, v in t.items() if k not in per_attempt} for t in ra["suites"]["dynamic"]["tasks"]])
+    assert all(n == 2 for t in rc["tasks"] for _, _, n in t["state_successes"])
     lines = [json.loads(line) for line in (c / "episodes.jsonl").read_text().splitlines()]
     assert sorted((r["attempt"], r["task"], r["init_id"]) for r in lines) == [
         (a, t, i) for a in (0, 1) for t in (0, 3) for i in (0, 1)]

@@ -25,7 +25,7 @@ TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.nu
                  "policy.chunk_size=3", "policy.prefix_layers=1", "policy.expert_layers=1", "sft.steps=3",
                  "sft.batch_size=4", "sft.warmup_steps=1", "rl.iterations=2", "rl.num_envs=2", "rl.chunks_per_iter=2",
                  "rl.critic_warmup=1", "rl.truncation=fail", "rl.max_episode_steps=6", "eval.episodes=2",
-                 "eval.num_envs=4", "eval.video_max=1"]
+                 "eval.num_envs=4", "eval.video_max=1", "eval.attempts=2"]
 
 
 def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
@@ -46,9 +46,14 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     for key in ("eval_sft", "eval_rl"):
         assert results[key]["episodes"] == 4 and 0.0 <= results[key]["success_rate"] <= 1.0
         assert results[key]["videos"] and all((out / v).is_file() for v in results[key]["videos"])
-    assert results["eval_rl"]["comparison"]["tasks"]  # compared with the SFT evaluation
+    cmp = results["eval_rl"]["comparison"]  # compared with the SFT evaluation, per task and paired over states
+    assert cmp["tasks"] and cmp["paired"]["states"] == 4 and all(t["paired"]["states"] == 2 for t in cmp["tasks"])
+    for key in ("eval_sft", "eval_rl"):  # eval.attempts=2: pass@1 <= pass@2, pass@1 the rate over both attempts
+        p1, p2 = results[key]["pass_at_k"]
+        assert 0.0 <= p1 <= p2 <= 1.0 and p1 == pytest.approx(cmp["paired"]["before" if key == "eval_sft" else "now"])
     report = (out / "report.md").read_text()
-    assert "| 2 put_the_cube_on_the_plate |" in report and "RL - SFT:" in report
+    assert "| 2 put_the_cube_on_the_plate |" in report and "RL - SFT:" in report and "Paired over the 4 initial states (2 episodes" in report
+    assert "pass@1..K" in report
     assert (out / "plots" / "pipeline.png").stat().st_size > 1000
     assert (out / ".hydra" / "config.yaml").is_file() and (out / "data" / "meta" / "info.json").is_file()
     # in-process from here (the same config the command builds, without another start-up)

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from embodied.eval.harness import EpisodeRecord
-from embodied.eval.stats import difference_interval, pass_at_k, wilson_interval
+from embodied.eval.stats import difference_interval, paired_difference_interval, pass_at_k, wilson_interval
 from embodied.runs import cpu_summary
 
 
@@ -20,7 +20,8 @@ def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of:
     protocol's episodes: attempt 0). Where states were attempted several times (``attempts=K``), also
     ``pass_at_k [K]``: the chance that one of k attempts at a state succeeds, k = 1..K, averaged over
     the states (pass@1 is the success rate over every attempt; pass@K - pass@1 is the headroom a
-    policy that picked its noise well per state would have)."""
+    policy that picked its noise well per state would have). ``state_successes`` lists every state's
+    ``[init id, successes, attempts]`` over all its attempts, for paired comparisons."""
     records = list(records)
     by_task: dict[tuple[str, int], list[EpisodeRecord]] = {}
     by_state: dict[tuple[str, int], dict[int, list[bool]]] = {}
@@ -42,6 +43,7 @@ def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of:
                 "mean_length": float(np.mean([r.length for r in eps])) if eps else 0.0,
                 "failures": [r.init_id for r in eps if not r.success],
                 "diverged": sum(r.diverged for r in eps),
+                "state_successes": [[i, sum(s), len(s)] for i, s in sorted(by_state.get((suite, t), {}).items())],
             })
             if attempts > 1:
                 rows[-1]["pass_at_k"] = _pass_curve(by_state.get((suite, t), {}), attempts)
@@ -70,7 +72,10 @@ def _pass_curve(states: dict[int, list[bool]], attempts: int) -> list[float]:
 
 
 def compare(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
-    """Per task present in both results: difference of success rates with a 95% interval."""
+    """Per task present in both results: difference of the protocol's success rates with Newcombe's
+    95% interval and, where both runs list their states' successes, the paired difference over the
+    states both ran (every attempt counted; :func:`paired_difference_interval`); per suite the same
+    pairing over all those states."""
     out: dict[str, Any] = {}
     for suite, cur in current.items():
         prev = previous.get("suites", {}).get(suite)
@@ -78,6 +83,8 @@ def compare(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]
             continue
         old = {r["name"]: r for r in prev["tasks"]}
         rows = []
+        now_all: list[float] = []
+        before_all: list[float] = []
         for r in cur["tasks"]:
             o = old.get(r["name"])
             if o is None or not r["episodes"] or not o.get("episodes"):
@@ -87,8 +94,31 @@ def compare(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]
             rows.append({"task": r["task"], "name": r["name"], "now": r["success_rate"], "before": o["success_rate"],
                          "difference": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)],
                          "significant": lo > 0 or hi < 0})
+            now_rates, before_rates = _paired_rates(r.get("state_successes"), o.get("state_successes"))
+            if now_rates:
+                rows[-1]["paired"] = _paired_summary(now_rates, before_rates)
+                now_all += now_rates
+                before_all += before_rates
         out[suite] = {"tasks": rows, "mean_difference": float(np.mean([r["difference"] for r in rows])) if rows else 0.0}
+        if now_all:
+            out[suite]["paired"] = _paired_summary(now_all, before_all)
     return out
+
+
+def _paired_rates(now: list[list[int]] | None, before: list[list[int]] | None) -> tuple[list[float], list[float]]:
+    """Success rates over the attempts of the states both runs recorded (``[init id, successes, attempts]``)."""
+    if not now or not before:
+        return [], []
+    old = {i: k / n for i, k, n in before if n}
+    pairs = [(k / n, old[i]) for i, k, n in now if n and i in old]
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def _paired_summary(now: list[float], before: list[float]) -> dict[str, Any]:
+    d, lo, hi = paired_difference_interval(now, before)
+    return {"difference": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)], "states": len(now),
+            "now": round(float(np.mean(now)), 4), "before": round(float(np.mean(before)), 4),
+            "significant": lo > 0 or hi < 0}
 
 
 def write_csv(path: Path, suites: dict[str, Any]) -> None:
@@ -162,12 +192,23 @@ def markdown(results: dict[str, Any]) -> str:
         cmp = results.get("comparison", {}).get(suite)
         if cmp:
             lines += [f"### {suite}: change against {results['compare_with']} (mean {cmp['mean_difference']:+.1%})", "",
-                      "| task | before | now | difference | 95% CI |", "|---|---|---|---|---|"]
+                      "| task | before | now | difference | 95% CI | paired over states, all attempts | 95% CI |",
+                      "|---|---|---|---|---|---|---|"]
             for r in cmp["tasks"]:
                 mark = " *" if r["significant"] else ""
+                p = r.get("paired")
+                paired = (f"{p['before']:.0%} -> {p['now']:.0%}: {p['difference']:+.1%}{' *' if p['significant'] else ''} | "
+                          f"[{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]" if p else "- | -")
                 lines.append(f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%}{mark} | "
-                             f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] |")
-            lines += ["", "\\* the interval excludes 0.", ""]
+                             f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] | {paired} |")
+            lines += ["", "\\* the interval excludes 0. Difference and 95% CI: the protocol's episodes (Newcombe); "
+                      "paired: the mean over the initial states both runs played of the change in each state's "
+                      "success rate over its attempts, with a normal interval from the states' spread.", ""]
+            if cmp.get("paired"):
+                p = cmp["paired"]
+                lines += [f"Paired over {p['states']} states: {p['before']:.1%} -> {p['now']:.1%}, "
+                          f"{p['difference']:+.1%} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]"
+                          + (" (excludes 0)." if p["significant"] else "."), ""]
     if results.get("videos"):
         lines += ["## Videos", ""] + [f"- [{v}]({v})" for v in results["videos"]] + [""]
     m = results["machine"]

@@ -9,9 +9,11 @@ and resumes an interrupted SFT or RL stage from its last checkpoint):
 
 1. ``collect``: the suite's scripted experts write a LeRobot v3.0 dataset (``data/``).
 2. ``sft``: a flow VLA is fine-tuned on those few demonstrations (``sft/``).
-3. ``eval_sft``: the SFT policy on the fixed protocol (initial states 0..episodes-1 per task).
+3. ``eval_sft``: the SFT policy on the fixed protocol (initial states 0..episodes-1 per task),
+   ``eval.attempts`` episodes per state (attempt 0 is the protocol's; the others add pass@k).
 4. ``rl``: Flow-SDE PPO on Ray RLlib in parallel envs, from the SFT bundle (``rl/``).
-5. ``eval_rl``: the RL policy on the same protocol, compared with the SFT one (Newcombe intervals).
+5. ``eval_rl``: the RL policy on the same protocol, compared with the SFT one (Newcombe intervals
+   on the protocol's episodes; paired over the states with every attempt counted).
 
 Outputs in ``out``: ``results.json`` (every stage), ``report.md`` (tables with 95% intervals, the
 plot ``plots/pipeline.png`` of success before/after RL and the RL learning curve, links to the
@@ -73,6 +75,10 @@ class PipelineEvalConfig:
     """Stages ``eval_sft`` and ``eval_rl``: the fixed protocol."""
 
     episodes: int = 50  # fixed initial states per task (the protocol's 50)
+    # episodes per initial state, each with other sampling noise: attempt 0 is the protocol's (its success
+    # rate and Newcombe interval); every attempt counts in pass@k and in the paired RL - SFT comparison over
+    # the states (4: 200 episodes per policy on one task, so a gain shows beyond one draw of noise per state)
+    attempts: int = 4
     num_envs: int = 25
     videos: str = "all"  # failures | all | none
     video_max: int = 3
@@ -139,6 +145,8 @@ def check_config(cfg: PipelineConfig) -> None:
     if cfg.rl.algo not in ("flow_sde", "flow_sde_full", "flow_noise"):
         raise PipelineError(f"rl.algo={cfg.rl.algo!r}: the pipeline's flow VLA trains with flow_sde, flow_sde_full "
                             "or flow_noise")
+    if cfg.eval.attempts < 1:
+        raise PipelineError(f"eval.attempts={cfg.eval.attempts}: every initial state needs at least 1 episode")
     if cfg.rl.truncation not in TRUNCATION:
         raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose {' or '.join(TRUNCATION)}")
     if cfg.rl.critic not in CRITICS:
@@ -216,6 +224,7 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
     e = cfg.eval
     res = run(EvalConfig(out=str(out / name), checkpoint=str(checkpoint), suite=cfg.sim.suite, tasks=_tasks(cfg),
                          episodes=e.episodes, num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
+                         attempts=e.attempts,
                          videos=e.videos, video_max=e.video_max,
                          compare=str(compare) if compare is not None else None))
     suite = res["suites"][cfg.sim.suite]
@@ -223,7 +232,7 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
     return {"success_rate": suite["success_rate"], "episodes": suite["episodes"], "successes": pooled_k,
             "ci95": suite["ci95"], "tasks": suite["tasks"], "wall_s": res["wall_s"], "env_steps": res["env_steps"],
             "videos": [f"{name}/{v}" for v in res["videos"]], "report": f"{name}/report.md",
-            "comparison": res.get("comparison", {}).get(cfg.sim.suite)}
+            "comparison": res.get("comparison", {}).get(cfg.sim.suite), "pass_at_k": suite.get("pass_at_k")}
 
 
 def stage_rl(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
@@ -334,7 +343,10 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     before, after = results.get("eval_sft"), results.get("eval_rl")
     if before or after:
         lines += ["## 4. Evaluation on the fixed protocol", "",
-                  f"{cfg['eval']['episodes']} fixed initial states per task, greedy policy, the task's own step limit.",
+                  f"{cfg['eval']['episodes']} fixed initial states per task"
+                  + (f", {cfg['eval']['attempts']} episodes each with other sampling noise (the first is the protocol's)"
+                     if cfg['eval'].get('attempts', 1) > 1 else "")
+                  + ", greedy policy, the task's own step limit.",
                   "", "![pipeline](plots/pipeline.png)", "",
                   "| policy | success | episodes | 95% CI |", "|---|---|---|---|"]
         for label, res in (("SFT", before), ("SFT + RL", after)):
@@ -342,6 +354,12 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                 lines.append(f"| {label} | **{res['success_rate']:.1%}** | {res['episodes']} | "
                              f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] |")
         lines.append("")
+        curves = [(label, res["pass_at_k"]) for label, res in (("SFT", before), ("SFT + RL", after))
+                  if res and res.get("pass_at_k")]
+        if curves:
+            lines += ["The table is each state's first episode (the protocol's). Over every attempt, pass@1..K "
+                      "(the chance that one of k attempts at a state succeeds): "
+                      + "; ".join(f"{label} " + ", ".join(f"{p:.0%}" for p in c) for label, c in curves) + ".", ""]
         if before and after:
             from embodied.eval.stats import difference_interval
 
@@ -349,11 +367,24 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                                             before["episodes"])
             lines += [f"RL - SFT: **{d:+.1%}**, 95% interval [{lo:+.3f}, {hi:+.3f}] (Newcombe)"
                       + (" - the interval excludes 0." if lo > 0 or hi < 0 else "."), ""]
-            if after.get("comparison"):
-                lines += ["| task | SFT | SFT + RL | difference | 95% CI |", "|---|---|---|---|---|"]
-                for r in after["comparison"]["tasks"]:
+            cmp = after.get("comparison") or {}
+            paired = cmp.get("paired")
+            if paired:
+                attempts = cfg["eval"].get("attempts", 1)
+                lines += [f"Paired over the {paired['states']} initial states ({attempts} episode"
+                          f"{'s' if attempts > 1 else ''} per state and policy, every attempt counted): SFT "
+                          f"{paired['before']:.1%} -> SFT + RL {paired['now']:.1%}, RL - SFT **{paired['difference']:+.1%}**, "
+                          f"95% interval [{paired['ci95'][0]:+.3f}, {paired['ci95'][1]:+.3f}]"
+                          + (" - the interval excludes 0." if paired["significant"] else "."), ""]
+            if cmp.get("tasks"):
+                lines += ["| task | SFT | SFT + RL | difference | 95% CI | paired difference | 95% CI |",
+                          "|---|---|---|---|---|---|---|"]
+                for r in cmp["tasks"]:
+                    pr = r.get("paired")
+                    cells = (f"{pr['difference']:+.1%} | [{pr['ci95'][0]:+.2f}, {pr['ci95'][1]:+.2f}]" if pr
+                             else "- | -")
                     lines.append(f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%} | "
-                                 f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] |")
+                                 f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] | {cells} |")
                 lines.append("")
         vids = (before or {}).get("videos", []) + (after or {}).get("videos", [])
         if vids:
@@ -431,6 +462,10 @@ def main(cfg: Any) -> None:
         if key in results:
             r = results[key]
             parts.append(f"{label} {r['success_rate']:.1%} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
+    paired = (results.get("eval_rl", {}).get("comparison") or {}).get("paired")
+    if paired:
+        parts.append(f"RL - SFT {paired['difference']:+.1%} [{paired['ci95'][0]:+.3f}, {paired['ci95'][1]:+.3f}] "
+                     f"paired over {paired['states']} states")
     print(f"{'; '.join(p for p in parts if p)} on {config.sim.suite} {results['tasks']}; "
           f"report: {Path(config.out) / 'report.md'}")
 
