@@ -121,6 +121,12 @@ def _paired_summary(now: list[float], before: list[float]) -> dict[str, Any]:
             "significant": lo > 0 or hi < 0}
 
 
+def paired_text(p: dict[str, Any], before: str = "", now: str = "") -> str:
+    """One line of a paired comparison (``compare``'s ``paired``): both rates, the difference and its interval."""
+    return (f"{before}{p['before']:.1%} -> {now}{p['now']:.1%}: {p['difference']:+.1%}, 95% interval "
+            f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]" + (" - the interval excludes 0" if p["significant"] else ""))
+
+
 def write_csv(path: Path, suites: dict[str, Any]) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -205,10 +211,7 @@ def markdown(results: dict[str, Any]) -> str:
                       "paired: the mean over the initial states both runs played of the change in each state's "
                       "success rate over its attempts, with a normal interval from the states' spread.", ""]
             if cmp.get("paired"):
-                p = cmp["paired"]
-                lines += [f"Paired over {p['states']} states: {p['before']:.1%} -> {p['now']:.1%}, "
-                          f"{p['difference']:+.1%} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]"
-                          + (" (excludes 0)." if p["significant"] else "."), ""]
+                lines += [f"Paired over {cmp['paired']['states']} states: {paired_text(cmp['paired'])}.", ""]
     if results.get("videos"):
         lines += ["## Videos", ""] + [f"- [{v}]({v})" for v in results["videos"]] + [""]
     m = results["machine"]

@@ -341,11 +341,12 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                      "for samples (the sampling that learning did not hide)." if split else "")
                   + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`.", ""]
     before, after = results.get("eval_sft"), results.get("eval_rl")
+    attempts = cfg["eval"].get("attempts", 1)
     if before or after:
         lines += ["## 4. Evaluation on the fixed protocol", "",
                   f"{cfg['eval']['episodes']} fixed initial states per task"
-                  + (f", {cfg['eval']['attempts']} episodes each with other sampling noise (the first is the protocol's)"
-                     if cfg['eval'].get('attempts', 1) > 1 else "")
+                  + (f", {attempts} episodes each with other sampling noise (the first is the protocol's)"
+                     if attempts > 1 else "")
                   + ", greedy policy, the task's own step limit.",
                   "", "![pipeline](plots/pipeline.png)", "",
                   "| policy | success | episodes | 95% CI |", "|---|---|---|---|"]
@@ -361,6 +362,7 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                       "(the chance that one of k attempts at a state succeeds): "
                       + "; ".join(f"{label} " + ", ".join(f"{p:.0%}" for p in c) for label, c in curves) + ".", ""]
         if before and after:
+            from embodied.eval.report import paired_text
             from embodied.eval.stats import difference_interval
 
             d, lo, hi = difference_interval(after["successes"], after["episodes"], before["successes"],
@@ -370,12 +372,9 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
             cmp = after.get("comparison") or {}
             paired = cmp.get("paired")
             if paired:
-                attempts = cfg["eval"].get("attempts", 1)
                 lines += [f"Paired over the {paired['states']} initial states ({attempts} episode"
-                          f"{'s' if attempts > 1 else ''} per state and policy, every attempt counted): SFT "
-                          f"{paired['before']:.1%} -> SFT + RL {paired['now']:.1%}, RL - SFT **{paired['difference']:+.1%}**, "
-                          f"95% interval [{paired['ci95'][0]:+.3f}, {paired['ci95'][1]:+.3f}]"
-                          + (" - the interval excludes 0." if paired["significant"] else "."), ""]
+                          f"{'s' if attempts > 1 else ''} per state and policy, every attempt counted), RL - SFT: "
+                          f"{paired_text(paired, 'SFT ', 'SFT + RL ')}.", ""]
             if cmp.get("tasks"):
                 lines += ["| task | SFT | SFT + RL | difference | 95% CI | paired difference | 95% CI |",
                           "|---|---|---|---|---|---|---|"]
