@@ -47,6 +47,48 @@ def same_config(stored: dict[str, Any] | None, current: dict[str, Any], schema: 
     return {k: v for k, v in current.items() if k not in added} == stored
 
 
+def read_complete_rows(path: str | os.PathLike, key: str,
+                       upto: int | None = None) -> tuple[list[str] | None, list[dict[str, str]]]:
+    """``(header, rows)`` of the CSV file ``path`` (a run's ``metrics.csv``) that a resumed run keeps.
+
+    Each row is a dict keyed by the header. Kept: the complete rows whose integer column ``key``
+    (``iteration``, ``step``) is at most ``upto`` (the checkpoint the run resumes from; ``None``:
+    no bound). Dropped as torn or stale: a last line without its line terminator (a write cut by a
+    crash, possibly inside its last field, so it can still parse), a row with fewer or more fields
+    than the header, a row whose ``key`` is not an integer, and rows past ``upto`` (logged after the
+    last checkpoint: the resumed run logs them again). A missing file, or one without a complete
+    header line, gives ``(None, [])``; a file with only the header gives ``(header, [])``. Rewrite
+    the file with what this returns before appending to it.
+    """
+    import csv
+    import io
+
+    try:
+        with open(path, newline="") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None, []
+    if not text.endswith(("\n", "\r")):  # the last line is torn: keep the lines before it
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        text = text[:cut + 1]
+    lines = csv.reader(io.StringIO(text))
+    header = next(lines, None)
+    if not header or key not in header:
+        return None, []
+    at = header.index(key)
+    rows = []
+    for values in lines:
+        if len(values) != len(header):
+            continue
+        try:
+            value = int(values[at])
+        except ValueError:
+            continue
+        if upto is None or value <= upto:
+            rows.append(dict(zip(header, values)))
+    return header, rows
+
+
 def _cpu_model() -> str | None:
     try:
         with open("/proc/cpuinfo") as f:

@@ -19,11 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import hydra
 import numpy as np
 from omegaconf import MISSING, OmegaConf
 
-from embodied.config import store
+from embodied.config import hydra_app, store
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +40,10 @@ class ServeConfig:
     max_batch: int = 8  # concurrent requests batched through the model at most
     batch_window_ms: float = 0.0  # extra wait for more requests to batch (0: batch what is already waiting)
     seed: int = 0
+    idle_timeout_s: float = 300.0  # a connection that starts no message this long after its last reply is closed
+    message_timeout_s: float = 10.0  # ... and one that takes longer to finish a message or take a reply
+    open_timeout_s: float = 10.0  # the websocket handshake's deadline
+    max_connections: int = 32  # more open connections are refused (HTTP 503)
 
 
 @dataclass
@@ -87,7 +90,7 @@ store("serve_schema", ServeConfig)
 store("deploy_schema", DeployAppConfig)
 
 
-@hydra.main(config_path="pkg://configs", config_name="serve", version_base="1.3")
+@hydra_app("embodied-serve", "serve")
 def serve_main(cfg) -> None:
     import policies
     from real_robot.server import PolicyServer
@@ -99,7 +102,9 @@ def serve_main(cfg) -> None:
         raise SystemExit(f"embodied-serve: {err}") from None
     server = PolicyServer(policy, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"),
                           max_message_bytes=int(c.max_message_mb * 1024 * 1024), max_batch=c.max_batch,
-                          batch_window_ms=c.batch_window_ms, seed=c.seed)
+                          batch_window_ms=c.batch_window_ms, seed=c.seed, idle_timeout_s=c.idle_timeout_s,
+                          message_timeout_s=c.message_timeout_s, open_timeout_s=c.open_timeout_s,
+                          max_connections=c.max_connections)
     print(f"embodied-serve: {policy.family} policy {c.checkpoint} on ws://{c.host}:{c.port} "
           f"(API key {'required' if server.api_key else 'off'}); warming up ...", flush=True)
     try:
@@ -124,7 +129,7 @@ def _make_robot(c: DeployAppConfig):
     raise SystemExit(f"embodied-deploy: unknown robot {c.robot!r}; choose sim or network")
 
 
-@hydra.main(config_path="pkg://configs", config_name="deploy", version_base="1.3")
+@hydra_app("embodied-deploy", "deploy")
 def deploy_main(cfg) -> None:
     from embodied.data.collect import ACTION_NAMES, STATE_NAMES
     from embodied.data.lerobot_format import DatasetWriter, Episode
@@ -187,7 +192,7 @@ def deploy_main(cfg) -> None:
                                            privileged=np.zeros((t, 0), np.float32), action=np.stack(res.actions),
                                            reward=succ.astype(np.float32), done=done, success=succ, rgb=rgb,
                                            meta={"reason": res.reason}))
-            if res.reason == "estop" or res.reason == "watchdog" or res.reason.startswith("camera_stalled"):
+            if res.reason in ("estop", "watchdog", "unsafe_state") or res.reason.startswith("camera_stalled"):
                 break
     except KeyboardInterrupt:
         print("interrupted: stopping the robot", file=sys.stderr)

@@ -1,9 +1,10 @@
 """The robot client: a fixed-rate control loop between a robot and the policy server.
 
-Every control period: read the robot, check the cameras, take the action of this step from the
-action queue (:class:`embodied.latency.ActionQueue`, indexed by control step) or hold still,
-pass it through the :class:`~real_robot.safety.SafetyFilter`, send it. Chunks are requested in a
-background thread so the loop keeps its rate while the server thinks:
+Every control period: read the robot, check its state (an implausible one stops the robot) and
+the cameras, take the action of this step from the action queue
+(:class:`embodied.latency.ActionQueue`, indexed by control step) or hold still, pass it through
+the :class:`~real_robot.safety.SafetyFilter`, send it. Chunks are requested in a background
+thread so the loop keeps its rate while the server thinks:
 
 - ``sync``: ask when the queue is empty; the robot holds still until the chunk arrives;
 - ``async``: ask when ``threshold`` actions are left; the chunk is planned from the observation
@@ -20,7 +21,10 @@ periods without any fresh action for over ``hold_timeout_s`` (``starved_steps``)
 robot (motors off, disconnected) when that lasts ``stop_timeout_s``; a camera whose frames stop changing for
 ``stall_timeout_s`` stops the episode; the emergency stop (SIGUSR1, the keyboard's ``e`` + Enter,
 or :meth:`Deployer.emergency_stop`) holds and disconnects, and only :meth:`Deployer.reset_estop`
-leaves it. Episodes are recorded in the demonstration dataset format.
+leaves it; an implausible robot state (NaN/inf, a joint or the tool far outside its limits: see
+:meth:`~real_robot.safety.SafetyFilter.check_state`) is never turned into a command: the episode
+ends at once with reason ``unsafe_state`` and the robot takes the emergency-stop path (hold,
+disconnect). Episodes are recorded in the demonstration dataset format.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from embodied.latency import ActionQueue, LatencyStats, augment_state, chunk_sta
 from real_robot.policy_client import PolicyClient, ServerError
 from real_robot.rate import FixedRate
 from real_robot.robots.base import Observation, Robot
-from real_robot.safety import SafetyFilter
+from real_robot.safety import SafetyFilter, UnsafeState
 from real_robot.spec import IMAGE_PREFIX, PROMPT_KEY, RTC_FROZEN_KEY, RTC_PREV_KEY, STATE_KEY, PolicySpec
 
 CLIENT_MODES = ("sync", "async", "rtc", "aware")
@@ -82,7 +86,7 @@ class DeployConfig:
 class EpisodeResult:
     steps: int
     success: bool
-    reason: str  # success | max_steps | watchdog | camera_stalled | estop | server_lost
+    reason: str  # success | max_steps | watchdog | camera_stalled | estop | unsafe_state | server_lost
     held_steps: int  # steps without a queued action (the robot held still)
     starved_steps: int  # of those, steps after hold_timeout_s without any fresh action (the watchdog's hold)
     safety_counts: dict[str, int]
@@ -219,6 +223,11 @@ class Deployer:
                 reason = "estop"
                 break
             obs = robot.observe()
+            try:  # the state is checked first: a bad reading is never turned into a command
+                hold_action = self.safety.hold(obs.state)
+            except UnsafeState as err:
+                reason, self.last_error = "unsafe_state", f"unsafe robot state: {err.reason}"
+                break
             now = time.perf_counter()
             stalled = self._stalled_camera(obs, last_frames, now)
             if stalled:
@@ -256,8 +265,8 @@ class Deployer:
                 elif cfg.mode == "aware":
                     frozen = d_plan
                     acts, ok = queue.peek(max(self.max_delay, 1))
-                    hold = self.safety.hold(obs.state)
-                    committed = np.where(ok[0, :, None].numpy(), acts[0].numpy(), hold[None]).astype(np.float32)
+                    committed = np.where(ok[0, :, None].numpy(), acts[0].numpy(),
+                                         hold_action[None]).astype(np.float32)
                 req_delay = frozen
                 inflight = (self._pool.submit(self._request, obs, prev, frozen, committed), step)
             action, ok, _ = queue.pop()
@@ -272,9 +281,13 @@ class Deployer:
             if bool(ok[0]):
                 wanted = action[0].numpy().astype(np.float64)
             else:
-                wanted = self.safety.hold(obs.state)
+                wanted = hold_action
                 held += 1
-            sent = self.safety.filter(wanted, obs.state)
+            try:
+                sent = self.safety.filter(wanted, obs.state)
+            except UnsafeState as err:
+                reason, self.last_error = "unsafe_state", f"unsafe robot state: {err.reason}"
+                break
             robot.send_action(sent)
             if record:
                 states.append(obs.state.copy())
@@ -283,7 +296,7 @@ class Deployer:
             if on_step is not None:
                 on_step(step, obs, sent)
             rate.wait()
-        if reason in ("watchdog", "estop") or reason.startswith("camera_stalled"):
+        if reason in ("watchdog", "estop", "unsafe_state") or reason.startswith("camera_stalled"):
             robot.hold()
             robot.disconnect()  # motors stopped cleanly; a new episode needs connect()
         elif reason == "max_steps":

@@ -21,6 +21,7 @@ class PolicyClient:
         self.api_key, self.timeout, self.max_message_bytes = api_key, timeout, max_message_bytes
         self._ws: Any = None
         self.metadata: dict[str, Any] = {}
+        self.spec: Optional[PolicySpec] = None
 
     def connect(self) -> PolicySpec:
         """Open the connection and read the server's metadata (the policy's spec)."""
@@ -32,7 +33,8 @@ class PolicyClient:
         except Exception as err:
             raise ConnectionError(f"cannot connect to the policy server at {self.uri}: {err}") from None
         self.metadata = protocol.unpackb(self._ws.recv(timeout=self.timeout), self.max_message_bytes)
-        return PolicySpec.from_metadata(self.metadata)
+        self.spec = PolicySpec.from_metadata(self.metadata)
+        return self.spec
 
     def infer(self, obs: dict[str, Any], timeout: Optional[float] = None) -> tuple[np.ndarray, dict[str, Any]]:
         """The chunk ``[H, A]`` and the server timing for one observation dict."""
@@ -48,7 +50,13 @@ class PolicyClient:
         if isinstance(reply, str):
             raise ServerError(reply)
         msg = protocol.unpackb(reply, self.max_message_bytes)
-        return np.asarray(msg["actions"], np.float32), dict(msg.get("server_timing", {}))
+        actions = msg.get("actions") if isinstance(msg, dict) else None
+        # the server checks every chunk it sends; a client trusts no peer all the same
+        problem = (self.spec.check_actions(actions) if self.spec is not None else None) if \
+            isinstance(actions, np.ndarray) else "the reply holds no actions array"
+        if problem is not None:
+            raise ServerError(f"refused the server's reply: {problem}")
+        return actions.copy(), dict(msg.get("server_timing", {}))
 
     def alive(self) -> bool:
         """Whether the connection is open (a server that died is noticed without a request)."""

@@ -10,6 +10,17 @@ Protocol (the one ``openpi-client``'s ``WebsocketClientPolicy`` speaks):
    ``"error: ..."`` (``openpi-client`` raises it as a ``RuntimeError``) and the connection stays
    open for the next one. A message over ``max_message_bytes`` closes that connection (1009).
 
+What a reply can hold: every request is validated after its cast to float32 (finite state, RTC
+actions finite and within the action range, the frozen count within the given plan), and every
+chunk is checked once more just before it is sent (:meth:`~real_robot.spec.PolicySpec.check_actions`:
+shape, finite, within ``action_range``); a chunk that fails is never sent: the client gets
+``"error: ..."`` and ``/healthz`` counts it under ``unsafe_replies``.
+
+Deadlines: the handshake must finish within ``open_timeout_s``; after it, a connection that starts
+no message for ``idle_timeout_s`` (from its last reply) is closed (1008), as is one that takes over
+``message_timeout_s`` to finish a message it has begun (half a frame, a trickle) or to take a
+reply. At most ``max_connections`` connections are open at once; more are refused with HTTP 503.
+
 ``GET /healthz`` answers 200 with JSON stage timings once the warm-up inference is done (503
 before). Requests from concurrent clients are batched: those that arrived while the previous
 batch ran go through the model together (up to ``max_batch``); ``batch_window_ms`` > 0 also lets
@@ -40,6 +51,33 @@ from real_robot.spec import PolicySpec, RequestError
 log = logging.getLogger(__name__)
 
 
+def _deadline_connection_class() -> type:
+    """A websockets ``ServerConnection`` that records when an unfinished message began arriving."""
+    from websockets.asyncio.server import ServerConnection
+    from websockets.frames import Frame, Opcode
+
+    class DeadlineConnection(ServerConnection):
+        # loop time of the first byte not yet part of a finished data frame (None: nothing pending)
+        pending_since: Optional[float] = None
+
+        def data_received(self, data: bytes) -> None:
+            if self.pending_since is None:
+                self.pending_since = self.loop.time()
+            super().data_received(data)
+            reader = getattr(self.protocol, "reader", None)
+            if self.pending_since is None and reader is not None and len(getattr(reader, "buffer", b"")):
+                self.pending_since = self.loop.time()  # a frame's tail after the finished ones
+
+        def process_event(self, event: Any) -> None:
+            if isinstance(event, Frame):
+                # a finished frame ends what was pending, except a fragment of a longer message
+                if not (event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT) and not event.fin):
+                    self.pending_since = None
+            super().process_event(event)
+
+    return DeadlineConnection
+
+
 @dataclass
 class _Pending:
     obs: dict[str, Any]
@@ -51,7 +89,12 @@ class PolicyServer:
     """Serves ``policy`` (a :class:`policies.base.Policy`); see the module docstring."""
 
     def __init__(self, policy: Any, *, api_key: Optional[str] = None, max_message_bytes: int = 8 * 1024 * 1024,
-                 max_batch: int = 8, batch_window_ms: float = 0.0, seed: int = 0):
+                 max_batch: int = 8, batch_window_ms: float = 0.0, seed: int = 0, idle_timeout_s: float = 300.0,
+                 message_timeout_s: float = 10.0, open_timeout_s: float = 10.0, max_connections: int = 32):
+        for name, value in (("idle_timeout_s", idle_timeout_s), ("message_timeout_s", message_timeout_s),
+                            ("open_timeout_s", open_timeout_s), ("max_connections", max_connections)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
         self.policy = policy.eval()
         self.spec = PolicySpec.from_policy(policy)
         self.api_key = api_key or None
@@ -60,8 +103,16 @@ class PolicyServer:
         self.batch_window = batch_window_ms / 1000.0
         self.stats = LatencyStats()
         self.ready = False
+        self.idle_timeout = float(idle_timeout_s)
+        self.message_timeout = float(message_timeout_s)
+        self.open_timeout = float(open_timeout_s)
+        self.max_connections = int(max_connections)
         self.requests = 0
         self.errors = 0
+        self.unsafe_replies = 0  # chunks the last check stopped (never sent)
+        self.timeouts = {"idle": 0, "message": 0, "reply": 0}
+        self.refused_connections = 0
+        self._open: set[Any] = set()
         self._gen = torch.Generator(device=policy.device).manual_seed(seed)
         self._queue: asyncio.Queue[_Pending] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
@@ -146,7 +197,13 @@ class PolicyServer:
         if path == "/healthz":
             if not self.ready:
                 return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
-            body = {"status": "ok", "requests": self.requests, "errors": self.errors, "spec": self.spec.metadata(),
+            body = {"status": "ok", "requests": self.requests, "errors": self.errors,
+                    "unsafe_replies": self.unsafe_replies, "connections": len(self._open),
+                    "max_connections": self.max_connections, "refused_connections": self.refused_connections,
+                    "timeouts": dict(self.timeouts),
+                    "deadlines_s": {"open": self.open_timeout, "idle": self.idle_timeout,
+                                    "message": self.message_timeout},
+                    "spec": self.spec.metadata(),
                     "timing_ms": {k: {q: round(v * 1e3, 3) if q != "count" else v for q, v in s.items()}
                                   for k, s in self.stats.summary().items()}}
             return connection.respond(HTTPStatus.OK, json.dumps(body) + "\n")
@@ -154,7 +211,43 @@ class PolicyServer:
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
         if not self.ready:
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
+        if len(self._open) >= self.max_connections:
+            self.refused_connections += 1
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE,
+                                      f"too many connections (at most {self.max_connections}); try again later\n")
         return None
+
+    async def _next_message(self, ws: Any, idle_since: float) -> Any:
+        """The next message, or None once a deadline passed (idle since ``idle_since``, or a message
+        begun over ``message_timeout`` ago); the caller closes the connection then."""
+        loop = asyncio.get_running_loop()
+        recv = asyncio.ensure_future(ws.recv())
+        tick = max(0.01, min(1.0, self.message_timeout / 4, self.idle_timeout / 4))
+        try:
+            while True:
+                pending = getattr(ws, "pending_since", None)
+                late = (pending + self.message_timeout if pending is not None else idle_since + self.idle_timeout)
+                left = late - loop.time()
+                if left <= 0:
+                    self.timeouts["message" if pending is not None else "idle"] += 1
+                    return None
+                done, _ = await asyncio.wait({recv}, timeout=min(left, tick))
+                if done:
+                    return recv.result()
+        finally:
+            if not recv.done():
+                recv.cancel()
+
+    async def _drop(self, ws: Any, reason: str) -> None:
+        """Close ``ws`` for ``reason`` (1008); a peer that does not answer the close is cut off."""
+        log.info("closing a connection: %s", reason)
+        try:
+            await asyncio.wait_for(ws.close(1008, reason[:120]), timeout=min(2.0, self.message_timeout))
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - whatever happens, the socket goes
+            pass
+        transport = getattr(ws, "transport", None)
+        if transport is not None:
+            transport.abort()
 
     async def _handle(self, ws: Any) -> None:
         import websockets
@@ -162,15 +255,23 @@ class PolicyServer:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         prev_encode = 0.0
+        self._open.add(ws)
         try:
-            await ws.send(self._metadata)
-            async for message in ws:
+            await self._reply(ws, self._metadata)
+            idle_since = loop.time()
+            while True:
+                message = await self._next_message(ws, idle_since)
+                if message is None:
+                    await self._drop(ws, f"no complete message within the deadline (idle {self.idle_timeout:g} s, "
+                                         f"message {self.message_timeout:g} s)")
+                    return
                 t0 = time.perf_counter()
                 try:
                     obs = self.spec.validate(protocol.unpackb(message, self.max_message_bytes))
                 except (protocol.ProtocolError, RequestError) as err:
                     self.errors += 1
-                    await ws.send(f"error: {err}")
+                    await self._reply(ws, f"error: {err}")
+                    idle_since = loop.time()
                     continue
                 decode = time.perf_counter() - t0
                 fut = loop.create_future()
@@ -179,20 +280,40 @@ class PolicyServer:
                     chunk, queued, pre, inf, batch = await fut
                 except Exception as err:
                     self.errors += 1
-                    await ws.send(f"error: inference failed: {type(err).__name__}: {err}")
+                    await self._reply(ws, f"error: inference failed: {type(err).__name__}: {err}")
+                    idle_since = loop.time()
                     continue
                 t_enc = time.perf_counter()
+                chunk = np.asarray(chunk)
+                problem = self.spec.check_actions(chunk)
+                if problem is not None:  # the last line of defence: this chunk never leaves the server
+                    self.errors += 1
+                    self.unsafe_replies += 1
+                    log.error("refused to send a chunk: %s", problem)
+                    await self._reply(ws, f"error: {problem}; no actions sent")
+                    idle_since = loop.time()
+                    continue
                 timing = {"decode_ms": decode * 1e3, "queue_ms": queued * 1e3, "preprocess_ms": pre * 1e3,
                           "infer_ms": inf * 1e3, "prev_encode_ms": prev_encode * 1e3, "batch_size": batch}
-                reply = protocol.packb({"actions": chunk.astype(np.float32), "server_timing": timing})
+                reply = protocol.packb({"actions": chunk, "server_timing": timing})
                 prev_encode = time.perf_counter() - t_enc
                 for stage, secs in (("decode", decode), ("queue", queued), ("preprocess", pre), ("inference", inf),
                                     ("encode", prev_encode)):
                     self.stats.record(stage, secs)
                 self.requests += 1
-                await ws.send(reply)
+                await self._reply(ws, reply)
+                idle_since = loop.time()
         except websockets.ConnectionClosed:
             pass
+        except asyncio.TimeoutError:  # the peer did not take its reply in time
+            self.timeouts["reply"] += 1
+            await self._drop(ws, f"reply not taken within {self.message_timeout:g} s")
+        finally:
+            self._open.discard(ws)
+
+    async def _reply(self, ws: Any, message: Any) -> None:
+        """Send within the message deadline (a peer that stops reading does not hold the handler)."""
+        await asyncio.wait_for(ws.send(message), timeout=self.message_timeout)
 
     async def serve(self, host: str, port: int, started: Optional[threading.Event] = None,
                     bound: Optional[list] = None, stop: Optional[asyncio.Event] = None,
@@ -202,22 +323,25 @@ class PolicyServer:
 
         self._queue = asyncio.Queue()
         batcher = asyncio.create_task(self._batcher())
-        async with serve(self._handle, host, port, process_request=self._process_request, compression=None,
-                         max_size=self.max_message_bytes, ping_interval=None) as server:
-            if bound is not None:
-                bound.append(server.sockets[0].getsockname()[1])
-            if not self.ready:
-                await asyncio.get_running_loop().run_in_executor(self._pool, self.warm_up)
-            if started is not None:
-                started.set()
-            if announce:
-                print(f"embodied-serve: ready, listening on port {server.sockets[0].getsockname()[1]}", flush=True)
-            log.info("serving %s on ws://%s:%s", self.spec.family, host, port)
-            if stop is None:
-                await server.serve_forever()
-            else:
-                await stop.wait()
-        batcher.cancel()
+        try:
+            async with serve(self._handle, host, port, process_request=self._process_request, compression=None,
+                             max_size=self.max_message_bytes, ping_interval=None, open_timeout=self.open_timeout,
+                             create_connection=_deadline_connection_class()) as server:
+                if bound is not None:
+                    bound.append(server.sockets[0].getsockname()[1])
+                if not self.ready:
+                    await asyncio.get_running_loop().run_in_executor(self._pool, self.warm_up)
+                if started is not None:
+                    started.set()
+                if announce:
+                    print(f"embodied-serve: ready, listening on port {server.sockets[0].getsockname()[1]}", flush=True)
+                log.info("serving %s on ws://%s:%s", self.spec.family, host, port)
+                if stop is None:
+                    await server.serve_forever()
+                else:
+                    await stop.wait()
+        finally:
+            batcher.cancel()
 
 
 class ServerThread:

@@ -7,8 +7,11 @@ A request is one observation dict (openpi style keys):
   ``min_image..max_image``; the policy resizes to its own input size);
 - ``prompt``: the instruction, a string.
 
-The reply holds ``actions`` float32 ``[H, A]`` (the chunk, env action space ``[-1, 1]``) and
-``server_timing`` (milliseconds per stage).
+The reply holds ``actions`` float32 ``[H, A]`` (the chunk, within the env action space
+``action_range``, ``[-1, 1]``) and ``server_timing`` (milliseconds per stage). Every value of a
+request is checked after its cast to float32 (a float64 that overflows float32 is refused, not
+turned into inf), and every outgoing chunk is checked by :meth:`PolicySpec.check_actions`: a
+reply never carries a non-finite or out-of-range action.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class PolicySpec:
     min_image: int = 16
     max_image: int = 1024
     max_prompt: int = 1000
+    action_range: tuple[float, float] = (-1.0, 1.0)  # every action component lies in [low, high]
 
     @classmethod
     def from_policy(cls, policy: Any) -> "PolicySpec":
@@ -56,12 +60,15 @@ class PolicySpec:
     def from_metadata(cls, meta: dict[str, Any]) -> "PolicySpec":
         fields = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta}
         fields["cameras"] = tuple(fields.get("cameras", ()))
+        if "action_range" in fields:
+            fields["action_range"] = tuple(float(v) for v in fields["action_range"])
         return cls(**fields)
 
     def metadata(self) -> dict[str, Any]:
         """Sent to every client on connect."""
         meta = asdict(self)
         meta["cameras"] = list(self.cameras)
+        meta["action_range"] = list(self.action_range)
         meta["request_keys"] = [STATE_KEY, *(IMAGE_PREFIX + c for c in self.cameras), PROMPT_KEY]
         return meta
 
@@ -84,8 +91,9 @@ class PolicySpec:
                                f"{getattr(state, 'dtype', type(state).__name__)}")
         if state.shape != (self.state_dim,):
             raise RequestError(f"{STATE_KEY} must have shape [{self.state_dim}], got {list(state.shape)}")
+        state = _as_float32(state)
         if not np.isfinite(state).all():
-            raise RequestError(f"{STATE_KEY} holds NaN or inf")
+            raise RequestError(f"{STATE_KEY} holds NaN or inf (or values beyond float32's range)")
         prompt = obs[PROMPT_KEY]
         if not isinstance(prompt, str) or not prompt or len(prompt) > self.max_prompt:
             raise RequestError(f"{PROMPT_KEY} must be a non-empty string of at most {self.max_prompt} characters")
@@ -106,7 +114,7 @@ class PolicySpec:
             shape = img.shape
             images.append(img)
         out = {"rgb": np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8),
-               "state": state.astype(np.float32), "prompt": prompt}
+               "state": state, "prompt": prompt}
         if (RTC_PREV_KEY in obs) != (RTC_FROZEN_KEY in obs):
             raise RequestError(f"real-time chunking needs both {RTC_PREV_KEY} and {RTC_FROZEN_KEY}")
         if RTC_PREV_KEY in obs:
@@ -116,10 +124,36 @@ class PolicySpec:
             if not isinstance(prev, np.ndarray) or prev.dtype not in (np.float32, np.float64) or prev.ndim != 2 \
                     or prev.shape[1] != self.action_dim or not 0 <= prev.shape[0] <= self.chunk_size:
                 raise RequestError(f"{RTC_PREV_KEY} must be float [L <= {self.chunk_size}, {self.action_dim}]")
+            prev = _as_float32(prev)
+            low, high = self.action_range
             if not np.isfinite(prev).all():
-                raise RequestError(f"{RTC_PREV_KEY} holds NaN or inf")
+                raise RequestError(f"{RTC_PREV_KEY} holds NaN or inf (or values beyond float32's range)")
+            if (prev < low).any() or (prev > high).any():
+                raise RequestError(f"{RTC_PREV_KEY} holds actions outside the action range [{low}, {high}]")
             if isinstance(frozen, (bool, np.bool_)) or not isinstance(frozen, (int, np.integer)) or \
-                    not 0 <= int(frozen) < self.chunk_size:
-                raise RequestError(f"{RTC_FROZEN_KEY} must be an int in 0..{self.chunk_size - 1}")
-            out["rtc"] = (prev.astype(np.float32), int(frozen))
+                    not 0 <= int(frozen) <= prev.shape[0] or int(frozen) >= self.chunk_size:
+                raise RequestError(f"{RTC_FROZEN_KEY} must be an int in 0..min({RTC_PREV_KEY} length "
+                                   f"{prev.shape[0]}, {self.chunk_size - 1})")
+            out["rtc"] = (prev, int(frozen))
         return out
+
+    def check_actions(self, actions: Any) -> str | None:
+        """Why a chunk must not leave the server (None when it may): not ``[H, A]``, not finite, or
+        outside ``action_range``. The last check on every reply."""
+        if not isinstance(actions, np.ndarray) or actions.shape != (self.chunk_size, self.action_dim):
+            return (f"the policy returned actions of shape {list(getattr(actions, 'shape', []))}, "
+                    f"expected [{self.chunk_size}, {self.action_dim}]")
+        if actions.dtype != np.float32:
+            return f"the policy returned {actions.dtype} actions, expected float32"
+        if not np.isfinite(actions).all():
+            return "the policy returned NaN or inf actions"
+        low, high = self.action_range
+        if (actions < low).any() or (actions > high).any():
+            return f"the policy returned actions outside the action range [{low}, {high}]"
+        return None
+
+
+def _as_float32(values: np.ndarray) -> np.ndarray:
+    """``values`` as float32; a float64 beyond float32's range becomes inf (refused by the caller)."""
+    with np.errstate(over="ignore"):
+        return values.astype(np.float32)

@@ -17,16 +17,18 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import policies
 from real_robot import protocol
 from real_robot.client import Deployer, DeployConfig, DeployError, Watchdog
 from real_robot.policy_client import PolicyClient
-from real_robot.robots.base import RobotSpec
+from real_robot.robots.base import Observation, Robot, RobotSpec
 from real_robot.robots.network import NetworkRobot, RobotAdapterServer
 from real_robot.robots.sim_robot import SimRobot
-from real_robot.safety import SafetyFilter
+from real_robot.safety import SafetyFilter, UnsafeState
 from real_robot.server import PolicyServer, ServerThread
+from real_robot.spec import PolicySpec
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1, expert_layers=1)
 BIN = Path(sys.executable).parent
@@ -84,109 +86,286 @@ def test_openpi_client_gets_actions_and_the_api_key_is_checked(tiny_server):
             WebsocketClientPolicy("127.0.0.1", port, api_key=key)
 
 
-def _malformed(rng: np.random.Generator) -> bytes | str:
-    good = _obs()
-    kind = int(rng.integers(0, 10))
-    if kind == 0:
-        return bytes(rng.integers(0, 256, int(rng.integers(1, 200)), dtype=np.uint8))  # garbage
-    if kind == 1:
-        return "not binary"
-    if kind == 2:
-        drop = list(good)[int(rng.integers(len(good)))]
-        return protocol.packb({k: v for k, v in good.items() if k != drop and rng.random() < 0.7})  # missing
-    if kind == 3:
-        return protocol.packb({**good, f"extra{rng.integers(99)}": 1})
-    if kind == 4:
-        dt = rng.choice([np.float16, np.int32, np.uint16, np.float64, np.int8])
-        return protocol.packb({**good, "observation/images/wrist": np.zeros((32, 32, 3), dt)})
-    if kind == 5:
-        shape = tuple(int(s) for s in rng.integers(0, 40, int(rng.integers(0, 5))))
-        shape = (16,) if shape == (15,) else shape
-        return protocol.packb({**good, "observation/state": np.zeros(shape, np.float32)})
-    if kind == 6:
-        s = np.zeros(15, np.float32)
-        s[int(rng.integers(15))] = rng.choice([np.nan, np.inf, -np.inf])
-        return protocol.packb({**good, "observation/state": s})
-    if kind == 7:
-        return protocol.packb({**good, "prompt": [1, b"x", "", "x" * 5000, None][int(rng.integers(5))]})
-    if kind == 8:  # lying array header
-        return protocol.packb({**good, "observation/state": {"__ndarray__": True, "data": b"\x00" * 7,
-                                                              "dtype": "<f4", "shape": [15]}})
-    return protocol.packb([1, 2, 3])
-
-
-def test_fuzz_malformed_messages_get_errors_and_the_server_keeps_serving(tiny_server):
-    from websockets.exceptions import ConnectionClosed
-    from websockets.sync.client import connect
+def test_fuzz_malformed_messages_get_errors_and_the_server_keeps_serving(tiny_server, tmp_path):
+    from real_robot.fuzz import KINDS, fuzz, main, passed
 
     server, port = tiny_server
-    rng = np.random.default_rng(0)
-    headers = {"Authorization": "Api-Key s3cret"}
-    ws = connect(f"ws://127.0.0.1:{port}", additional_headers=headers, max_size=None)
-    ws.recv()
-    errors = closed = 0
-    for i in range(2000):
-        msg = _malformed(rng)
-        if i % 250 == 0:
-            msg = b"\x92" + b"\xc5\xff\xff" + b"\x00" * 65535 * 20  # a huge payload: over the limit
-        try:
-            ws.send(msg)
-            reply = ws.recv(timeout=10)
-        except ConnectionClosed:  # the server closed this connection (oversized message): open another
-            closed += 1
-            ws = connect(f"ws://127.0.0.1:{port}", additional_headers=headers, max_size=None)
-            ws.recv()
-            continue
-        assert isinstance(reply, str) and reply.startswith("error:"), reply
-        errors += 1
-    assert errors + closed == 2000 and closed >= 8 and errors > 1900
+    summary = fuzz(port, messages=1500, api_key="s3cret", seed=1, oversize_every=200)
+    assert passed(summary), {k: v for k, v in summary.items() if k != "per_kind"}
+    assert summary["messages"] == 1500 and set(summary["per_kind"]) == set(KINDS)  # every kind was sent
+    assert summary["closed_oversize"] >= 7 and summary["error_replies"] > 1000 and summary["action_replies"] > 50
     ok = PolicyClient(f"ws://127.0.0.1:{port}", api_key="s3cret")
     ok.connect()
     assert ok.infer(_obs())[0].shape == (6, 7)  # everyone else is still served
     ok.close()
+    # the script: its own server, a JSON summary, exit status 0 when it passed
+    assert main(["--messages", "100", "--out", str(tmp_path / "fuzz.json")]) == 0
+    assert json.loads((tmp_path / "fuzz.json").read_text())["passed"] is True
 
 
-finite = st.floats(-1e6, 1e6, allow_nan=False)
-anything = st.one_of(finite, st.just(float("nan")), st.just(float("inf")), st.just(-float("inf")))
+SPEC_EE = RobotSpec()
+SPEC_JP = RobotSpec(action_mode="joint_pos", action_dim=8)
+HOME = np.array([0.0, 0.0, 0.3, 1.0, 0.0, 0.0, 0.0, 0.04, 0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
+any_float = st.floats()  # every float: NaN, +-inf, huge, subnormal
+any_action_part = st.one_of(st.floats(-1.5, 1.5), any_float)
 
 
-@settings(max_examples=400, deadline=None)
-@given(action=st.lists(anything, min_size=7, max_size=7), pos=st.lists(st.floats(-1, 1), min_size=3, max_size=3),
-       joints=st.lists(st.floats(-4, 4), min_size=7, max_size=7))
-def test_safety_filter_never_sends_an_action_outside_the_limits(action, pos, joints):
-    spec = RobotSpec()
+def robot_states(spec: RobotSpec):
+    """Robot states ``[15]``: every component inside its plausible band, then up to 3 edits: any float,
+    the exact edge of the band (widened by the plausibility margin) +- 1 ulp, or a value near that edge."""
     f = SafetyFilter(spec)
-    state = np.zeros(15)
-    state[:3], state[8:15] = pos, joints
-    sent = f.filter(np.array(action), state)
-    assert sent.shape == (7,) and np.isfinite(sent).all() and (np.abs(sent) <= 1.0).all()
-    assert spec.gripper_range[0] <= sent[6] <= spec.gripper_range[1]
-    move = sent[:3] * spec.pos_scale
-    assert np.linalg.norm(move) <= spec.max_step + 1e-9
-    assert np.linalg.norm(sent[3:6] * spec.rot_scale) <= spec.max_rot_step + 1e-9
-    lo, hi = np.array(spec.workspace_low), np.array(spec.workspace_high)
-    target = np.array(pos) + move
-    inside = (np.array(pos) >= lo) & (np.array(pos) <= hi)
-    assert ((target >= lo - 1e-9) & (target <= hi + 1e-9) | ~inside).all()  # inside stays inside
-    # outside the box, no component moves further out
-    assert (~(np.array(pos) < lo) | (move >= -1e-12)).all() and (~(np.array(pos) > hi) | (move <= 1e-12)).all()
+    margin_q = f.dq_max if spec.action_mode == "joint_pos" else np.full(7, spec.state_margin_rad)
+    lo = np.r_[f.ws_lo, -np.ones(5), f.q_lo]
+    hi = np.r_[f.ws_hi, np.ones(5), f.q_hi]
+    margin = np.r_[np.full(3, spec.state_margin_m), np.zeros(5), margin_q]
+    edit = st.tuples(st.integers(0, 14), st.integers(0, 4), st.integers(-1, 1), any_float)
+
+    def build(base_edits):
+        u, edits = base_edits
+        state = lo + u * (hi - lo)
+        for i, kind, ulps, x in edits:
+            edge = lo[i] - margin[i] if kind in (1, 3) else hi[i] + margin[i]
+            if kind == 0:
+                state[i] = x
+            elif kind <= 2:
+                state[i] = np.nextafter(edge, np.inf * ulps) if ulps else edge
+            else:
+                state[i] = edge + (2 * u[i] - 1) * margin[i]
+        return state
+
+    return st.tuples(hnp.arrays(np.float64, 15, elements=st.floats(0, 1)), st.lists(edit, max_size=3)).map(build)
+
+
+def _filter_or_stop(f: SafetyFilter, action: np.ndarray, state: np.ndarray) -> list[np.ndarray]:
+    """The filtered ``action`` and the hold action after it; [] when the filter stopped on the state,
+    which it must do exactly when the state is implausible."""
+    reason = f.check_state(state)
+    try:
+        sent = [f.filter(action, state), f.hold(state)]
+    except UnsafeState as err:
+        assert reason is not None and err.reason == reason  # a plausible state never raises
+        assert f.counts["unsafe_state"] == 1
+        with pytest.raises(UnsafeState):
+            f.hold(state)
+        return []
+    assert reason is None and not f.counts["unsafe_state"]
+    return sent
 
 
 @settings(max_examples=300, deadline=None)
-@given(action=st.lists(anything, min_size=8, max_size=8), joints=st.lists(st.floats(-4, 4), min_size=7, max_size=7))
-def test_safety_filter_joint_mode_respects_joint_position_and_speed_limits(action, joints):
-    spec = RobotSpec(action_mode="joint_pos", action_dim=8)
+@given(action=hnp.arrays(np.float64, 7, elements=any_action_part), state=robot_states(SPEC_EE))
+def test_safety_filter_never_sends_an_action_outside_the_limits(action, state):
+    spec = SPEC_EE
     f = SafetyFilter(spec)
-    state = np.zeros(15)
-    state[8:15] = joints
-    sent = f.filter(np.array(action), state)
+    lo, hi = np.array(spec.workspace_low), np.array(spec.workspace_high)
+    pos = state[:3]
+    for sent in _filter_or_stop(f, action, state):
+        assert sent.shape == (7,) and np.isfinite(sent).all() and (np.abs(sent) <= 1.0).all()
+        assert spec.gripper_range[0] <= sent[6] <= spec.gripper_range[1]
+        move = sent[:3] * spec.pos_scale
+        assert np.linalg.norm(move) <= spec.max_step  # exact: no tolerance anywhere
+        assert np.linalg.norm(sent[3:6] * spec.rot_scale) <= spec.max_rot_step
+        target = pos + move  # what the robot commands
+        # inside the box it stays inside; a component outside it does not move further out
+        assert (target >= np.minimum(lo, pos)).all() and (target <= np.maximum(hi, pos)).all()
+        assert ((pos >= lo) | (move >= 0)).all() and ((pos <= hi) | (move <= 0)).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(action=hnp.arrays(np.float64, 8, elements=any_action_part), state=robot_states(SPEC_JP))
+def test_safety_filter_joint_mode_respects_joint_position_and_speed_limits(action, state):
+    spec = SPEC_JP
+    f = SafetyFilter(spec)
     lo, hi = np.array(spec.joint_low), np.array(spec.joint_high)
-    target = lo + (sent[:7] + 1) * 0.5 * (hi - lo)
-    assert np.isfinite(sent).all() and ((target >= lo - 1e-9) & (target <= hi + 1e-9)).all()
-    q = np.array(joints)
-    within = (q >= lo) & (q <= hi)
-    step = np.abs(target - q)
-    assert (step[within] <= np.array(spec.joint_vel_max)[within] / spec.control_hz + 1e-9).all()
+    dq = np.array(spec.joint_vel_max) / spec.control_hz
+    q = state[8:15]
+    for sent in _filter_or_stop(f, action, state):
+        assert sent.shape == (8,) and np.isfinite(sent).all() and (np.abs(sent) <= 1.0).all()
+        assert spec.gripper_range[0] <= sent[7] <= spec.gripper_range[1]
+        target = lo + (sent[:7] + 1) * 0.5 * (hi - lo)  # the robot's decoding, float64
+        assert ((target >= lo) & (target <= hi)).all()  # exact, after the round trip
+        assert (np.abs(target - q) <= dq).all()  # every joint, also one found outside its limits
+
+
+def _joint_targets(sent: np.ndarray, spec: RobotSpec = SPEC_JP) -> np.ndarray:
+    lo, hi = np.array(spec.joint_low), np.array(spec.joint_high)
+    return lo + (sent[:7] + 1) * 0.5 * (hi - lo)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_safety_filter_stops_on_a_non_finite_joint_reading(bad):
+    f = SafetyFilter(SPEC_JP)
+    state = HOME.copy()
+    state[8 + 3] = bad  # before: "hold" sent NaN, or +inf sent every joint to its upper limit
+    for action in (np.zeros(8), np.full(8, np.nan)):
+        with pytest.raises(UnsafeState) as err:
+            f.filter(action, state)
+        assert err.value.reason == "non_finite_state"
+    with pytest.raises(UnsafeState):
+        f.hold(state)
+    assert f.counts["unsafe_state"] == 3
+    g = SafetyFilter(SPEC_EE)  # ee_delta too: a bad state is never turned into a command
+    state = HOME.copy()
+    state[4] = bad
+    with pytest.raises(UnsafeState, match="non_finite_state"):
+        g.filter(np.zeros(7), state)
+
+
+def test_safety_filter_stops_on_implausible_states_and_holds_on_bad_actions():
+    f = SafetyFilter(SPEC_EE)
+    assert f.check_state(HOME) is None
+    far_joint, far_tcp = HOME.copy(), HOME.copy()
+    far_joint[8] = SPEC_EE.joint_high[0] + SPEC_EE.state_margin_rad + 0.01
+    far_tcp[0] = SPEC_EE.workspace_high[0] + SPEC_EE.state_margin_m + 0.01
+    for state, reason in [(HOME[:14], "state_shape"), (np.full(15, 1e308), "joint_out_of_range"),
+                          (far_joint, "joint_out_of_range"), (far_tcp, "workspace_out_of_range")]:
+        assert f.check_state(state) == reason
+        with pytest.raises(UnsafeState) as err:
+            f.filter(np.zeros(7), state)
+        assert err.value.reason == reason
+    # a bad action with a good state is safe to replace by "hold still"
+    for action in (np.full(7, np.nan), np.zeros(6), np.array([np.inf] + [0.0] * 6)):
+        assert np.array_equal(f.filter(action, HOME), [0, 0, 0, 0, 0, 0, -1.0])
+    assert f.counts["non_finite"] == 2 and f.counts["shape"] == 1
+
+
+def test_safety_filter_stops_a_joint_too_far_past_its_limit():
+    f = SafetyFilter(SPEC_JP)
+    state = HOME.copy()
+    state[8] = SPEC_JP.joint_high[0] + 0.5  # before: commanded back 0.5 rad in one step (4.6x the speed limit)
+    assert f.check_state(state) == "joint_out_of_range"
+    for action in (np.zeros(8), np.r_[np.ones(7), 1.0], f.hold(HOME)):
+        with pytest.raises(UnsafeState, match="joint_out_of_range"):
+            f.filter(action, state)
+
+
+def test_safety_filter_brings_a_joint_just_past_its_limit_back_within_one_speed_step():
+    f = SafetyFilter(SPEC_JP)
+    lo, hi = np.array(SPEC_JP.joint_low), np.array(SPEC_JP.joint_high)
+    dq = np.array(SPEC_JP.joint_vel_max) / SPEC_JP.control_hz  # joint 0: 2.175 / 20 = 0.10875 rad
+    assert dq[0] == pytest.approx(0.10875)
+    up = np.array([1, 0, 1, 0, 1, 0, 1], bool)  # these joints 0.05 rad past the upper limit, the others past the lower
+    state = HOME.copy()
+    state[8:15] = np.where(up, hi + 0.05, lo - 0.05)
+    q = state[8:15]
+    assert f.check_state(state) is None
+    outward = np.r_[np.where(up, 1.0, -1.0), 1.0]
+    for action in (outward, np.r_[np.where(up, 1.5, -1.5), 1.0], f.hold(state), -outward):
+        t = _joint_targets(f.filter(action, state))
+        assert ((t >= lo) & (t <= hi)).all() and (np.abs(t - q) <= dq).all()  # both, exactly
+        if (action[:7] * outward[:7] > 0).all():
+            assert np.array_equal(t, np.where(up, hi, lo))  # the target is the limit
+        else:  # pulled back inside: one full speed step
+            np.testing.assert_allclose(np.abs(t - q), dq, rtol=0, atol=1e-12)
+
+
+def test_safety_filter_joint_mode_clips_limits_then_speed_and_counts_each():
+    f = SafetyFilter(SPEC_JP)
+    dq = np.array(SPEC_JP.joint_vel_max) / SPEC_JP.control_hz
+    state = HOME.copy()
+    q = state[8:15]
+    inside = np.r_[f.hold(state)[:7], -1.0]
+    inside[0] = 2.0 * (q[0] + 0.5 * dq[0] - SPEC_JP.joint_low[0]) / (SPEC_JP.joint_high[0] - SPEC_JP.joint_low[0]) - 1
+    t = _joint_targets(f.filter(inside, state))
+    assert abs(t[0] - q[0] - 0.5 * dq[0]) < 1e-12 and not f.counts  # a small step passes as it is
+    fast = inside.copy()
+    fast[0] = 0.5  # inside the limits, far away: the speed limit only
+    t = _joint_targets(f.filter(fast, state))
+    assert t[0] - q[0] == pytest.approx(dq[0], abs=1e-12) and t[0] - q[0] <= dq[0]
+    assert f.counts == {"joint_velocity": 1}
+    past = inside.copy()
+    past[0] = 1.5  # past the upper limit: range, limit, then speed
+    t = _joint_targets(f.filter(past, state))
+    assert t[0] - q[0] == pytest.approx(dq[0], abs=1e-12) and t[0] - q[0] <= dq[0]
+    assert f.counts == {"joint_velocity": 2, "joint_limit": 1, "range": 1}
+
+
+def test_safety_filter_workspace_bound_is_exact():
+    f = SafetyFilter(SPEC_EE)
+    hi = np.array(SPEC_EE.workspace_high)
+    state = HOME.copy()
+    state[0] = hi[0] - 1e-6
+    action = np.array([4e-5, 0, 0, 0, 0, 0, 1.0])  # +2 um: before, allclose (rtol 1e-5) let 1 um past the face
+    sent = f.filter(action, state)
+    target = state[:3] + sent[:3] * SPEC_EE.pos_scale
+    assert target[0] <= hi[0] and target[0] == pytest.approx(hi[0], abs=1e-15)
+    assert f.counts["workspace"] == 1
+    state[0] = hi[0] + 0.1  # outside (but plausible): no component moves further out, motion back passes
+    sent = f.filter(np.array([0.5, 0, 0, 0, 0, 0, 1.0]), state)
+    assert sent[0] == 0.0
+    sent = f.filter(np.array([-0.5, 0, 0, 0, 0, 0, 1.0]), state)
+    assert sent[0] == -0.5
+
+
+class _GlitchRobot(Robot):
+    """A robot whose joint reading turns NaN from observation ``bad_step`` on."""
+
+    def __init__(self, mode: str, bad_step: int):
+        self.spec = RobotSpec(action_mode=mode, action_dim=7 if mode == "ee_delta" else 8,
+                              cameras={"agentview": [32, 32]})
+        self.bad_step, self.n = bad_step, 0
+        self.sent: list[np.ndarray] = []
+        self.holds = self.disconnects = 0
+        self.connected = False
+
+    def connect(self) -> None:
+        self.connected = True
+
+    def observe(self) -> Observation:
+        state = HOME.copy()
+        if self.n >= self.bad_step:
+            state[8 + 3] = np.nan
+        self.n += 1
+        return Observation(state.astype(np.float32), {"agentview": np.zeros((32, 32, 3), np.uint8)},
+                           {"agentview": self.n}, time.perf_counter())
+
+    def send_action(self, action: np.ndarray) -> np.ndarray:
+        self.sent.append(np.array(action, copy=True))
+        return action
+
+    def hold(self) -> None:
+        self.holds += 1
+
+    def disconnect(self) -> None:
+        self.disconnects += 1
+        self.connected = False
+
+
+class _FakePolicyClient:
+    """Stands in for :class:`PolicyClient`: every request gets a chunk of 0.5s; the states it saw are kept."""
+
+    def __init__(self, action_dim: int):
+        self.metadata = PolicySpec(family="flow", action_dim=action_dim, chunk_size=4, state_dim=15,
+                                   cameras=("agentview",), image_size=32, control_hz=20.0).metadata()
+        self.states: list[np.ndarray] = []
+
+    def connect(self) -> PolicySpec:
+        return PolicySpec.from_metadata(self.metadata)
+
+    def infer(self, obs: dict, timeout: float | None = None) -> tuple[np.ndarray, dict]:
+        self.states.append(np.array(obs["observation/state"]))
+        return np.full((4, self.metadata["action_dim"]), 0.5, np.float32), {}
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["ee_delta", "joint_pos"])
+def test_deployer_stops_the_robot_on_a_non_finite_state(mode):
+    robot = _GlitchRobot(mode, bad_step=6)
+    robot.connect()
+    client = _FakePolicyClient(robot.spec.action_dim)
+    dep = Deployer(robot, client, DeployConfig(mode="async", max_steps=30), "x")
+    res = dep.run_episode()
+    dep.close()
+    assert res.reason == "unsafe_state" and res.steps == 6 and len(robot.sent) == 6
+    assert robot.holds == 1 and robot.disconnects == 1 and not robot.connected  # the e-stop path
+    assert all(np.isfinite(a).all() for a in robot.sent)  # nothing made of the NaN reading was sent
+    assert all(np.isfinite(s).all() for s in client.states)  # ... nor asked of the policy
+    assert "non_finite_state" in dep.last_error and res.safety_counts.get("unsafe_state") == 1
 
 
 def test_watchdog_states():
@@ -240,6 +419,7 @@ def test_camera_stall_and_emergency_stop(tiny_server):
         dep.run_episode()
     dep.reset_estop()
     robot.connect()
+    dep.cfg.max_steps = 30  # an untrained policy: a long episode may drift the arm into an implausible state
     assert dep.run_episode(record=False).reason in ("max_steps", "success")
     dep.close()
     robot.disconnect()

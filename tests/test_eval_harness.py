@@ -115,6 +115,17 @@ def test_experts_through_the_harness_meet_the_protocol(tmp_path):
     assert f"torch kernels {res['machine']['torch_cpu_capability']}" in report
 
 
+@pytest.mark.parametrize("execution", [(), ("execution=sync", "delay=2")])
+def test_experts_run_when_episodes_are_fewer_than_envs(tmp_path, execution):
+    """The evaluation shrinks the env count to the episodes it has; the experts follow it."""
+    out = tmp_path / "few"
+    proc = _eval("policy=expert", "suite=goal", "tasks=[2]", "episodes=2", "num_envs=8", "image_size=32",
+                 "videos=none", *execution, f"out={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    task = json.loads((out / "results.json").read_text())["suites"]["goal"]["tasks"][0]
+    assert task["episodes"] == 2 and task["success_rate"] == 1.0
+
+
 def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
     ckpt = policies.save(policies.make("flow", **TINY), tmp_path / "ckpt")
     args = [f"checkpoint={ckpt}", "suite=dynamic", "tasks=[0,3]", "episodes=2", "num_envs=2", "image_size=32",
@@ -232,3 +243,28 @@ def test_same_config_lets_folders_from_before_a_new_field_resume():
     assert not same_config(old, {"episodes": 20, "attempts": 1}, Schema)
     assert same_config({"episodes": 50, "attempts": 2}, {"episodes": 50, "attempts": 2}, Schema)
     assert not same_config(None, {"episodes": 50, "attempts": 1}, Schema)
+
+
+def test_read_complete_rows_drops_torn_and_stale_rows(tmp_path):
+    """What a resumed run keeps of its metrics.csv: complete rows up to the checkpoint."""
+    from embodied.runs import read_complete_rows
+
+    path = tmp_path / "metrics.csv"
+    # rows 1..3, a row with a field missing, row 4 past the checkpoint, then row 5 cut inside its last
+    # field by a crash (no line terminator, yet it parses with every field)
+    path.write_text("iteration,loss,lr\n1,0.5,1e-4\n2,0.4,1e-4\n2.5,0.3\nx,0.1,1e-4\n3,0.3,1e-4\n"
+                    "4,0.2,1e-4\n5,0.1,1e-")
+    header, rows = read_complete_rows(path, "iteration", upto=3)
+    assert header == ["iteration", "loss", "lr"]
+    assert [r["iteration"] for r in rows] == ["1", "2", "3"]
+    assert rows[0] == {"iteration": "1", "loss": "0.5", "lr": "1e-4"}
+    assert [r["iteration"] for r in read_complete_rows(path, "iteration")[1]] == ["1", "2", "3", "4"]
+    path.write_text("iteration,loss,lr\n1,0.5,1e-4\n3")  # a torn row that is just an iteration number
+    assert [r["iteration"] for r in read_complete_rows(path, "iteration", upto=30)[1]] == ["1"]
+    path.write_text("iteration,loss,lr\r\n1,0.5,1e-4,7\r\n2,0.4,1e-4\r\n")  # too many fields; csv's \r\n
+    assert [r["iteration"] for r in read_complete_rows(path, "iteration", upto=30)[1]] == ["2"]
+    path.write_text("step,loss\n")  # only the header
+    assert read_complete_rows(path, "step", upto=10) == (["step", "loss"], [])
+    path.write_text("step,lo")  # the header itself torn
+    assert read_complete_rows(path, "step", upto=10) == (None, [])
+    assert read_complete_rows(tmp_path / "absent.csv", "step", upto=10) == (None, [])

@@ -43,11 +43,15 @@ def test_sft_trains_checkpoints_and_resumes(demos, tmp_path):
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [int(r["step"]) for r in rows] == [2, 4, 6]
     assert any((out / "tb").iterdir())
-    # resume continues the step counter and appends to the metrics
+    # as a run killed after its last save leaves them: a row past step 6, then one torn mid-write
+    with open(out / "metrics.csv", "a", newline="") as fh:
+        fh.write("8,0.5,1.0e-04,9.9\r\n1")
+    # resume continues the step counter and the metrics from step 6
     proc = _sft(f"data={demos}", f"out={out}", "steps=10", "resume=true", *TINY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [int(r["step"]) for r in rows] == [2, 4, 6, 8, 10]
+    assert all(v not in ("", None) for r in rows for v in r.values()) and rows[3]["loss"] != "0.5"
     assert json.loads((out / "sft.json").read_text())["steps"] == 10
     # without resume, an existing run is not overwritten
     proc = _sft(f"data={demos}", f"out={out}", "steps=10", *TINY)

@@ -58,10 +58,13 @@ def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path, algo, sampler):
         assert after["steer.head.weight"].abs().sum() > 0
     state = json.loads((out / "checkpoint" / "train_state" / "state.json").read_text())
     assert state["step"] == 2 and set(state["optimizers"]) == {"default_policy_actor", "default_policy_critic"}
+    with open(out / "metrics.csv", "a") as fh:  # a row torn by a crash after its first digit ('3' of row 31)
+        fh.write("1")
     proc = _train(f"init={init}", f"algo={algo}", f"out={out}", "iterations=3", "resume=true", *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3] and int(rows[-1]["env_steps"]) == 3 * 2 * 3 * 3
+    assert all(r["env_steps"] and r["success_rate"] for r in rows)
     summary = json.loads((out / "train.json").read_text())
     assert summary["env_steps"] == 54 and set(summary["time_split_s"]) == {"sim_s", "inference_s", "learn_s", "wait_s"}
     # this run's one iteration (18 env steps), not the lifetime total
@@ -205,6 +208,19 @@ def test_configuration_errors(tmp_path):
             train(compose("train", f"out={tmp_path / str(i)}", *RUN, *args))
     with pytest.raises(Exception, match="sac"):
         compose("train", f"init={ar}", "algo=sac", f"out={tmp_path / 'sac'}", *RUN)
+
+
+def test_fresh_state_only_policy_is_told_to_set_policy_state_dim(tmp_path):
+    """A new policy (no init=) sized with the default 15-D state on an env whose state is wider: the fix is
+    policy.state_dim=<the env's width>, not another env."""
+    import sims
+
+    with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
+        width = int(env.observation_spec["state"].shape[0])
+    assert width != 15
+    args = ("policy=flow", "policy.cameras=[]", "policy.state_obs=privileged", "policy.expert_layers=1")
+    with pytest.raises(TrainError, match=f"set policy.state_dim={width}$"):
+        train(compose("train", f"out={tmp_path / 'bad'}", *RUN, *args))
 
 
 def test_group_initial_states_new_or_from_a_fixed_pool():

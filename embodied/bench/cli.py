@@ -17,11 +17,11 @@ import logging
 import sys
 from typing import NoReturn
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from embodied.bench.config import BenchError, register
+from embodied.config import hydra_app
 from embodied.runs import prepare_run_dir
 
 register()
@@ -46,7 +46,7 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-@hydra.main(config_path="pkg://configs", config_name="bench", version_base="1.3")
+@hydra_app("embodied-bench", "bench")
 def main(cfg: DictConfig) -> None:
     """Run the benchmark that ``bench=`` selects; see the module docstring."""
     name = HydraConfig.get().runtime.choices.get("bench")

@@ -83,19 +83,32 @@ class ExpertAgent:
     state_obs = "proprio"
     chunk_size = 1
 
-    def __init__(self, suite: str, num_envs: int):
+    def __init__(self, suite: str, num_envs: int | None = None):
+        self.suite = suite
+        self.expert: Any = None
+        if num_envs is not None:
+            self._build(num_envs)
+
+    def _build(self, num_envs: int) -> None:
         import sims
 
-        self.expert = sims.suites.expert(suite, num_envs=num_envs)
+        self.expert = sims.suites.expert(self.suite, num_envs=num_envs)
+        self.num_envs = num_envs
 
     def begin_wave(self, seed: int) -> None:
-        self.expert.reset()
+        if self.expert is not None:
+            self.expert.reset()
 
     def act(self, obs: dict[str, torch.Tensor], env: Any) -> torch.Tensor:
+        # one script per env of the batch actually run (an evaluation shrinks it to the episodes it has)
+        n = int(obs["state"].shape[0])
+        if self.expert is None or self.num_envs != n:
+            self._build(n)
         return self.expert(obs)
 
     def episode_done(self, mask: np.ndarray) -> None:
-        self.expert.reset(mask)
+        if self.expert is not None:
+            self.expert.reset(mask)
 
 
 @dataclass

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import hydra
 from omegaconf import MISSING, OmegaConf
 
-from embodied.config import store
+from embodied.config import hydra_app, store
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
 
@@ -58,7 +57,7 @@ def run(cfg: CollectConfig) -> dict[str, Any]:
     return summary
 
 
-@hydra.main(config_path="pkg://configs", config_name="collect", version_base="1.3")
+@hydra_app("embodied-collect", "collect")
 def main(cfg: Any) -> None:
     config: CollectConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     try:

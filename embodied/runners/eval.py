@@ -25,11 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import hydra
 from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
-from embodied.config import store
+from embodied.config import hydra_app, store
 from embodied.runs import machine_info, prepare_run_dir, same_config, write_json
 
 VIDEO_CHOICES = ("failures", "all", "none")
@@ -249,7 +248,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         with tqdm(total=total, initial=len(records), desc="eval", unit="ep") as bar:
             for suite in suites:
                 agent = (PolicyAgent(policy, cfg.mode, rtc_beta=cfg.rtc_beta) if policy is not None
-                         else ExpertAgent(suite, cfg.num_envs))
+                         else ExpertAgent(suite))
                 latency = _latency_config(cfg)
                 check = policy.check_env if policy is not None else None
                 stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
@@ -290,7 +289,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     return results
 
 
-@hydra.main(config_path="pkg://configs", config_name="eval", version_base="1.3")
+@hydra_app("embodied-eval", "eval")
 def main(cfg: Any) -> None:
     from policies import CheckpointError, SpecMismatchError
 

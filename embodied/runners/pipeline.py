@@ -27,11 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import hydra
 import numpy as np
 from omegaconf import MISSING, OmegaConf
 
-from embodied.config import SimConfig, register_policy_schemas, store
+from embodied.config import SimConfig, hydra_app, register_policy_schemas, store
 from embodied.runs import cpu_summary, machine_info, prepare_run_dir, same_config, write_json
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
@@ -444,7 +443,7 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     return results
 
 
-@hydra.main(config_path="pkg://configs", config_name="pipeline", version_base="1.3")
+@hydra_app("embodied-pipeline", "pipeline")
 def main(cfg: Any) -> None:
     from policies import CheckpointError, SpecMismatchError
 

@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import hydra
 import numpy as np
 import torch
 from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
-from embodied.config import policy_overrides, register_policy_schemas, store
-from embodied.runs import machine_info, prepare_run_dir, write_json
+from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
+from embodied.runs import machine_info, prepare_run_dir, read_complete_rows, write_json
+
+
+#: the columns of ``metrics.csv``
+METRIC_FIELDS = ["step", "loss", "lr", "seconds"]
 
 
 @dataclass
@@ -114,11 +117,13 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
         meta = load_train_state(out / "train_state", optimizer=optimizer)
         start_step = int(meta["step"])
     metrics_path = out / "metrics.csv"
-    new_file = not metrics_path.exists() or not cfg.resume
-    metrics = open(metrics_path, "w" if new_file else "a", newline="")
+    # on resume: the complete rows up to the resumed step (rows logged after it, or torn by a crash, go)
+    kept = read_complete_rows(metrics_path, "step", start_step)[1] if cfg.resume else []
+    metrics = open(metrics_path, "w", newline="")
     writer = csv.writer(metrics)
-    if new_file:
-        writer.writerow(["step", "loss", "lr", "seconds"])
+    writer.writerow(METRIC_FIELDS)
+    writer.writerows([row.get(k, "") for k in METRIC_FIELDS] for row in kept)
+    metrics.flush()
     try:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -193,7 +198,7 @@ def _checkpoint(policy: Any, optimizer: torch.optim.Optimizer, step: int, out: P
     save_train_state(out / "train_state", optimizer=optimizer, step=step)
 
 
-@hydra.main(config_path="pkg://configs", config_name="sft", version_base="1.3")
+@hydra_app("embodied-sft", "sft")
 def main(cfg: Any) -> None:
     config: SFTConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     try:

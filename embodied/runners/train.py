@@ -33,13 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import hydra
 import numpy as np
 from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
-from embodied.config import policy_overrides, register_policy_schemas, store
-from embodied.runs import machine_info, prepare_run_dir, write_json
+from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
+from embodied.runs import machine_info, prepare_run_dir, read_complete_rows, write_json
 
 #: algorithm -> (policy family it needs, the flow sampler it uses or None, uses a critic)
 ALGOS = {
@@ -172,8 +171,8 @@ class TrainConfig:
 
 
 store("train_schema", TrainConfig)
-store("algo_schema", AlgoConfig, group="algo")
-store("runtime_schema", RuntimeConfig, group="runtime")
+store("algo_schema", AlgoConfig)
+store("runtime_schema", RuntimeConfig)
 register_policy_schemas()
 
 
@@ -301,6 +300,11 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
             raise TrainError("give init=CKPT (an SFT bundle) or policy=flow|autoregressive")
         fam, overrides = policy_overrides(cfg.policy)
         policy = policies.make(fam, **overrides)
+        width = _env_state_width(cfg, policy.config.state_obs)
+        if policy.config.state_dim != width:  # a fresh policy is sized by its config, not by the env
+            raise TrainError(f"the new {fam} policy reads a {policy.config.state_dim}-D state (policy.state_dim), "
+                             f"but suite {cfg.suite!r} gives a {width}-D state with "
+                             f"state_obs={policy.config.state_obs!r}: set policy.state_dim={width}")
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
     if policy.family != family:
@@ -314,6 +318,15 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     if cfg.algo.temperature is not None:
         policy.config.temperature = float(cfg.algo.temperature)
     return policy, resumed
+
+
+def _env_state_width(cfg: TrainConfig, state_obs: str) -> int:
+    """Width of ``obs["state"]`` of the suite's env with ``state_obs``."""
+    import sims
+
+    with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=(),
+                   state_obs=state_obs) as env:
+        return int(env.observation_spec["state"].shape[0])
 
 
 def _latency_aware(cfg: TrainConfig, policy: Any) -> Any:
@@ -504,10 +517,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     algo = None
     placement: dict[str, Any] = {}
     metrics_path = out / "metrics.csv"
-    if resumed is not None and metrics_path.exists():  # drop rows logged after the checkpoint
-        rows = [row for row in csv.DictReader(open(metrics_path)) if int(row["iteration"]) <= start_iter]
-    else:
-        rows = []
+    # on resume: the complete rows up to the checkpoint (rows logged after it, or torn by a crash, go)
+    rows = read_complete_rows(metrics_path, "iteration", start_iter)[1] if resumed is not None else []
     metrics_file = open(metrics_path, "w", newline="")
     writer = csv.DictWriter(metrics_file, fieldnames=METRIC_FIELDS, extrasaction="ignore")
     writer.writeheader()
@@ -581,7 +592,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     return summary
 
 
-@hydra.main(config_path="pkg://configs", config_name="train", version_base="1.3")
+@hydra_app("embodied-train", "train")
 def main(cfg: Any) -> None:
     from policies import CheckpointError, SpecMismatchError
 

@@ -33,6 +33,10 @@ class RobotSpec:
         max_step: largest tool displacement per control step the filter lets through (m).
         max_rot_step: largest rotation per control step (rad).
         gripper_range: allowed gripper commands.
+        state_margin_m: a tool centre point reading further than this outside the workspace box is
+            implausible: the safety filter stops the robot (m).
+        state_margin_rad: in ``ee_delta`` mode, a joint reading further than this outside its limits
+            is implausible (rad; ``joint_pos`` mode allows one speed step, ``joint_vel_max / control_hz``).
     """
 
     action_mode: str = "ee_delta"
@@ -50,6 +54,8 @@ class RobotSpec:
     max_step: float = 0.09
     max_rot_step: float = 0.4
     gripper_range: list[float] = field(default_factory=lambda: [-1.0, 1.0])
+    state_margin_m: float = 0.3
+    state_margin_rad: float = 0.2
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

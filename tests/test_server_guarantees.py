@@ -1,0 +1,253 @@
+"""What the policy server guarantees: no reply carries a bad action, every connection has a deadline."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import policies
+from real_robot import protocol
+from real_robot.policy_client import PolicyClient, ServerError
+from real_robot.server import PolicyServer, ServerThread
+from real_robot.spec import RTC_FROZEN_KEY, RTC_PREV_KEY, PolicySpec, RequestError
+
+TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1, expert_layers=1)
+H, A = 6, 7
+
+
+def _obs(size: int = 32) -> dict:
+    return {"observation/state": np.zeros(15, np.float32),
+            "observation/images/agentview": np.zeros((size, size, 3), np.uint8),
+            "observation/images/wrist": np.zeros((size, size, 3), np.uint8), "prompt": "lift the can"}
+
+
+def _health(port: int) -> dict:
+    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10).read())
+
+
+@pytest.fixture(scope="module")
+def server():
+    torch.manual_seed(0)
+    srv = PolicyServer(policies.make("flow", chunk_size=H, **TINY), max_message_bytes=1 << 20)
+    with ServerThread(srv) as port:
+        yield srv, port
+
+
+@pytest.fixture(scope="module")
+def spec():
+    torch.manual_seed(0)
+    return PolicySpec.from_policy(policies.make("flow", chunk_size=H, **TINY))
+
+
+def _connect(port: int):
+    from websockets.sync.client import connect
+
+    ws = connect(f"ws://127.0.0.1:{port}", max_size=None, compression=None)
+    ws.recv(timeout=10)  # metadata
+    return ws
+
+
+def _ask(ws, obs: dict) -> np.ndarray | str:
+    ws.send(protocol.packb(obs))
+    reply = ws.recv(timeout=30)
+    return reply if isinstance(reply, str) else protocol.unpackb(reply)["actions"]
+
+
+@pytest.mark.parametrize("prev, frozen, why", [
+    (np.full((3, A), 1e300), 2, "float32"),  # finite float64, inf once cast
+    (np.full((3, A), 3e38, np.float32), 2, "action range"),  # finite float32, far out of range
+    (np.full((3, A), 5.0, np.float32), 2, "action range"),  # plainly out of range
+    (np.zeros((2, A), np.float32), 4, "frozen"),  # more frozen steps than the plan holds
+])
+def test_rtc_fields_are_checked_after_the_cast(server, prev, frozen, why):
+    _, port = server
+    ws = _connect(port)
+    reply = _ask(ws, {**_obs(), RTC_PREV_KEY: prev, RTC_FROZEN_KEY: frozen})
+    assert isinstance(reply, str) and reply.startswith("error:") and why in reply, reply
+    good = _ask(ws, {**_obs(), RTC_PREV_KEY: np.full((3, A), 0.5, np.float32), RTC_FROZEN_KEY: 2})
+    assert good.shape == (H, A) and np.isfinite(good).all() and np.allclose(good[:2], 0.5)
+    ws.close()
+
+
+def test_a_state_that_overflows_float32_is_refused(server):
+    _, port = server
+    ws = _connect(port)
+    reply = _ask(ws, {**_obs(), "observation/state": np.full(15, 1e300)})
+    assert isinstance(reply, str) and "NaN or inf" in reply
+    ws.close()
+
+
+def test_a_chunk_that_is_not_finite_never_leaves_the_server():
+    torch.manual_seed(0)
+    policy = policies.make("flow", chunk_size=H, **TINY)
+    with torch.no_grad():
+        next(policy.parameters()).fill_(float("nan"))  # a broken model: every chunk is NaN
+    srv = PolicyServer(policy)
+    with ServerThread(srv) as port:
+        ws = _connect(port)
+        reply = _ask(ws, _obs())
+        assert isinstance(reply, str) and "NaN or inf" in reply and "no actions sent" in reply
+        health = _health(port)
+        assert health["unsafe_replies"] == 1 and health["requests"] == 0
+        ws.close()
+
+
+def test_the_client_refuses_a_reply_with_bad_actions(spec, monkeypatch):
+    """A peer that is not our server may send anything: the client checks the reply too."""
+    client = PolicyClient("ws://127.0.0.1:1")
+    client.spec = spec
+
+    class Peer:
+        def __init__(self, actions):
+            self.actions = actions
+
+        def send(self, _):
+            pass
+
+        def recv(self, timeout=None):
+            return protocol.packb({"actions": self.actions})
+
+    for bad in (np.full((H, A), np.nan, np.float32), np.full((H, A), 2.0, np.float32), np.zeros((H, A + 1), np.float32)):
+        client._ws = Peer(bad)
+        with pytest.raises(ServerError, match="refused the server's reply"):
+            client.infer(_obs())
+    client._ws = Peer(np.zeros((H, A), np.float32))
+    assert client.infer(_obs())[0].shape == (H, A)
+    client._ws = None
+
+
+def _float_arrays(shape):
+    floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                       st.sampled_from([1e300, -1e300, 3.4e38, 3.5e38, 1.0000001, -1.0000001, 1.0, -1.0]))
+    return st.lists(floats, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))).map(
+        lambda v: np.array(v, np.float64).reshape(shape))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(state=_float_arrays((15,)), prev=_float_arrays((3, A)), dtype=st.sampled_from([np.float32, np.float64]),
+       frozen=st.integers(-3, H + 3))
+def test_validation_passes_only_finite_in_range_float32(spec, state, prev, dtype, frozen):
+    """Any float input: either refused, or what reaches the model is finite float32 within range."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        obs = {**_obs(), "observation/state": state.astype(dtype), RTC_PREV_KEY: prev.astype(dtype),
+               RTC_FROZEN_KEY: frozen}
+    try:
+        out = spec.validate(obs)
+    except RequestError:
+        return
+    assert out["state"].dtype == np.float32 and np.isfinite(out["state"]).all()
+    plan, d = out["rtc"]
+    assert plan.dtype == np.float32 and np.isfinite(plan).all() and (np.abs(plan) <= 1.0).all()
+    assert 0 <= d <= len(plan) and d < H
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=H * A, max_size=H * A))
+def test_check_actions_admits_exactly_finite_in_range_chunks(spec, values):
+    chunk = np.array(values, np.float32).reshape(H, A)
+    ok = bool(np.isfinite(chunk).all() and (np.abs(chunk) <= 1.0).all())
+    assert (spec.check_actions(chunk) is None) == ok
+
+
+def test_an_idle_connection_is_closed(server):
+    from websockets.exceptions import ConnectionClosed
+
+    srv, port = server
+    srv.idle_timeout = 0.5
+    try:
+        before = srv.timeouts["idle"]
+        ws = _connect(port)
+        assert isinstance(_ask(ws, _obs()), np.ndarray)  # served, then nothing more is sent
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        assert srv.timeouts["idle"] == before + 1
+    finally:
+        srv.idle_timeout = 300.0
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_half_a_frame_or_a_trickle_is_cut_off(server, trickle):
+    from websockets.exceptions import ConnectionClosed
+
+    srv, port = server
+    srv.message_timeout = 0.5  # the idle deadline stays at 300 s: only the message deadline can fire
+    try:
+        before, idle = srv.timeouts["message"], srv.timeouts["idle"]
+        ws = _connect(port)
+        header = b"\x82" + bytes([0x80 | 100]) + b"\x00\x00\x00\x00"  # a masked binary frame of 100 bytes
+        ws.socket.sendall(header + b"\x00" * 10)  # ... of which only 10 arrive
+        closed, stop = False, time.monotonic() + 30
+        while not closed and time.monotonic() < stop:
+            try:
+                if trickle:  # one more byte every 0.2 s: the frame would take 18 s to complete
+                    ws.socket.sendall(b"\x00")
+                ws.recv(timeout=0.2)
+            except TimeoutError:
+                continue
+            except (ConnectionClosed, OSError):  # OSError: the socket was cut while sending
+                closed = True
+        assert closed, "the connection was never closed"
+        while srv.timeouts["message"] == before and time.monotonic() < stop:
+            time.sleep(0.05)
+        assert srv.timeouts["message"] == before + 1 and srv.timeouts["idle"] == idle
+    finally:
+        srv.message_timeout = 10.0
+
+
+def _wait_open_below(srv, n: int) -> None:
+    deadline = time.monotonic() + 30
+    while len(srv._open) >= n and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_open_connections_are_capped(server):
+    srv, port = server
+    _wait_open_below(srv, 1)  # connections of earlier tests are gone
+    srv.max_connections = 2
+    try:
+        a, b = _connect(port), _connect(port)
+        with pytest.raises(Exception, match="503"):
+            _connect(port)
+        assert _health(port)["refused_connections"] >= 1
+        a.close()
+        _wait_open_below(srv, 2)
+        c = _connect(port)  # a slot is free again
+        assert isinstance(_ask(c, _obs()), np.ndarray)
+        b.close()
+        c.close()
+    finally:
+        srv.max_connections = 32
+
+
+def test_a_plain_tcp_peer_without_handshake_is_dropped():
+    torch.manual_seed(0)
+    srv = PolicyServer(policies.make("flow", chunk_size=H, **TINY), open_timeout_s=0.5)
+    with ServerThread(srv) as port:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(b"GET / HTTP/1.1\r\n")  # half a request line, then silence
+        assert sock.recv(1024) == b""  # closed by the server once the handshake deadline passed
+        sock.close()
+
+
+def test_bad_deadlines_are_refused():
+    policy = policies.make("flow", chunk_size=H, **TINY)
+    for bad in ({"idle_timeout_s": 0}, {"message_timeout_s": -1}, {"max_connections": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            PolicyServer(policy, **bad)
+
+
+def test_healthz_reports_the_deadlines(server):
+    _, port = server
+    health = _health(port)
+    assert health["deadlines_s"]["idle"] > 0 and health["max_connections"] >= 1
+    assert {"idle", "message", "reply"} <= set(health["timeouts"]) and "unsafe_replies" in health
+
