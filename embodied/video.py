@@ -1,4 +1,5 @@
-"""MP4 videos of episodes with OpenCV: camera views side by side, instruction and step drawn on."""
+"""MP4 videos with OpenCV: episodes for people to watch (camera views side by side, instruction and
+step drawn on; lossy ``mp4v``) and the lossless camera streams of demonstration datasets (``ffv1``)."""
 
 from __future__ import annotations
 
@@ -23,22 +24,47 @@ def annotate_frame(views: Sequence[np.ndarray], lines: Sequence[str], scale: int
     return np.concatenate([row, band], axis=0)
 
 
-class VideoWriter:
-    """Writes RGB frames to an mp4 (codec mp4v); the file is complete once :meth:`close` returns."""
+# codec name -> (OpenCV fourcc, codec name ffprobe reports, pixel format the stream holds)
+CODECS = {
+    # MPEG-4 Part 2: small, lossy (yuv420p: chroma at half resolution, blocks); videos for people
+    "mp4v": ("mp4v", "mpeg4", "yuv420p"),
+    # FFV1: lossless intra-only; OpenCV stores 8-bit colour frames as bgra (no chroma subsampling),
+    # so decoding gives back the written frames bit for bit, whatever the FFmpeg build
+    "ffv1": ("FFV1", "ffv1", "bgra"),
+}
 
-    def __init__(self, path: str | os.PathLike, fps: float):
+
+class VideoWriter:
+    """Writes RGB frames to an mp4 (``codec``: one of :data:`CODECS`, default the lossy ``mp4v`` for
+    videos people watch; ``ffv1`` for frames a model trains on); the file is complete once
+    :meth:`close` returns."""
+
+    def __init__(self, path: str | os.PathLike, fps: float, codec: str = "mp4v"):
+        if codec not in CODECS:
+            raise ValueError(f"codec={codec!r}: choose one of {', '.join(CODECS)}")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fps = fps
+        self.codec = codec
         self._writer: cv2.VideoWriter | None = None
+        self._size: tuple[int, int] = (0, 0)
         self.frames = 0
 
     def write(self, frame: np.ndarray) -> None:
+        """Append one ``[H, W, 3]`` RGB uint8 frame (every frame the size of the first)."""
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+            raise ValueError(f"{self.path}: frames must be [H, W, 3] uint8 RGB, got {frame.dtype} {frame.shape}")
+        if self._writer is not None and frame.shape[:2] != self._size:
+            # OpenCV would drop the frame without a word, shifting every later frame of the file
+            raise ValueError(f"{self.path}: frame of size {frame.shape[:2]}, the video's is {self._size}")
         if self._writer is None:
             h, w = frame.shape[:2]
-            self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h))
+            self._size = (h, w)
+            fourcc = CODECS[self.codec][0]
+            self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*fourcc), self.fps, (w, h))
             if not self._writer.isOpened():
-                raise RuntimeError(f"OpenCV could not open a video writer for {self.path}")
+                raise RuntimeError(f"OpenCV could not open a {self.codec} video writer for {self.path} "
+                                   "(its FFmpeg backend lacks the encoder?)")
         self._writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
         self.frames += 1
 

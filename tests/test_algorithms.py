@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -133,3 +134,41 @@ def test_episode_weighting_makes_every_episode_count_once():
         episode_weighted_advantages(adv, lengths[:3])
     with pytest.raises(ValueError, match=">= 1 chunk"):
         episode_weighted_advantages(adv, torch.tensor([0.0, 1.0, 1.0, 1.0]))
+
+
+def test_minibatches_are_even_disjoint_and_cover_the_batch():
+    from embodied.rl.batch import minibatch_indices
+
+    gen = torch.Generator().manual_seed(0)
+    parts = minibatch_indices(80, 32, gen)
+    assert sorted(len(p) for p in parts) == [26, 27, 27]  # not 32, 32, 16: sizes differ by one at most
+    assert sorted(torch.cat(parts).tolist()) == list(range(80))  # every row once
+    again = minibatch_indices(80, 32, gen)
+    assert not torch.equal(torch.cat(parts), torch.cat(again))  # a fresh shuffle per epoch
+    assert [len(p) for p in minibatch_indices(5, None, gen)] == [5] and minibatch_indices(0, 8, gen) == []
+    assert [len(p) for p in minibatch_indices(64, 64, gen)] == [64]
+
+
+def test_run_epochs_shuffles_every_epoch_and_stops_at_the_kl_target():
+    from embodied.rl.update import run_epochs
+
+    seen: list[list[int]] = []
+    kls = iter([0.001, 0.01, 0.02, 0.2, 0.3, 0.4])
+
+    def step(rows: torch.Tensor) -> dict[str, float]:
+        seen.append(rows.tolist())
+        return {"policy_loss": 1.0, "value_loss": 0.5, "entropy": 0.0, "clip_fraction": 0.1 * len(seen),
+                "approx_kl": next(kls)}
+
+    out = run_epochs(step, 10, epochs=3, minibatch_size=5, generator=torch.Generator().manual_seed(1))
+    assert out["minibatches"] == 6 and out["epochs_run"] == 3 and out["kl_stop"] == 0
+    assert out["approx_kl_first"] == 0.001 and out["clip_fraction_first"] == pytest.approx(0.1)
+    assert out["approx_kl"] == pytest.approx(np.mean([0.001, 0.01, 0.02, 0.2, 0.3, 0.4]))
+    for e in range(3):  # each epoch covers every row once, in its own order
+        assert sorted(seen[2 * e] + seen[2 * e + 1]) == list(range(10))
+    assert seen[0:2] != seen[2:4]
+    seen.clear()
+    kls = iter([0.001, 0.01, 0.02, 0.2, 0.3, 0.4])
+    out = run_epochs(step, 10, epochs=3, minibatch_size=5, target_kl=0.05, generator=torch.Generator().manual_seed(1))
+    assert out["minibatches"] == 4 and out["epochs_run"] == 2 and out["kl_stop"] == 1  # stopped after the 0.2
+    assert run_epochs(step, 0, epochs=3, minibatch_size=5)["minibatches"] == 0

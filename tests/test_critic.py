@@ -103,6 +103,8 @@ def test_rollout_valued_by_the_privileged_critic():
     assert rollout.critic_obs.shape == (4, 3, dim)
     # the time input: 0, 3 steps into the 5-step episode, then a new episode (truncated at step 5)
     torch.testing.assert_close(rollout.critic_obs[:, :, -1], torch.tensor([0.0, 0.6, 0.0, 0.6])[:, None].expand(4, 3))
+    # the policy's obs["time_left"] comes from the same clock: the fraction of the limit still left
+    torch.testing.assert_close(rollout.time_left, 1.0 - rollout.critic_obs[:, :, -1])
     onehot = rollout.critic_obs[0, :, s + p:s + p + len(env.tasks)]
     assert onehot.argmax(1).tolist() == [0, 1, 2]
     torch.testing.assert_close(rollout.value, inputs.critic(rollout.critic_obs.flatten(0, 1)).view(4, 3).detach())

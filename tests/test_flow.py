@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 
 import pytest
@@ -164,8 +166,8 @@ def test_sde_step_keeps_the_flow_marginals():
 
 
 def test_prefix_is_computed_once_per_chunk_and_value_placements():
-    for placement in ("expert", "prefix"):
-        policy = policies.make("flow", value_head=placement, **TINY)
+    for features, placement in (("shared", "expert"), ("shared", "prefix"), ("detached", "expert")):
+        policy = policies.make("flow", value_features=features, value_head=placement, **TINY)
         calls = []
         policy.prefix.register_forward_hook(lambda *_: calls.append(1))
         sample = policy.sample(_obs())
@@ -202,3 +204,114 @@ def test_bad_inputs_are_clear():
         policies.make("flow", sampler="langevin")
     with pytest.raises(ValueError, match="unknown flow config key"):
         policies.make("flow", chunk=5)
+
+
+def _value_loss_grads(policy, value: torch.Tensor) -> dict[str, torch.Tensor | None]:
+    policy.zero_grad(set_to_none=True)
+    ((value - 1.0) ** 2).mean().backward()
+    return {n: p.grad for n, p in policy.named_parameters()}
+
+
+def _no_grad(grad: torch.Tensor | None) -> bool:
+    return grad is None or not bool(grad.abs().sum() > 0)
+
+
+@pytest.mark.parametrize("sampler", ["sde", "steer"])
+def test_detached_value_loss_reaches_the_value_head_only(sampler):
+    """The default critic reads detached features: a value loss (through ``value`` and through the
+    ``logprob`` PPO evaluates) moves neither the prefix encoder nor the action expert, only the value
+    head (DSRL: the steering module's own value head, not its noise policy)."""
+    torch.manual_seed(0)
+    policy = policies.make("flow", sampler=sampler, **TINY)
+    assert policy.config.value_features == "detached"
+    obs = {**_obs(), "time_left": torch.tensor([1.0, 0.7, 0.3, 0.0])}
+    sample = policy.sample(obs, generator=torch.Generator().manual_seed(1))
+    head = "steer.value_mlp." if sampler == "steer" else "value_mlp."
+    for value in (lambda: policy.value(obs), lambda: policy.logprob(obs, sample.extras)[2]):
+        grads = _value_loss_grads(policy, value())
+        assert any(n.startswith("prefix.") for n in grads) and any(n.startswith("expert.") for n in grads)
+        assert all(_no_grad(g) for n, g in grads.items() if not n.startswith(head)), \
+            sorted(n for n, g in grads.items() if not n.startswith(head) and not _no_grad(g))[:5]
+        assert any(not _no_grad(g) for n, g in grads.items() if n.startswith(head))
+
+
+def test_value_reads_the_time_left():
+    """Same observations, different time left: the value head fits a target that is the time left
+    itself (a critic without the input cannot: its error stays at the target's variance, 1/12)."""
+    torch.manual_seed(0)
+    policy = policies.make("flow", **TINY)
+    n = 4
+    obs = _obs(n)
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        tl = torch.rand(n, generator=g)
+        loss = ((policy.value({**obs, "time_left": tl}) - tl) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        tl = torch.rand(n, generator=g)
+        assert float(((policy.value({**obs, "time_left": tl}) - tl) ** 2).mean()) < 0.01
+        late = policy.value({**obs, "time_left": torch.full((n,), 0.1)})
+        early = policy.value({**obs, "time_left": torch.full((n,), 0.9)})
+        assert (early - late).min() > 0.5
+        # no time_left (serving, evaluation): read as the start of an episode
+        torch.testing.assert_close(policy.value(obs), policy.value({**obs, "time_left": torch.ones(n)}))
+        sample = policy.sample({**obs, "time_left": tl})
+        torch.testing.assert_close(policy.logprob({**obs, "time_left": tl}, sample.extras)[2], sample.value)
+
+
+def _strip_value_fields(folder) -> None:
+    """Make ``folder`` look like a bundle written before ``value_features`` existed."""
+    cfg = folder / "config.json"
+    meta = json.loads(cfg.read_text())
+    for key in ("value_features", "value_hidden"):
+        del meta["config"][key]
+    cfg.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("sampler", ["sde", "steer"])
+def test_old_bundle_keeps_its_value_head_and_a_misfit_head_is_reinitialised(tmp_path, sampler, caplog):
+    """A bundle without ``value_features`` loads as before it existed (``shared``: the same weights and
+    values); weights of a head that does not fit the config's are replaced by a fresh head, logged;
+    ``use_value_features`` moves an old (SFT) bundle to the detached critic."""
+    torch.manual_seed(0)
+    obs = _obs()
+    old = policies.make("flow", sampler=sampler, value_features="shared", **TINY)
+    folder = policies.save(old, tmp_path / "old")
+    _strip_value_fields(folder)
+    with caplog.at_level(logging.WARNING, logger="policies"):
+        loaded = policies.load(folder)
+    assert not caplog.records
+    assert loaded.config.value_features == "shared" and loaded.config.sampler == sampler
+    assert all(torch.equal(v, old.state_dict()[k]) for k, v in loaded.state_dict().items())
+    torch.testing.assert_close(loaded.value(obs), old.value(obs))
+    a = loaded.sample(obs, generator=torch.Generator().manual_seed(2))
+    b = old.sample(obs, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(a.actions, b.actions)
+    torch.testing.assert_close(a.value, b.value)
+    # the new default head saved, then its config stripped: the head no longer fits, so it is fresh
+    new = policies.make("flow", sampler=sampler, **TINY)
+    folder = policies.save(new, tmp_path / "new")
+    _strip_value_fields(folder)
+    with caplog.at_level(logging.WARNING, logger="policies"):
+        misfit = policies.load(folder)
+    assert any("freshly initialised" in r.getMessage() for r in caplog.records)
+    assert misfit.config.value_features == "shared"
+    kept = {k: v for k, v in new.state_dict().items() if ".value_mlp." not in f".{k}"}
+    assert all(torch.equal(v, misfit.state_dict()[k]) for k, v in kept.items())
+    torch.testing.assert_close(misfit.sample(obs, generator=torch.Generator().manual_seed(2)).actions,
+                               new.sample(obs, generator=torch.Generator().manual_seed(2)).actions)
+    # RL from an old SFT bundle: switch it to the detached critic (a fresh head; nothing else moves)
+    before = {k: v.clone() for k, v in loaded.state_dict().items() if ".value_mlp." not in f".{k}"}
+    loaded.use_value_features("detached")
+    assert loaded.config.value_features == "detached"
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in before.items())
+    early = loaded.value({**obs, "time_left": torch.ones(4)})
+    again = policies.load(policies.save(loaded, tmp_path / "switched"))
+    assert again.config.value_features == "detached"
+    torch.testing.assert_close(again.value({**obs, "time_left": torch.ones(4)}), early)
+    with pytest.raises(ValueError, match="value_features must be one of"):
+        loaded.use_value_features("oracle")
+    assert loaded.config.value_features == "detached"

@@ -8,7 +8,7 @@ import torch
 import policies
 import sims
 from embodied.rl.batch import grpo_batch, ppo_batch
-from embodied.rl.loss import LossConfig
+from embodied.rl.loss import LossConfig, evaluate_minibatch, policy_obs
 from embodied.rl.rollout import collect_chunks
 from embodied.rl.update import update_policy
 
@@ -184,3 +184,58 @@ def test_state_only_policy_rollout_and_update():
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=()) as plain:
         with pytest.raises(policies.checkpoint.SpecMismatchError, match="state_obs='privileged'"):
             policy.check_env(plain)
+
+
+def test_rollout_time_left_column_reaches_the_value_and_the_learner():
+    """``time_left``: 1 at an episode's start, less at each later chunk, 0 for the final observation
+    of an episode cut at its limit, 1 again after the reset; it continues across calls through the
+    returned obs; the batch carries it and the learner's value equals the rollout's."""
+    torch.manual_seed(0)
+    policy = policies.make("flow", sampler="sde", expert_layers=1, **TINY)
+    seen: list[torch.Tensor] = []
+    value = policy.value
+    policy.value = lambda o: (seen.append(o["time_left"].clone()), value(o))[1]  # final and last values
+    with sims.make("mujoco", suite="goal", num_envs=3, image_size=32, max_steps=5) as env:
+        gen = torch.Generator().manual_seed(0)
+        first, obs = collect_chunks(env, policy, env.reset(seed=0), num_chunks=1, generator=gen)
+        assert obs["elapsed"].tolist() == [3, 3, 3]
+        rollout, obs = collect_chunks(env, policy, obs, num_chunks=3, generator=gen)  # continues the episodes
+    # 5-step episodes, 3-step chunks: chunks start at steps 0, 3 | 0, 3 (truncated at step 5)
+    torch.testing.assert_close(first.time_left, torch.ones(1, 3))
+    torch.testing.assert_close(rollout.time_left, torch.tensor([0.4, 1.0, 0.4])[:, None].expand(3, 3))
+    assert float(rollout.time_left.min()) >= 0.0 and float(rollout.time_left.max()) <= 1.0
+    assert rollout.trunc[0].all() and rollout.trunc[2].all()
+    # values of first's last obs (0.4), then rollout's final observations at the limit (0), its last obs (1)
+    torch.testing.assert_close(torch.stack(seen), torch.tensor([0.4, 0.0, 0.0, 1.0])[:, None].expand(4, 3))
+    assert obs["elapsed"].tolist() == [0, 0, 0]
+    batch = ppo_batch(rollout)
+    torch.testing.assert_close(batch["time_left"], rollout.time_left.flatten())
+    assert "time_left" in policy_obs(batch, rollout.instructions)
+    with torch.no_grad():
+        _, _, val = evaluate_minibatch(policy, batch, rollout.instructions)
+        torch.testing.assert_close(val, rollout.value.flatten(), rtol=1e-5, atol=1e-6)
+        blind = policy.logprob({k: v for k, v in policy_obs(batch, rollout.instructions).items() if k != "time_left"},
+                               rollout.flat_extras(torch.arange(9)))[2]
+    assert not torch.allclose(blind, val)  # the column matters: without it the value reads time_left=1
+
+
+def test_token_vla_value_is_detached_and_reads_time_left():
+    """The token VLA's default critic: detached features plus the time left, as the flow policy's."""
+    torch.manual_seed(0)
+    policy = policies.make("autoregressive", decoder_layers=1, **TINY)
+    g = torch.Generator().manual_seed(0)
+    obs = {"rgb": torch.randint(0, 256, (4, 2, 32, 32, 3), dtype=torch.uint8, generator=g),
+           "state": torch.randn(4, 15, generator=g), "instruction": ["a", "b", "c", "d"],
+           "time_left": torch.tensor([1.0, 0.6, 0.3, 0.0])}
+    sample = policy.sample(obs, generator=g)
+    _, _, value = policy.logprob(obs, sample.extras)
+    torch.testing.assert_close(value, sample.value)
+    torch.testing.assert_close(policy.value(obs), value)
+    ((value - 1.0) ** 2).mean().backward()
+    grads = {n: p.grad for n, p in policy.named_parameters()}
+    assert all(g is None or not g.abs().sum() > 0 for n, g in grads.items() if not n.startswith("value_mlp."))
+    assert any(g is not None and g.abs().sum() > 0 for n, g in grads.items() if n.startswith("value_mlp."))
+    with torch.no_grad():
+        late = policy.value({**obs, "time_left": torch.full((4,), 0.1)})
+        early = policy.value({**obs, "time_left": torch.full((4,), 0.9)})
+    assert not torch.allclose(early, late)

@@ -69,6 +69,27 @@ def test_env_applies_the_listed_initial_state():
             np.testing.assert_allclose(view.pos(name, np.array([0]))[0, :2], [x, y], atol=1e-6)
 
 
+def test_init_pool_draws_every_reset_from_fixed_states():
+    """Training on the protocol's states (init_pool=protocol): resets without explicit ids, auto-resets
+    included, start from the pool's fixed states."""
+    def placements(env):
+        view = env.task_objs[2].view
+        return [tuple(np.round(view.pos(name, np.arange(env.num_envs))[:, :2].ravel(), 6))
+                for name in sims.suites.init_states("goal", 2)[0]["placement"]]
+
+    with sims.make("mujoco", suite="goal", num_envs=3, cameras=()) as env:
+        env.reset(task_ids=[2, 2, 2], init_ids=[4, 4, 4])
+        fixed = placements(env)
+        env.set_init_pool([4])
+        env.reset(seed=1, task_ids=[2, 2, 2])
+        assert placements(env) == fixed
+        env.set_init_pool(None)
+        env.reset(seed=1, task_ids=[2, 2, 2])
+        assert placements(env) != fixed
+        with pytest.raises(ValueError, match="non-negative"):
+            env.set_init_pool([-1])
+
+
 @pytest.mark.parametrize("suite", list(SUITE_SIZES))
 def test_predicates_false_on_every_initial_state(suite):
     n = sims.suites.NUM_INIT_STATES

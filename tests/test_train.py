@@ -242,6 +242,9 @@ def test_group_initial_states_new_or_from_a_fixed_pool():
     pooled = draw(2)
     assert sorted(set(pooled)) == [(t, TRAIN_INIT_OFFSET + k) for t in (1, 8) for k in (0, 1)]
     assert pooled[:4] == pooled[4:8] == pooled[8:]  # 4 groups per iteration cycle the 2 x 2 pool
+    protocol = [group_initial_states(it, 4, 0, 4, [1, 8], None, protocol=True) for it in range(30)]
+    inits = {i for _, ids in protocol for i in ids}
+    assert inits == set(range(50))  # the protocol's 50 states, in turn, and none other
 
 
 def test_token_grpo_runs_on_groups(tmp_path):

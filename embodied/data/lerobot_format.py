@@ -16,8 +16,14 @@ Per-step columns: ``observation.state`` float32[S], ``observation.privileged`` f
 ``action`` float32[A], ``next.reward`` float32, ``next.done`` bool, ``next.success`` bool,
 ``timestamp`` float32 (seconds since the episode start), ``frame_index``, ``episode_index``,
 ``index`` (global row), ``task_index`` int64. Frame ``frame_index`` of episode ``e`` in a camera's
-video is at ``from_timestamp(e) + timestamp``. Videos use OpenCV's MPEG-4 Part 2 codec
-(``mp4v``), which every ffmpeg-based decoder reads.
+video is at ``from_timestamp(e) + timestamp``.
+
+Videos are lossless: FFV1 (intra-only, 8-bit ``bgra``, no chroma subsampling) in the mp4
+container, written by OpenCV and read by any FFmpeg-based decoder (LeRobot's too). The frames SFT
+decodes are the simulator's renders bit for bit, the pixels RL and evaluation see, whatever the
+FFmpeg build. ``info.json`` records the codec per camera (``video.codec`` ``"ffv1"``,
+``video.pix_fmt`` ``"bgra"``). Datasets written before used OpenCV's lossy MPEG-4 Part 2 (``mp4v``,
+``video.codec`` ``"mpeg4"``, ``yuv420p``); :class:`Dataset` reads both.
 """
 
 from __future__ import annotations
@@ -33,13 +39,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from embodied.runs import write_json
-from embodied.video import VideoWriter
+from embodied.video import CODECS, VideoWriter
 
 CODEBASE_VERSION = "v3.0"
 DATA_FILE = "data/chunk-000/file-000.parquet"
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+VIDEO_CODEC = "ffv1"  # lossless: what SFT decodes equals what was rendered (see the module docstring)
 
 
 def video_key(camera: str) -> str:
@@ -99,7 +106,8 @@ class DatasetWriter:
         self._episodes: list[dict[str, Any]] = []
         self._frames_written = 0
         self._videos = {c: VideoWriter(self.root / VIDEO_PATH.format(video_key=video_key(c), chunk_index=0,
-                                                                      file_index=0), fps=self.fps)
+                                                                      file_index=0), fps=self.fps,
+                                         codec=VIDEO_CODEC)
                         for c in self.cameras}
         self._image_sums = np.zeros((len(self.cameras), 3))
         self._image_sq = np.zeros((len(self.cameras), 3))
@@ -151,6 +159,10 @@ class DatasetWriter:
         if self.cameras:
             if ep.rgb is None:
                 raise ValueError("this dataset records cameras: the episode needs rgb frames")
+            if ep.rgb.dtype != np.uint8 or ep.rgb.ndim != 5 or ep.rgb.shape[:2] != (t, len(self.cameras)) \
+                    or ep.rgb.shape[-1] != 3:
+                raise ValueError(f"episode rgb is {ep.rgb.dtype} {list(ep.rgb.shape)}, this dataset records uint8 "
+                                 f"[{t}, {len(self.cameras)}, H, W, 3] (steps, cameras {self.cameras})")
             from_ts = self._frames_written / self.fps
             for v, cam in enumerate(self.cameras):
                 for frame in ep.rgb[:, v]:
@@ -185,13 +197,14 @@ class DatasetWriter:
             "index": {"dtype": "int64", "shape": [1], "names": None},
             "task_index": {"dtype": "int64", "shape": [1], "names": None},
         }
+        _, codec, pix_fmt = CODECS[VIDEO_CODEC]
         for cam in self.cameras:
             feats[video_key(cam)] = {
                 "dtype": "video",
                 "shape": [self.image_size, self.image_size, 3],
                 "names": ["height", "width", "channels"],
-                "info": {"video.height": self.image_size, "video.width": self.image_size, "video.codec": "mpeg4",
-                         "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": self.fps,
+                "info": {"video.height": self.image_size, "video.width": self.image_size, "video.codec": codec,
+                         "video.pix_fmt": pix_fmt, "video.is_depth_map": False, "video.fps": self.fps,
                          "video.channels": 3, "has_audio": False},
             }
         return feats
@@ -275,7 +288,7 @@ def _write_table(table: pa.Table, path: Path) -> None:
 
 class Dataset:
     """Reader of a v3.0 dataset (ours or LeRobot's single-file-chunk ones): tables via pyarrow,
-    frames decoded with OpenCV."""
+    frames decoded with OpenCV (FFV1 exactly as written; older mp4v datasets as their codec left them)."""
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -307,6 +320,12 @@ class Dataset:
     @property
     def num_episodes(self) -> int:
         return len(self.episodes)
+
+    @property
+    def lossless_video(self) -> bool:
+        """Whether every camera's video is losslessly coded (FFV1), so decoded frames are the recorded ones."""
+        return bool(self.cameras) and all(
+            self.features[video_key(c)].get("info", {}).get("video.codec") == "ffv1" for c in self.cameras)
 
     def column(self, name: str) -> np.ndarray:
         """A whole per-step column as numpy (``[N, D]`` for vectors)."""

@@ -1,10 +1,12 @@
 """Training batches from chunk rollouts: flat ``[B]`` columns (``B = T * N`` chunks, or the kept
 ones for GRPO) that a Learner cuts into minibatches.
 
-Columns: ``rgb [B, V, H, W, 3]`` uint8, ``state [B, S]``, ``task_id [B]``, the policy's sampling
-extras as ``x.<name> [B, ...]``, ``old_logprob [B]``, ``advantages [B]`` (normalised over the
-batch); with a critic also ``old_values [B]`` and ``value_targets [B]``, and with a separate critic
-(:mod:`embodied.rl.critic`) its inputs ``critic_obs [B, C]``.
+Columns: ``rgb [B, V, H, W, 3]`` uint8, ``state [B, S]``, ``task_id [B]``, ``time_left [B]`` (the
+fraction of the episode's step limit left, which the policy's value head reads; absent for rollouts
+without it), the policy's sampling extras as ``x.<name> [B, ...]``, ``old_logprob [B]``,
+``advantages [B]`` (normalised over the batch); with a critic also ``old_values [B]`` and
+``value_targets [B]``, and with a separate critic (:mod:`embodied.rl.critic`) its inputs
+``critic_obs [B, C]``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def _observation_columns(rollout: Rollout, rows: torch.Tensor | None = None) -> 
         return t if rows is None else t[rows]
 
     cols = {"rgb": flat(rollout.rgb), "state": flat(rollout.state), "task_id": flat(rollout.task_id)}
+    if rollout.time_left is not None:
+        cols["time_left"] = flat(rollout.time_left)
     cols.update({EXTRA_PREFIX + k: flat(v) for k, v in rollout.extras.items()})
     cols["old_logprob"] = flat(rollout.logprob)
     if rollout.critic_obs is not None:
@@ -94,6 +98,18 @@ def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk", keep
     cols = _observation_columns(rollout, rows)
     cols["advantages"] = adv_env[None, :].expand(t_len, n).flatten()[rows]
     return cols, {"groups": float(groups), "groups_kept": float(kept.sum())}
+
+
+def minibatch_indices(total: int, minibatch_size: int | None, generator: torch.Generator | None = None
+                      ) -> list[torch.Tensor]:
+    """One epoch's minibatches over ``total`` rows: a fresh permutation cut into
+    ``ceil(total / minibatch_size)`` parts of nearly equal size (sizes differ by at most one; no
+    row is used twice, none is left out). ``minibatch_size=None``: the whole batch as one."""
+    if total <= 0:
+        return []
+    perm = torch.randperm(total, generator=generator)
+    parts = 1 if minibatch_size is None else -(-total // int(minibatch_size))
+    return list(torch.tensor_split(perm, parts))
 
 
 def batch_size(batch: dict[str, Any]) -> int:

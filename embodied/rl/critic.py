@@ -6,7 +6,9 @@ env's ``privileged`` vector (object poses, goals), the task and the fraction of 
 limit already used. Only training uses it; deployment runs the policy alone.
 
 The time input matters when a step limit ends an episode as a failure (``truncation=fail``): the
-same state is worth less with fewer steps left, which a critic without it cannot represent.
+same state is worth less with fewer steps left, which a critic without it cannot represent. The
+policy's own (detached) value head reads it too, as ``obs["time_left"]`` (:func:`time_left`), from
+the same :class:`EpisodeClock` (see :func:`embodied.rl.rollout.collect_chunks`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,27 @@ def critic_input_dim(state_dim: int, privileged_dim: int, num_tasks: int) -> int
     return state_dim + privileged_dim + num_tasks + 1
 
 
+def time_used(elapsed: torch.Tensor, limits: torch.Tensor, task_id: torch.Tensor) -> torch.Tensor:
+    """float ``[N]`` (CPU): ``elapsed [N]`` steps over the step limit of each env's task
+    (``limits [num_tasks]`` indexed by ``task_id [N]``)."""
+    tid = task_id.long().cpu()
+    return elapsed.float().cpu() / limits.float().cpu()[tid]
+
+
+def time_left(elapsed: torch.Tensor, limits: torch.Tensor, task_id: torch.Tensor) -> torch.Tensor:
+    """float ``[N]`` in [0, 1] (CPU): the fraction of each episode's step limit still left,
+    ``1 - time_used`` (0 at the limit), the policy value head's ``obs["time_left"]``."""
+    return (1.0 - time_used(elapsed, limits, task_id)).clamp(0.0, 1.0)
+
+
+def step_limits(env: Any) -> torch.Tensor:
+    """float ``[num_tasks]``: the step limit of each of ``env.tasks`` (``TaskSpec.max_steps``)."""
+    limits = torch.as_tensor([float(t.max_steps) for t in env.tasks], dtype=torch.float32)
+    if len(limits) == 0 or bool((limits < 1).any()):
+        raise ValueError(f"step limits must be >= 1 per task, got {limits.tolist()}")
+    return limits
+
+
 def critic_features(obs: dict[str, torch.Tensor], elapsed: torch.Tensor, limits: torch.Tensor,
                     num_tasks: int) -> torch.Tensor:
     """``[N, C]`` critic inputs from an observation dict (``state [N, S]``, ``privileged [N, P]``,
@@ -32,16 +55,22 @@ def critic_features(obs: dict[str, torch.Tensor], elapsed: torch.Tensor, limits:
     step limit of each task."""
     tid = obs["task_id"].long().cpu()
     onehot = torch.nn.functional.one_hot(tid, num_tasks).float()
-    frac = elapsed.float().cpu() / limits.float()[tid]
+    frac = time_used(elapsed, limits, tid)
     return torch.cat([obs["state"].float().cpu(), obs["privileged"].float().cpu(), onehot, frac[:, None]], dim=1)
 
 
 class EpisodeClock:
     """Steps since the start of each env's episode, advanced by chunk results (the envs report the
-    length only of episodes that ended)."""
+    length only of episodes that ended); ``elapsed [N]`` sets where it starts (default 0: fresh
+    episodes)."""
 
-    def __init__(self, num_envs: int):
+    def __init__(self, num_envs: int, elapsed: torch.Tensor | None = None):
         self.elapsed = torch.zeros(num_envs, dtype=torch.long)
+        if elapsed is not None:
+            start = torch.as_tensor(elapsed).long().cpu().reshape(-1)
+            if start.shape != (num_envs,) or bool((start < 0).any()):
+                raise ValueError(f"elapsed must be {num_envs} step counts >= 0, got {tuple(start.shape)}")
+            self.elapsed = start.clone()
 
     def reset(self) -> None:
         self.elapsed.zero_()

@@ -42,9 +42,13 @@ class LossConfig:
 
 
 def policy_obs(minibatch: dict[str, torch.Tensor], instructions: Sequence[str]) -> dict[str, Any]:
-    """The observation dict a policy reads, from batch columns."""
-    return {"rgb": minibatch["rgb"], "state": minibatch["state"],
-            "instruction": [instructions[int(t)] for t in minibatch["task_id"]]}
+    """The observation dict a policy reads, from batch columns (``time_left`` where the batch has
+    it: the value is then evaluated on the input it was collected with)."""
+    obs = {"rgb": minibatch["rgb"], "state": minibatch["state"],
+           "instruction": [instructions[int(t)] for t in minibatch["task_id"]]}
+    if "time_left" in minibatch:
+        obs["time_left"] = minibatch["time_left"]
+    return obs
 
 
 def policy_extras(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

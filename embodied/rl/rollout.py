@@ -13,8 +13,12 @@ from typing import Any
 
 import torch
 
-from embodied.rl.critic import CriticInputs
+from embodied.rl.critic import CriticInputs, EpisodeClock, step_limits, time_left
 from sims.core import obs_views
+
+#: the key of the step counts (int64 ``[N]``, steps since each episode began) that
+#: :func:`collect_chunks` adds to the observation it returns, so the next call continues the clock
+ELAPSED = "elapsed"
 
 
 @dataclass
@@ -23,7 +27,9 @@ class Rollout:
     ``task_id [T, N]``; per chunk ``[T, N]``: ``logprob``, ``value``, ``reward`` (sum over the
     executed steps), ``done``, ``trunc``, ``success``, ``final_value`` (value of the final
     observation where ``trunc``); ``last_value [N]``; ``extras`` as the policy returned them;
-    ``critic_obs [T, N, C]`` the separate critic's inputs (None when values come from the policy)."""
+    ``critic_obs [T, N, C]`` the separate critic's inputs (None when values come from the policy);
+    ``time_left [T, N]`` the fraction of each episode's step limit left at the chunk's start, which
+    the policy read as ``obs["time_left"]`` (None: the policy read none)."""
 
     rgb: torch.Tensor
     state: torch.Tensor
@@ -45,6 +51,7 @@ class Rollout:
     episode_envs: list[int] = field(default_factory=list)  # the env of each ended episode, in order of ending
     timing: dict[str, float] = field(default_factory=dict)
     critic_obs: torch.Tensor | None = None
+    time_left: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -70,15 +77,22 @@ class Rollout:
         rgb = self.rgb.flatten(0, 1)[flat_index]
         state = self.state.flatten(0, 1)[flat_index]
         tids = self.task_id.flatten(0, 1)[flat_index].tolist()
-        return {"rgb": rgb, "state": state, "instruction": [self.instructions[t] for t in tids]}
+        obs = {"rgb": rgb, "state": state, "instruction": [self.instructions[t] for t in tids]}
+        if self.time_left is not None:
+            obs["time_left"] = self.time_left.flatten(0, 1)[flat_index]
+        return obs
 
     def flat_extras(self, flat_index: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: v.flatten(0, 1)[flat_index] for k, v in self.extras.items()}
 
 
-def _policy_obs(obs: dict[str, torch.Tensor], instructions: list[str]) -> dict[str, Any]:
-    return {"rgb": obs_views(obs), "state": obs["state"],
-            "instruction": [instructions[int(t)] for t in obs["task_id"]]}
+def _policy_obs(obs: dict[str, torch.Tensor], instructions: list[str],
+                tleft: torch.Tensor | None = None) -> dict[str, Any]:
+    out = {"rgb": obs_views(obs), "state": obs["state"],
+           "instruction": [instructions[int(t)] for t in obs["task_id"]]}
+    if tleft is not None:
+        out["time_left"] = tleft
+    return out
 
 
 @torch.no_grad()
@@ -89,24 +103,41 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
 
     With ``critic`` the values come from that separate critic (its clock is advanced here, so pass
     the same object on every call that continues the episodes) instead of the policy's value head.
+
+    The policy reads ``obs["time_left"]`` (float ``[N]``, :func:`embodied.rl.critic.time_left`): the
+    fraction of each episode's step limit (``env.tasks[i].max_steps``; the critic's limits with
+    ``critic``) still left, 0 for the final observation of an episode cut at its limit; the rollout
+    keeps it (``Rollout.time_left``) so training evaluates the value on the same input. It comes from
+    an :class:`~embodied.rl.critic.EpisodeClock`: ``critic.clock`` with ``critic``, else one started
+    from ``obs["elapsed"]`` (int64 ``[N]`` steps since each episode began; absent: 0, fresh episodes,
+    as after ``env.reset``). The returned obs carries ``"elapsed"``, so passing it to the next call
+    continues the episodes' clocks.
     """
     instructions = [t.instruction for t in env.tasks]
     critic_obs: list[torch.Tensor] = []
+    if critic is not None:
+        clock, limits = critic.clock, critic.limits
+    else:
+        clock, limits = EpisodeClock(env.num_envs, obs.get(ELAPSED)), step_limits(env)
+
+    def left(o: dict[str, torch.Tensor], elapsed: torch.Tensor | None = None) -> torch.Tensor:
+        return time_left(clock.elapsed if elapsed is None else elapsed, limits, o["task_id"])
 
     def values(o: dict[str, torch.Tensor], elapsed: torch.Tensor | None = None) -> torch.Tensor:
         if critic is None:
-            return policy.value(_policy_obs(o, instructions)).float().cpu()
+            return policy.value(_policy_obs(o, instructions, left(o, elapsed))).float().cpu()
         return critic.value(critic.features(o, elapsed))
 
     keys = ("logprob", "value", "reward", "done", "trunc", "success", "final_value")
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
-    rgb, state, task_id, extras = [], [], [], []
+    rgb, state, task_id, extras, tlefts = [], [], [], [], []
     env_steps = 0
     returns, lengths, successes, ended_envs = [], [], [], []
     t_infer = t_sim = 0.0
     for _ in range(num_chunks):
         t0 = time.perf_counter()
-        sample = policy.sample(_policy_obs(obs, instructions), mode="explore", generator=generator)
+        tlefts.append(left(obs))
+        sample = policy.sample(_policy_obs(obs, instructions, tlefts[-1]), mode="explore", generator=generator)
         t1 = time.perf_counter()
         res = env.step_chunk(sample.actions.to(env.device))
         t2 = time.perf_counter()
@@ -120,7 +151,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         else:
             critic_obs.append(critic.features(obs))
             cols["value"].append(critic.value(critic_obs[-1]))
-            ended_at = critic.clock.advance(res.executed, res.done)
+        ended_at = clock.advance(res.executed, res.done)
         cols["reward"].append(res.reward.cpu())
         cols["done"].append(res.done.cpu())
         cols["trunc"].append(res.truncated.cpu())
@@ -129,7 +160,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         if bool(res.truncated.any()):
             rows = res.truncated.nonzero().flatten()
             final = {k: v[rows] for k, v in res.final_obs.items()}
-            final_value[rows.cpu()] = values(final, None if critic is None else ended_at[rows.cpu()])
+            final_value[rows.cpu()] = values(final, ended_at[rows.cpu()])  # at the limit: no time left
         cols["final_value"].append(final_value)
         env_steps += int(res.executed.sum())
         for i in res.done.nonzero().flatten().tolist():
@@ -137,7 +168,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
             lengths.append(int(res.episode["length"][i]))
             successes.append(bool(res.success[i]))
             ended_envs.append(i)
-        obs = res.obs
+        obs = {**res.obs, ELAPSED: clock.elapsed.clone()}
         t3 = time.perf_counter()
         t_infer += (t1 - t0) + (t3 - t2)
         t_sim += t2 - t1
@@ -150,6 +181,6 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
         extras=stacked_extras, **{k: torch.stack(v) for k, v in cols.items()}, last_value=last_value,
         instructions=instructions, env_steps=env_steps, episode_returns=returns, episode_lengths=lengths,
         episode_success=successes, episode_envs=ended_envs, timing={"inference_s": t_infer, "sim_s": t_sim},
-        critic_obs=torch.stack(critic_obs) if critic_obs else None,
+        critic_obs=torch.stack(critic_obs) if critic_obs else None, time_left=torch.stack(tlefts),
     )
     return rollout, obs

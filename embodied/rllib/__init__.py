@@ -17,7 +17,7 @@ from embodied.rllib.module import PolicyRLModule, module_config
 #: fields of :class:`ChunkRLConfig` that :func:`build_algorithm` accepts in ``rl``
 RL_FIELDS = ("lr", "critic_lr", "clip_param", "dual_clip", "vf_clip_param", "vf_loss_coeff", "entropy_coeff",
              "kl_coeff", "use_critic", "logprob_scale", "neg_adv_scale", "freeze_prefix", "critic_warmup", "num_epochs",
-             "minibatch_size", "grad_clip", "overlap")
+             "minibatch_size", "target_kl", "grad_clip", "overlap")
 
 
 def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],

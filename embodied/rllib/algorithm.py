@@ -4,10 +4,17 @@ Its ``training_step`` samples training batches from :class:`~embodied.rllib.env_
 (local, or remote Ray actors), updates the :class:`~embodied.rllib.learner.ChunkPPOLearner` (in the
 driver or on remote learner actors / GPUs) and syncs the weights back.
 
-With ``overlap=True`` sampling of iteration ``k+1`` runs while the learner updates on iteration
-``k`` (in a thread for the local runner, on the remote actors otherwise): each batch is collected by
-the weights one update old, which the PPO ratio against the stored behaviour log-probabilities
-accounts for (as in asynchronous PPO / RLinf's pipelined mode).
+The update of an iteration is :func:`embodied.rl.update.run_epochs`: ``num_epochs`` passes over
+the batch, each a fresh permutation cut into evenly sized minibatches, one ``learner_group.update``
+(one gradient step, data parallel over the learners) per minibatch, stopped early when a
+minibatch's approx KL exceeds ``target_kl``.
+
+By default (``overlap=False``) every batch is trained on by the weights that sampled it: the
+metric ``policy_lag`` (actor updates between sampling a batch and training on it) is 0. With
+``overlap=True`` sampling of iteration ``k+1`` runs while the learner updates on iteration ``k`` (in
+a thread for the local runner, on the remote actors otherwise): each batch is then collected by
+the weights one update old (``policy_lag`` 1), which the PPO ratio against the stored behaviour
+log-probabilities importance-corrects (as in asynchronous PPO / RLinf's pipelined mode).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from embodied.algorithms import normalize_advantages
 from embodied.rl.batch import batch_size, concat_batches
-from embodied.rl.update import explained_variance
+from embodied.rl.update import explained_variance, run_epochs
 from embodied.rllib.env_runner import VecEnvRunner
 from embodied.rllib.learner import ChunkPPOLearner
 from embodied.rllib.module import PolicyRLModule
@@ -54,7 +61,8 @@ class ChunkRLConfig(AlgorithmConfig):
         self.freeze_prefix = False  # train the action head(s) only, not the observation encoder
         self.critic_warmup = 0  # first iterations in which only the value head is updated
         self.num_epochs = 1
-        self.minibatch_size: int | None = 32  # None: each learner's whole share of the batch per step
+        self.minibatch_size: int | None = 32  # None: the whole batch per step (split over the learners)
+        self.target_kl: float | None = None  # stop an iteration's minibatches once one's approx KL exceeds it
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
         self.overlap = False
@@ -87,6 +95,8 @@ class ChunkRL(Algorithm):
         self._pending: Any = None
         self._pool: ThreadPoolExecutor | None = None
         self._weights_dirty = False
+        self._actor_version = 0  # actor updates so far
+        self._pending_version = 0  # the actor version that sampled the pending batch
 
     # -- sampling -----------------------------------------------------------------------------
     @property
@@ -158,13 +168,14 @@ class ChunkRL(Algorithm):
         t0 = time.perf_counter()
         if self._pending is None:
             self._sync_weights()
-            self._pending = self._launch(it)
+            self._pending, self._pending_version = self._launch(it), self._actor_version
         results = self._wait(self._pending)
+        sampled_by = self._pending_version
         self._pending = None
         wait_s = time.perf_counter() - t0
         self._sync_weights()
         if self.config.overlap and (self.stop_iteration is None or it + 1 < self.stop_iteration):
-            self._pending = self._launch(it + 1)
+            self._pending, self._pending_version = self._launch(it + 1), self._actor_version
         batch = concat_batches([r["batch"] for r in results])
         rows = batch_size(batch)
         raw_adv_std = float(batch["advantages"].std()) if rows > 1 else 0.0
@@ -173,6 +184,7 @@ class ChunkRL(Algorithm):
         t1 = time.perf_counter()
         stats: dict[str, float] = {}
         frozen = it < self.config.critic_warmup
+        trained_by = self._actor_version  # the actor version that takes this batch's first step
         if rows:
             seed = int(self.config.seed or 0) * 1_000_003 + it
             critic_obs = batch.get("critic_obs")  # the separate critic's inputs, for its running statistics
@@ -184,15 +196,20 @@ class ChunkRL(Algorithm):
                     learner.update_critic_norm(DEFAULT_MODULE_ID, critic_obs)
 
             self._on_learners(prepare)
-            self.learner_group.update(
-                batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=rows),
-                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)},
-                # None: RLlib's learners step once per epoch on their whole share of the batch
-                num_epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
-                shuffle_batch_per_epoch=True,
-            )
-            stats = self._on_learners(lambda learner: learner.pop_stats())[0]
+            steps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)}
+
+            def step(rows_idx: torch.Tensor) -> dict[str, float]:
+                mb = {k: v[rows_idx] for k, v in batch.items()}
+                self.learner_group.update(
+                    batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(mb)}, env_steps=len(rows_idx)),
+                    timesteps=steps, num_epochs=1, minibatch_size=None, shuffle_batch_per_epoch=False)
+                return self._on_learners(lambda learner: learner.pop_stats())[0]
+
+            stats = run_epochs(step, rows, epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
+                               target_kl=self.config.target_kl, generator=torch.Generator().manual_seed(seed))
             self._weights_dirty = True
+            if not frozen and self.config.lr > 0:
+                self._actor_version += 1
         learn_s = time.perf_counter() - t1
         if not self.config.overlap:
             self._sync_weights()
@@ -207,6 +224,8 @@ class ChunkRL(Algorithm):
             "episode_length": float(np.mean(lengths)) if lengths else float("nan"),
             "rows": float(rows),
             "actor_updated": float(bool(rows) and not frozen),
+            # actor updates between the weights that sampled this batch and those that trained on it
+            "policy_lag": float(trained_by - sampled_by),
             "advantage_std": raw_adv_std,  # before normalisation: ~0 means the normalised advantages are noise
             "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
             if self.config.use_critic and rows else 0.0,
@@ -216,7 +235,8 @@ class ChunkRL(Algorithm):
             "learn_s": learn_s, "wait_s": wait_s,
             "iteration_s": time.perf_counter() - t0,
         }
-        for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "minibatches"):
+        for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "minibatches",
+                    "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop"):
             out[key] = float(stats.get(key, 0.0))
         if "groups" in results[0]:
             out["groups"] = float(sum(r["groups"] for r in results))

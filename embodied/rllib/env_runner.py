@@ -11,7 +11,9 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 ``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`), ``grpo_keep``
 (:data:`embodied.algorithms.grpo.GRPO_KEEP`), ``grpo_std_norm`` (divide by the group's std),
 ``init_states`` (``grpo``: cycle the groups through the first N training initial states of each
-task; None: a new state for every group), ``backend`` (a :func:`sims.make` backend, e.g.
+task; None: a new state for every group), ``init_pool`` (``random``: training states, never the
+evaluation protocol's; ``protocol``: the protocol's fixed initial states ``0..NUM_INIT_STATES-1``,
+which evaluation scores: the LIBERO RL works' protocol), ``backend`` (a :func:`sims.make` backend, e.g.
 ``mujoco_gpu``; default the suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
 :class:`embodied.latency.delay_env.DelayedChunkEnv`), ``inference_device`` (``cuda``: the runner
 samples on its GPU when it sees one).
@@ -35,24 +37,31 @@ from embodied.rl.batch import grpo_batch, ppo_batch
 from embodied.rl.critic import CriticInputs
 from embodied.rl.rollout import collect_chunks
 
+#: where training episodes start: ``random`` training states (evaluation's are held out) or the protocol's
+INIT_POOLS = ("random", "protocol")
+
+
 def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: int, chunks_per_iter: int,
                     reward_type: str = "sparse", max_steps: int | None = None, algo: str = "ppo",
                     group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
                     latency_delays: list[int] | None = None, backend: str | None = None,
                     truncation: str = "bootstrap", inference_device: str = "cpu",
                     init_states: int | None = None, grpo_weighting: str = "chunk",
-                    grpo_keep: str = "success", grpo_std_norm: bool = True) -> dict[str, Any]:
+                    grpo_keep: str = "success", grpo_std_norm: bool = True,
+                    init_pool: str = "random") -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
     GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration).
     ``inference_device="cuda"`` samples the chunks on the runner's GPU when it sees one."""
     if algo not in ("ppo", "grpo"):
         raise ValueError(f"env runner algo must be ppo or grpo, got {algo!r}")
+    if init_pool not in INIT_POOLS:
+        raise ValueError(f"init_pool must be one of {INIT_POOLS}, got {init_pool!r}")
     return dict(suite=suite, tasks=list(tasks), num_envs=num_envs, image_size=image_size, reward_type=reward_type,
                 chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
                 lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None,
                 backend=backend, truncation=truncation, inference_device=inference_device,
                 init_states=init_states, grpo_weighting=grpo_weighting, grpo_keep=grpo_keep,
-                grpo_std_norm=grpo_std_norm)
+                grpo_std_norm=grpo_std_norm, init_pool=init_pool)
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -69,17 +78,24 @@ def runner_envs(env_config: dict[str, Any], worker_index: int) -> tuple[int, int
 
 
 def group_initial_states(iteration: int, total_groups: int, first_group: int, num_groups: int,
-                         tasks: list[int], pool: int | None = None) -> tuple[list[int], list[int]]:
+                         tasks: list[int], pool: int | None = None, protocol: bool = False
+                         ) -> tuple[list[int], list[int]]:
     """``(task ids, init ids)`` of a runner's ``num_groups`` GRPO groups in ``iteration``.
 
     Group ``i`` (counted over all runners and iterations) runs task ``tasks[i % T]``; its initial
     state is training state ``i`` (a new one for every group) or, with a ``pool`` of N, that task's
     training state ``(i // T) % N``. Training states are ``TRAIN_INIT_OFFSET + k``, never the
-    evaluation protocol's.
+    evaluation protocol's; with ``protocol`` they are the protocol's states ``k`` (``pool`` defaults
+    to all ``NUM_INIT_STATES`` of them).
     """
+    from sims.suites import NUM_INIT_STATES
+
+    if protocol:
+        pool = min(int(pool or NUM_INIT_STATES), NUM_INIT_STATES)
     gids = [iteration * total_groups + first_group + j for j in range(num_groups)]
     states = gids if pool is None else [(i // len(tasks)) % int(pool) for i in gids]
-    return [tasks[i % len(tasks)] for i in gids], [TRAIN_INIT_OFFSET + k for k in states]
+    offset = 0 if protocol else TRAIN_INIT_OFFSET
+    return [tasks[i % len(tasks)] for i in gids], [offset + k for k in states]
 
 
 class VecEnvRunner(EnvRunner):
@@ -118,6 +134,13 @@ class VecEnvRunner(EnvRunner):
             self.env = DelayedChunkEnv(self.env, self.module.policy.chunk_size, ec["latency_delays"],
                                        seed=int(ec["seed"]) + first)
         self.module.policy.check_env(self.env)
+        if ec.get("init_pool", "random") == "protocol" and ec["algo"] != "grpo":  # grpo sets each group's state
+            from sims.suites import NUM_INIT_STATES
+
+            if not hasattr(self.env, "set_init_pool"):
+                raise ValueError(f"init_pool=protocol needs a backend with fixed initial states ({type(self.env).__name__} "
+                                 "has none): use init_pool=random")
+            self.env.set_init_pool(range(NUM_INIT_STATES))
         self.obs = None
         self.critic_inputs = None
         if self.module.critic is not None:
@@ -142,7 +165,7 @@ class VecEnvRunner(EnvRunner):
             total_groups = int(ec["num_envs_total"]) // g
             first_group = self.first_env // g
             task_ids, init_ids = group_initial_states(iteration, total_groups, first_group, n // g, tasks,
-                                                      ec["init_states"])
+                                                      ec["init_states"], ec.get("init_pool") == "protocol")
             return self.env.reset(task_ids=np.repeat(task_ids, g).tolist(), init_ids=np.repeat(init_ids, g).tolist())
         return self.env.reset(seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
                               task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)])

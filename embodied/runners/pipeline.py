@@ -14,6 +14,10 @@ and resumes an interrupted SFT or RL stage from its last checkpoint):
 4. ``rl``: Flow-SDE PPO on Ray RLlib in parallel envs, from the SFT bundle (``rl/``).
 5. ``eval_rl``: the RL policy on the same protocol, compared with the SFT one (Newcombe intervals
    on the protocol's episodes; paired over the states with every attempt counted).
+6. with ``rl.control=true``, ``rl_control`` and ``eval_control``: the frozen-actor control, the same
+   RL run (seeds, envs, sampling, critic) with ``algo.lr=0``, and its evaluation; the report then
+   shows RL against it (paired over the states), which separates what the updates did from what
+   the evaluation's sampling noise and the critic-only updates do.
 
 Outputs in ``out``: ``results.json`` (every stage), ``report.md`` (tables with 95% intervals, the
 plot ``plots/pipeline.png`` of success before/after RL and the RL learning curve, links to the
@@ -35,6 +39,7 @@ from embodied.runs import cpu_summary, machine_info, prepare_run_dir, same_confi
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
 STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
+CONTROL_STAGES = ("rl_control", "eval_control")  # added by rl.control=true
 
 
 @dataclass
@@ -54,19 +59,24 @@ class PipelineRLConfig:
     """Stage ``rl`` (see ``embodied-train``; the rest of the algorithm's fields keep their defaults)."""
 
     algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
-    iterations: int = 150
-    num_envs: int = 10
-    chunks_per_iter: int = 8  # chunks per env per iteration
+    iterations: int = 40
+    num_envs: int = 20
+    chunks_per_iter: int = 16  # chunks per env per iteration (num_envs * chunks_per_iter chunks per update)
     max_episode_steps: Optional[int] = 60  # training step limit (evaluation keeps the task's own)
-    # an episode ended by that limit: fail | bootstrap (see embodied-train). fail: with bootstrap, the 60-step limit
-    # and sparse rewards every value target was ~equal and the advantages noise (20 demos: 90% -> 94% with fail)
+    # an episode ended by that limit: fail (it ends there: no success, no return) | bootstrap (see embodied-train)
     truncation: str = "fail"
-    lr: float = 1e-5
-    critic_warmup: int = 15  # first iterations that update only the value head (see embodied-train's algo)
+    lr: float = 5e-6  # the actor (the action expert and noise head; the observation encoder stays frozen)
+    critic_warmup: int = 4  # first iterations that update only the value head (see embodied-train's algo)
     critic: str = "policy"  # policy: the policy's value head | privileged: a separate critic on simulator state
     reward_type: str = "sparse"
-    overlap: bool = True  # sample the next batch while learning
+    overlap: bool = False  # sample the next batch while learning (one update of policy lag)
     save_every: int = 10
+    # where training episodes start: random (training states: the evaluation's 50 protocol states stay held out) |
+    # protocol (on the 50 protocol states the evaluation scores, the LIBERO RL works' protocol)
+    init_states: str = "random"
+    # the frozen-actor control: also run the same RL stage with algo.lr=0 and evaluate it (stages rl_control,
+    # eval_control); the report compares RL with it
+    control: bool = False
 
 
 @dataclass
@@ -128,9 +138,9 @@ def check_config(cfg: PipelineConfig) -> None:
 
     if cfg.sim.suite is None or cfg.sim.suite not in sims.suites.names():
         raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {sims.suites.names()}")
-    unknown = [s for s in cfg.stages if s not in STAGES]
+    unknown = [s for s in cfg.stages if s not in STAGES + CONTROL_STAGES]
     if unknown:
-        raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+        raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES + CONTROL_STAGES)}")
     try:
         check_action_noise(cfg.action_noise)
     except ValueError as err:
@@ -148,6 +158,10 @@ def check_config(cfg: PipelineConfig) -> None:
         raise PipelineError(f"eval.attempts={cfg.eval.attempts}: every initial state needs at least 1 episode")
     if cfg.rl.truncation not in TRUNCATION:
         raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose {' or '.join(TRUNCATION)}")
+    from embodied.rllib.env_runner import INIT_POOLS
+
+    if cfg.rl.init_states not in INIT_POOLS:
+        raise PipelineError(f"rl.init_states={cfg.rl.init_states!r}: choose {' or '.join(INIT_POOLS)}")
     if cfg.rl.critic not in CRITICS:
         raise PipelineError(f"rl.critic={cfg.rl.critic!r}: choose one of {', '.join(CRITICS)}")
     if not 0 <= cfg.rl.critic_warmup < cfg.rl.iterations:
@@ -234,21 +248,58 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
             "comparison": res.get("comparison", {}).get(cfg.sim.suite), "pass_at_k": suite.get("pass_at_k")}
 
 
-def stage_rl(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
+def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = False) -> dict[str, Any]:
+    """The RL stage in ``out/name``; ``control``: the frozen-actor control (``algo.lr=0``, all else equal)."""
     from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig
     from embodied.runners.train import train as rl_train
     from embodied.train_state import resolve_folder
 
     r = cfg.rl
-    resume = resolve_folder(out / "rl" / "checkpoint") is not None
-    algo = AlgoConfig(name=r.algo, lr=r.lr, critic_warmup=r.critic_warmup, critic=r.critic)
+    resume = resolve_folder(out / name / "checkpoint") is not None
+    algo = AlgoConfig(name=r.algo, lr=0.0 if control else r.lr, critic_warmup=r.critic_warmup, critic=r.critic)
     summary = rl_train(TrainConfig(
-        out=str(out / "rl"), init=str(out / "sft" / "ckpt"), algo=algo, runtime=RuntimeConfig(overlap=r.overlap),
+        out=str(out / name), init=str(out / "sft" / "ckpt"), algo=algo, runtime=RuntimeConfig(overlap=r.overlap),
         suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs, image_size=cfg.sim.image_size,
         iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
-        truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume))
+        truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume,
+        init_pool=r.init_states))
     return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} \
-        | {"checkpoint": "rl/checkpoint/policy", "metrics": "rl/metrics.csv"}
+        | {"checkpoint": f"{name}/checkpoint/policy", "metrics": f"{name}/metrics.csv", "control": control,
+           "init_states": r.init_states,
+           "updates": update_diagnostics(out / name / "metrics.csv")}
+
+
+def update_diagnostics(metrics: Path) -> dict[str, float]:
+    """Medians over the iterations that updated the actor of what says whether the updates stayed near
+    the sampling policy (first-minibatch approx KL and clip fraction, the largest policy lag, early
+    stops) and whether the critic and advantages carried signal (explained variance, advantage std)."""
+    from embodied.runs import read_complete_rows
+
+    _, rows = read_complete_rows(metrics, "iteration")
+    rows = [r for r in rows if r.get("actor_updated") == "1"]
+    if not rows:
+        return {}
+
+    def col(key: str) -> list[float]:
+        return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
+
+    med = {k: round(float(np.median(col(k))), 4) for k in ("approx_kl_first", "clip_fraction_first", "approx_kl",
+                                                           "clip_fraction", "explained_variance", "advantage_std")
+           if col(k)}
+    return med | {"policy_lag_max": max(col("policy_lag"), default=0.0), "kl_stops": int(sum(col("kl_stop"))),
+                  "actor_iterations": len(rows)}
+
+
+def rl_against_control(out: Path, suite: str) -> dict[str, Any] | None:
+    """RL - frozen control per task and paired over the states, from the two evaluations' results."""
+    import json
+
+    from embodied.eval.report import compare
+
+    rl, control = out / "eval_rl" / "results.json", out / "eval_control" / "results.json"
+    if not (rl.is_file() and control.is_file()):
+        return None
+    return compare(json.loads(rl.read_text())["suites"], json.loads(control.read_text())).get(suite)
 
 
 def plot_pipeline(results: dict[str, Any], out: Path) -> Path | None:
@@ -338,7 +389,19 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                   + (f" Time split: the sampler spent {split['sim_s']:.0f} s simulating and {split['inference_s']:.0f} s "
                      f"in inference, the learner {split['learn_s']:.0f} s; the driver waited {split['wait_s']:.0f} s "
                      "for samples (the sampling that learning did not hide)." if split else "")
-                  + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`.", ""]
+                  + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`."
+                  + (" Trained on the evaluation's own 50 initial states per task (rl.init_states=protocol): "
+                     "the evaluation below scores states RL has seen." if rl.get("init_states") == "protocol" else
+                     " Trained on other initial states than the evaluation's (rl.init_states=random): the "
+                     "evaluation below is held out."), ""]
+        u = rl.get("updates") or {}
+        if u:
+            lines += [f"Updates (medians over the {u['actor_iterations']} iterations that trained the actor): approx KL "
+                      f"at the first minibatch {u.get('approx_kl_first', 0):.4f} (mean over all "
+                      f"{u.get('approx_kl', 0):.4f}), clip fraction {u.get('clip_fraction_first', 0):.2f} first / "
+                      f"{u.get('clip_fraction', 0):.2f} all, explained variance {u.get('explained_variance', 0):.2f}, "
+                      f"advantage std {u.get('advantage_std', 0):.3f}; largest policy lag {u['policy_lag_max']:.0f}, "
+                      f"{u['kl_stops']} early stops at the KL target.", ""]
     before, after = results.get("eval_sft"), results.get("eval_rl")
     attempts = cfg["eval"].get("attempts", 1)
     if before or after:
@@ -384,6 +447,17 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                     lines.append(f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%} | "
                                  f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] | {cells} |")
                 lines.append("")
+        control, vs = results.get("eval_control"), results.get("rl_vs_control") or {}
+        if control:
+            lines += [f"Frozen-actor control (the same RL run with algo.lr=0): **{control['success_rate']:.1%}** "
+                      f"[{control['ci95'][0]:.2f}, {control['ci95'][1]:.2f}]"
+                      + (", pass@1..K " + ", ".join(f"{p:.0%}" for p in control["pass_at_k"])
+                         if control.get("pass_at_k") else "") + ".", ""]
+            if vs.get("paired"):
+                from embodied.eval.report import paired_text
+
+                lines += [f"Paired over the {vs['paired']['states']} initial states, RL - control: "
+                          f"{paired_text(vs['paired'], 'control ', 'SFT + RL ')}.", ""]
         vids = (before or {}).get("videos", []) + (after or {}).get("videos", [])
         if vids:
             lines += ["Videos:", ""] + [f"- [{v}]({v})" for v in vids] + [""]
@@ -407,16 +481,22 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     config = json.loads(json.dumps(asdict(cfg)))
     done = results.get("stages_done", [])
-    if done and not same_config(results.get("config"), config, PipelineConfig):
+
+    def without_control(c: dict[str, Any] | None) -> dict[str, Any] | None:  # rl.control only adds stages
+        return None if c is None else {**c, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"}}
+
+    if done and not same_config(without_control(results.get("config")), without_control(config), PipelineConfig):
         raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
                             "repeat the original command to resume it")
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)
     results.setdefault("stage_seconds", {})
-    for stage in cfg.stages:
+    stages = list(cfg.stages) + [s for s in CONTROL_STAGES if cfg.rl.control and s not in cfg.stages]
+    for stage in stages:
         if stage in done:
             print(f"[pipeline] {stage}: done in a previous run, skipped")
             continue
-        for need in {"sft": ["collect"], "eval_sft": ["sft"], "rl": ["sft"], "eval_rl": ["rl"]}.get(stage, []):
+        for need in {"sft": ["collect"], "eval_sft": ["sft"], "rl": ["sft"], "eval_rl": ["rl"], "rl_control": ["sft"],
+                     "eval_control": ["rl_control"]}.get(stage, []):
             if need not in results["stages_done"]:
                 raise PipelineError(f"stage {stage} needs stage {need} first (add it to stages=...)")
         print(f"[pipeline] {stage} ...", flush=True)
@@ -432,11 +512,20 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
         elif stage == "eval_rl":
             compare = out / "eval_sft" if "eval_sft" in results["stages_done"] else None
             results[stage] = stage_eval(cfg, out, "eval_rl", out / "rl" / "checkpoint" / "policy", compare)
+        elif stage == "rl_control":
+            results[stage] = stage_rl(cfg, out, "rl_control", control=True)
+        elif stage == "eval_control":
+            compare = out / "eval_sft" if "eval_sft" in results["stages_done"] else None
+            results[stage] = stage_eval(cfg, out, "eval_control", out / "rl_control" / "checkpoint" / "policy",
+                                        compare)
         results["stage_seconds"][stage] = round(time.perf_counter() - t0, 1)
         results["stages_done"].append(stage)
         results["machine"] = machine_info()
         write_json(path, results)
     results["machine"] = machine_info()
+    vs_control = rl_against_control(out, cfg.sim.suite)
+    if vs_control is not None:
+        results["rl_vs_control"] = vs_control
     plot_pipeline(results, out)
     write_json(path, results)
     write_report(results, out)

@@ -62,7 +62,8 @@ CRITIC_FILE = "critic.safetensors"
 METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
                  "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
-                 "advantage_std", "minibatches"]
+                 "advantage_std", "minibatches", "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop",
+                 "policy_lag"]
 
 
 @dataclass
@@ -87,12 +88,17 @@ class AlgoConfig:
     neg_adv_scale: float = 1.0
     ratio: str = "chunk"  # chunk: ratio of the whole chunk's probability; per_dim: its geometric mean per
     #                       action dimension / token (GSPO's length normalisation), clipped far less often
-    epochs: int = 1  # passes over each iteration's batch
+    epochs: int = 2  # passes over each iteration's batch, each a fresh shuffle cut into even minibatches
     # chunks per gradient step (null: the iteration's whole batch, one step per epoch: every step then
     # sees all the kept episodes instead of a few, at the cost of fewer steps per iteration)
-    minibatch_size: Optional[int] = 32
+    minibatch_size: Optional[int] = 64
+    # stop an iteration's remaining minibatches once one's approx KL (measured before its step) exceeds this
+    # (null: never); the update stays near the weights that sampled the batch
+    target_kl: Optional[float] = 0.05
     max_grad_norm: float = 1.0  # global gradient-norm clip
-    freeze_prefix: bool = False  # RL trains the action expert / decoder and heads, not the observation encoder
+    # RL trains the action expert / decoder and heads, not the observation encoder (vision, language, state,
+    # fusion: about half the weights); false trains the whole model
+    freeze_prefix: bool = True
     # critic warm-up: the first N iterations update only the value head (the actor keeps its SFT weights and
     # keeps sampling), so the first policy updates use a critic fitted to it rather than a random one
     critic_warmup: int = 0
@@ -130,7 +136,9 @@ class RuntimeConfig:
     # GPUs per remote env runner: Ray hides the GPUs from actors that ask for none, so GPU simulators
     # (backend=mujoco_gpu, suite=maniskill) in remote runners need a share (0.25: four runners per GPU)
     num_gpus_per_env_runner: float = 0.0
-    overlap: bool = True  # sample iteration k+1 while learning on k (one update of policy lag)
+    # sample iteration k+1 while learning on k: every batch is then trained one update after it was sampled
+    # (policy_lag 1, importance-corrected by the PPO ratio); false: on-policy (policy_lag 0)
+    overlap: bool = False
     address: Optional[str] = None  # join this Ray cluster ("auto" after `ray start`); else start Ray here
     num_cpus: Optional[int] = None  # CPUs of the Ray started here (default: runners + learners + 1)
 
@@ -160,6 +168,10 @@ class TrainConfig:
     # turn (the LIBERO RL works train on a fixed set of initial states); null: a new state for every group.
     # Evaluation keeps its 50 held-out protocol states either way.
     init_states: Optional[int] = None
+    # where training episodes start: random (training states; evaluation's 50 protocol states stay held out) |
+    # protocol (the protocol's 50 fixed initial states per task, which evaluation scores: the LIBERO RL works'
+    # protocol, e.g. RLinf's use_fixed_reset_state_ids)
+    init_pool: str = "random"
     reward_type: str = "sparse"  # sparse: success (as pi_RL on LIBERO) | shaped: progress made + success | dense
     # latency-aware RL (ARLI): each chunk acts d control steps after its observation, d drawn per episode
     # from this list (each < the chunk size); the policy's state gains the committed actions and d
@@ -196,6 +208,8 @@ def check_config(cfg: TrainConfig) -> None:
     if a.epochs < 1 or (a.minibatch_size is not None and a.minibatch_size < 1):
         raise TrainError(f"algo.epochs ({a.epochs}) and algo.minibatch_size ({a.minibatch_size}) must be >= 1 "
                          "(algo.minibatch_size=null: the whole batch per step)")
+    if a.target_kl is not None and not a.target_kl > 0:
+        raise TrainError(f"algo.target_kl={a.target_kl} must be > 0 (null: no early stop)")
     if not 0.0 <= a.neg_adv_scale <= 1.0:
         raise TrainError(f"algo.neg_adv_scale={a.neg_adv_scale} must lie in [0, 1] (1: plain objective, "
                          "0: only positive advantages)")
@@ -233,6 +247,10 @@ def check_config(cfg: TrainConfig) -> None:
                              f"continues episodes across iterations: use one of {list(GROUP_ALGOS)}, or leave it unset")
         if cfg.init_states < 1:
             raise TrainError(f"init_states must be >= 1 (states per task), got {cfg.init_states}")
+    from embodied.rllib.env_runner import INIT_POOLS
+
+    if cfg.init_pool not in INIT_POOLS:
+        raise TrainError(f"init_pool={cfg.init_pool!r}: choose {' or '.join(INIT_POOLS)}")
     if a.critic not in CRITICS:
         raise TrainError(f"algo.critic={a.critic!r}: choose one of {', '.join(CRITICS)}")
     if a.critic == "privileged" and (not a.critic_hidden or min(a.critic_hidden) < 1):
@@ -295,6 +313,11 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
         if resolve_folder(out / "checkpoint") is not None:
             raise TrainError(f"{out} already holds a run: pass resume=true to continue it, or a new out=...")
         policy = policies.load(cfg.init, device="cpu")
+        meta = policies.checkpoint.read_meta(cfg.init)
+        if "value_features" not in meta.get("config", {}) and hasattr(policy, "use_value_features"):
+            # a bundle from before the detached, time-aware critic: SFT never trained its value head,
+            # so RL starts the new one fresh (a resumed run keeps the head it was trained with)
+            policy.use_value_features("detached")
     else:
         if cfg.policy is None:
             raise TrainError("give init=CKPT (an SFT bundle) or policy=flow|autoregressive")
@@ -492,7 +515,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                  latency_delays=cfg.latency_delays, backend=cfg.backend,
                                  truncation=cfg.truncation, init_states=cfg.init_states,
                                  grpo_weighting=a.grpo_weighting, grpo_keep=a.grpo_keep,
-                                 grpo_std_norm=a.grpo_std_norm,
+                                 grpo_std_norm=a.grpo_std_norm, init_pool=cfg.init_pool,
                                  # sampling on the GPU where the runners see one: the driver (local), or
                                  # remote runners given a GPU share
                                  inference_device="cuda" if cfg.device == "cuda" and (
@@ -502,7 +525,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
               use_critic=use_critic, num_epochs=a.epochs,
               logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
               neg_adv_scale=a.neg_adv_scale,
-              minibatch_size=a.minibatch_size, freeze_prefix=a.freeze_prefix, critic_warmup=a.critic_warmup,
+              minibatch_size=a.minibatch_size, target_kl=a.target_kl, freeze_prefix=a.freeze_prefix,
+              critic_warmup=a.critic_warmup,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)
     gpus_per_learner = r.num_gpus_per_learner or (1.0 if cfg.device == "cuda" else 0.0)

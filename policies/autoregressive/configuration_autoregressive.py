@@ -15,9 +15,11 @@ class AutoregressiveConfig(PolicyConfig):
     ``[-1, 1]`` (not over the dataset-normalised space: the Processor's action statistics are not
     used by this family). A chunk is ``chunk_size * action_dim`` tokens decoded one by one.
 
-    ``value_head`` (inherited): ``"expert"`` puts the critic on the decoder's hidden state at the
-    BOS position (it sees only the prefix, so it is a state value), ``"prefix"`` on the mean of the
-    prefix tokens.
+    ``value_features`` (inherited, default ``"detached"``): the critic reads the detached fused
+    state token and pooled prefix plus ``obs["time_left"]``, as the flow policy's. With
+    ``"shared"`` (bundles written before the field existed) ``value_head`` places it: ``"expert"``
+    on the decoder's hidden state at the BOS position (it sees only the prefix, so it is a state
+    value), ``"prefix"`` on the mean of the prefix tokens.
     """
 
     # bins per action dimension; uniform over [-1, 1], tokens are bin indices 0..num_bins-1
@@ -43,5 +45,4 @@ class AutoregressiveConfig(PolicyConfig):
             raise ValueError(f"temperature must be > 0 (use mode='greedy' for argmax), got {self.temperature}")
         if self.chunk_size < 1 or self.action_dim < 1:
             raise ValueError(f"chunk_size and action_dim must be >= 1, got {self.chunk_size}, {self.action_dim}")
-        if self.value_head not in ("expert", "prefix"):
-            raise ValueError(f"value_head must be 'expert' or 'prefix', got {self.value_head!r}")
+        self.check_value_fields()

@@ -32,6 +32,10 @@ Log-probabilities (RL)
     (the :class:`~policies.base.ChunkSample` contract).
 
 Value
+    ``value_features="detached"`` (default): a :class:`~policies.base.DetachedValueHead` on the
+    detached fused state token and pooled prefix plus ``obs["time_left"]`` (1.0 when absent), as
+    the flow policy's; the value loss moves neither the encoder nor the decoder. With
+    ``value_features="shared"`` (bundles written before the field), ``value_head`` places it:
     ``value_head="expert"``: an MLP on the decoder's final hidden state at the BOS position. With
     causal attention that position sees only BOS and the prefix, so it is a state value ``V(s)``
     that does not depend on the sampled chunk (the hidden state of the last decoded position would
@@ -50,7 +54,7 @@ from torch import nn
 
 from policies.autoregressive.configuration_autoregressive import AutoregressiveConfig
 from policies.autoregressive.tokenization import actions_to_bins, bins_to_actions
-from policies.base import ChunkSample, Mode, Policy
+from policies.base import ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.encoders.prefix import PrefixEncoder
 
 KVCache = list[dict[str, torch.Tensor]]
@@ -160,7 +164,7 @@ class AutoregressivePolicy(Policy):
         )
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, config.num_bins)
-        self.value_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        self.value_mlp = self._make_value_head()
         nn.init.normal_(self.token_emb.weight, std=0.02)
         nn.init.normal_(self.dim_emb.weight, std=0.02)
         nn.init.normal_(self.head.weight, std=0.02)
@@ -185,8 +189,19 @@ class AutoregressivePolicy(Policy):
         return (self.token_emb(inputs) + self.pos_emb[start:start + s]
                 + self.dim_emb(self._dims[start:start + s]))
 
-    def _value(self, bos_hidden: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-        """Critic ``[N]`` from the BOS position's hidden state ``[N, d]`` or the pooled prefix."""
+    def _make_value_head(self) -> nn.Module:
+        c = self.config
+        if c.value_features == "detached":
+            return DetachedValueHead(2 * c.d_model, c.value_hidden)
+        return nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), nn.Linear(c.d_model, 1))
+
+    def _value(self, bos_hidden: torch.Tensor | None, prefix: torch.Tensor, pad: torch.Tensor,
+               time_left: torch.Tensor) -> torch.Tensor:
+        """Critic ``[N]``: ``detached``, from the detached state token and pooled prefix and
+        ``time_left [N]``; ``shared``, from the BOS position's hidden state ``[N, d]`` or the pooled prefix."""
+        if self.config.value_features == "detached":
+            feats = torch.cat([prefix[:, -1], PrefixEncoder.pooled(prefix, pad)], dim=1)
+            return self.value_mlp(feats, time_left)  # the head detaches its input
         feat = bos_hidden if self.config.value_head == "expert" else PrefixEncoder.pooled(prefix, pad)
         return self.value_mlp(feat).squeeze(-1)
 
@@ -268,7 +283,7 @@ class AutoregressivePolicy(Policy):
                 tokens[:, i] = self._pick(logits, mode, generator)
                 inp = tokens[:, i:i + 1]
         return {"tokens": tokens, "logits": logits_all, "hidden": hidden_all,
-                "value": self._value(hidden_all[:, 0], prefix, pad)}
+                "value": self._value(hidden_all[:, 0], prefix, pad, obs_time_left(obs, n, dev))}
 
     def _token_logprobs(self, logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token ``(logprob [N, L], entropy [N, L])`` under ``softmax(logits / temperature)``."""
@@ -325,14 +340,18 @@ class AutoregressivePolicy(Policy):
             raise ValueError(f"extras['tokens'] must be bin indices in [0, {self.config.num_bins})")
         logits, hidden = self.decode_teacher_forced(prefix, pad, tokens)
         tok_logp, entropy = self._token_logprobs(logits, tokens)
-        return tok_logp.sum(-1), entropy.sum(-1), self._value(hidden[:, 0], prefix, pad).float()
+        value = self._value(hidden[:, 0], prefix, pad, obs_time_left(obs, n, prefix.device))
+        return tok_logp.sum(-1), entropy.sum(-1), value.float()
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         """Critic value ``[N]``: the BOS position sees only the prefix, so one position suffices."""
         prefix, pad = self.encode(obs)
+        time_left = obs_time_left(obs, prefix.shape[0], prefix.device)
+        if self.config.value_features == "detached":  # the decoder takes no part
+            return self._value(None, prefix, pad, time_left).float()
         dummy = torch.zeros(prefix.shape[0], 1, dtype=torch.long, device=prefix.device)
         _, hidden = self.decode_teacher_forced(prefix, pad, dummy)
-        return self._value(hidden[:, 0], prefix, pad).float()
+        return self._value(hidden[:, 0], prefix, pad, time_left).float()
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Mean token cross-entropy (at temperature 1) of the binned expert chunk ``[N, H, A]``, teacher forced."""

@@ -61,5 +61,4 @@ class FlowConfig(PolicyConfig):
             raise ValueError(f"num_steps must be >= 1, got {self.num_steps}")
         if not 0 < self.noise_std_min <= self.noise_std_max:
             raise ValueError("need 0 < noise_std_min <= noise_std_max")
-        if self.value_head not in ("expert", "prefix"):
-            raise ValueError(f"value_head must be 'expert' or 'prefix', got {self.value_head!r}")
+        self.check_value_fields()

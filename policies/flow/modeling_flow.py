@@ -18,6 +18,12 @@ the model (log-probabilities too); the env receives them unnormalised and clippe
   the steering Gaussian; the ODE from it gives the chunk, and the log-probability (and entropy) is
   that Gaussian's. The flow itself gets no gradient, and the value comes from the steering module's
   own head on the detached prefix.
+
+Value (``value_features``, see :class:`~policies.base.PolicyConfig`): ``detached`` (default) reads
+the fused state token and the pooled prefix, detached, plus ``obs["time_left"]`` (1.0 when absent)
+in :class:`~policies.base.DetachedValueHead` (a steered policy's steering head reads the same);
+``shared`` (bundles from before the field) the pooled prefix (``value_head="prefix"``) or the
+expert's output for a zero chunk at t=1 (``"expert"``), with gradients into the encoder and expert.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.base import ChunkSample, Mode, Policy
+from policies.base import ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.encoders.prefix import PrefixEncoder
 from policies.flow import sde as S
 from policies.flow.configuration_flow import SAMPLERS, FlowConfig
@@ -84,7 +90,7 @@ class FlowPolicy(Policy):
         self.expert = ActionExpert(config)
         self.velocity = nn.Linear(d, config.action_dim)
         self.noise_head = nn.Linear(d, config.action_dim)  # Flow-Noise only; dropped at deployment
-        self.value_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        self.value_mlp = self._make_value_head()
         self.steer: NoiseSteer | None = None
         if config.sampler == "steer":
             self.add_steer()
@@ -96,7 +102,8 @@ class FlowPolicy(Policy):
         if self.steer is None:
             device = self.velocity.weight.device
             self.steer = NoiseSteer(2 * c.d_model, c.chunk_size, c.action_dim, hidden=c.steer_hidden,
-                                    bound=c.steer_bound, std_min=c.steer_std_min, std_max=c.steer_std_max).to(device)
+                                    bound=c.steer_bound, std_min=c.steer_std_min, std_max=c.steer_std_max,
+                                    time_input=c.value_features == "detached").to(device)
         if use:
             c.sampler = "steer"
         return self.steer
@@ -106,6 +113,18 @@ class FlowPolicy(Policy):
         if self.steer is None and any(k.startswith("steer.") for k in state_dict):
             self.add_steer(use=False)
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _make_value_head(self) -> nn.Module:
+        c = self.config
+        if c.value_features == "detached":
+            return DetachedValueHead(2 * c.d_model, c.value_hidden)
+        return nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), nn.Linear(c.d_model, 1))
+
+    def use_value_features(self, value_features: str) -> None:
+        super().use_value_features(value_features)
+        if self.steer is not None:  # the steering module's own critic follows
+            device = self.steer.head.weight.device
+            self.steer.value_mlp = self.steer.make_value_head(value_features == "detached").to(device)
 
     @property
     def rl_trainable(self) -> str | None:
@@ -125,15 +144,20 @@ class FlowPolicy(Policy):
         return c.noise_std_min + (c.noise_std_max - c.noise_std_min) * torch.sigmoid(self.noise_head(feats))
 
     def _steer_features(self, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-        """The steering module's input ``[N, 2d]``: the fused state token (the prefix's last) and the
-        pooled prefix, detached (the flow's encoder stays as SFT left it)."""
+        """The steering module's (and the detached value head's) input ``[N, 2d]``: the fused state
+        token (the prefix's last) and the pooled prefix, detached (the flow's encoder stays as SFT
+        left it; the value loss moves neither it nor the actor)."""
         return torch.cat([prefix[:, -1], PrefixEncoder.pooled(prefix, pad)], dim=1).detach()
 
-    def _value(self, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-        """``[N]``: on the pooled prefix, or on the expert's output for a zero chunk at t=1 (steered:
-        the steering module's own head)."""
+    def _value(self, prefix: torch.Tensor, pad: torch.Tensor, time_left: torch.Tensor) -> torch.Tensor:
+        """``[N]`` (``time_left [N]``: see :func:`~policies.base.obs_time_left`). Steered: the steering
+        module's own head; ``detached``: :class:`~policies.base.DetachedValueHead` on the detached
+        state token and pooled prefix; ``shared``: on the pooled prefix, or on the expert's output for
+        a zero chunk at t=1."""
         if self.rl_trainable == "steer":
-            return self.steer.value(self._steer_features(prefix, pad))
+            return self.steer.value(self._steer_features(prefix, pad), time_left)
+        if self.config.value_features == "detached":
+            return self.value_mlp(self._steer_features(prefix, pad), time_left)
         if self.config.value_head == "prefix":
             return self.value_mlp(PrefixEncoder.pooled(prefix, pad))[:, 0]
         n = prefix.shape[0]
@@ -215,7 +239,8 @@ class FlowPolicy(Policy):
         # which sampler produced the chunk: logprob() follows it, whatever the config says now
         extras["sampler"] = torch.full((n,), SAMPLERS.index(sampler), dtype=torch.long, device=prefix.device)
         actions = self.processor.unnormalize_actions(x)
-        return ChunkSample(actions=actions, logprob=logprob.detach(), value=self._value(prefix, pad).detach(),
+        value = self._value(prefix, pad, obs_time_left(obs, n, prefix.device))
+        return ChunkSample(actions=actions, logprob=logprob.detach(), value=value.detach(),
                            extras={k: v.detach() for k, v in extras.items()})
 
     def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
@@ -226,8 +251,8 @@ class FlowPolicy(Policy):
         """
         cfg = self.config
         prefix, pad = self.encode(obs)
-        value = self._value(prefix, pad)
         n, k_steps = prefix.shape[0], cfg.num_steps
+        value = self._value(prefix, pad, obs_time_left(obs, n, prefix.device))
         dt = 1.0 / k_steps
         if "steer_w" in extras:
             if self.steer is None:
@@ -290,7 +315,7 @@ class FlowPolicy(Policy):
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         prefix, pad = self.encode(obs)
-        return self._value(prefix, pad)
+        return self._value(prefix, pad, obs_time_left(obs, prefix.shape[0], prefix.device))
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Flow matching: MSE between the predicted velocity and ``noise - actions``."""

@@ -258,6 +258,7 @@ class MujocoVecEnv(VecEnv):
         self._init_ids = np.full(num_envs, -1, np.int64)
         self.num_diverged = 0
         self._rngs = self._make_rngs(seed)
+        self.init_pool: np.ndarray | None = None  # see set_init_pool
         self._closed = False
         self.reset()
 
@@ -358,6 +359,13 @@ class MujocoVecEnv(VecEnv):
         return to_real_joints(self.qpos[:, self.arm_qpos])
 
     # ------------------------------------------------------------------ reset
+    def set_init_pool(self, init_ids: Any | None) -> None:
+        """Draw every reset without an explicit init id (auto-resets included) from these fixed initial
+        states (each env picks one with its own random stream); None: fresh random states again."""
+        self.init_pool = None if init_ids is None else np.asarray(list(init_ids), np.int64)
+        if self.init_pool is not None and (len(self.init_pool) == 0 or (self.init_pool < 0).any()):
+            raise ValueError(f"an init pool needs non-negative init ids, got {list(init_ids)}")
+
     def _make_rngs(self, seed: int) -> list[np.random.Generator]:
         return [np.random.default_rng([seed, i]) for i in range(self.num_envs)]
 
@@ -375,6 +383,8 @@ class MujocoVecEnv(VecEnv):
         inits: dict[int, list[dict[str, np.ndarray]]] = {}
         for i in ids:
             init_id = int(self._init_ids[i])
+            if init_id < 0 and self.init_pool is not None:
+                init_id = int(self.init_pool[self._rngs[i].integers(len(self.init_pool))])
             task = self.task_objs[self._task_ids[i]]
             rng = self._rngs[i] if init_id < 0 else task.init_rng(init_id)
             q = self.q_home + rng.uniform(-self.init_noise, self.init_noise, size=7)
