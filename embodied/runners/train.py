@@ -38,23 +38,8 @@ from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
+from embodied.rl.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for
 from embodied.runs import machine_info, prepare_run_dir, read_complete_rows, write_json
-
-#: algorithm -> (policy family it needs, the flow sampler it uses or None, uses a critic)
-ALGOS = {
-    "flow_sde": ("flow", "sde", True),
-    "flow_sde_full": ("flow", "sde_full", True),
-    "flow_noise": ("flow", "noise", True),
-    "ppo": ("autoregressive", None, True),
-    "grpo": ("autoregressive", None, False),
-    "flow_grpo": ("flow", "sde", False),
-    "flow_fpo": ("flow", "fpo", False),
-    "flow_dsrl": ("flow", "steer", True),
-    "flow_dsrl_grpo": ("flow", "steer", False),
-}
-
-#: the critic-free ones: group-relative advantages (whole episodes from shared initial states)
-GROUP_ALGOS = tuple(name for name, (_, _, uses_critic) in ALGOS.items() if not uses_critic)
 
 #: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
 CRITIC_FILE = "critic.safetensors"
@@ -200,8 +185,8 @@ def check_config(cfg: TrainConfig) -> None:
     from embodied.rl.critic import CRITICS
 
     a, r = cfg.algo, cfg.runtime
-    if a.name not in ALGOS:
-        raise TrainError(f"unknown algo {a.name!r}; choose one of {sorted(ALGOS)}")
+    if a.name not in ALGORITHMS:
+        raise TrainError(f"unknown algo {a.name!r}; choose one of {sorted(ALGORITHMS)}")
     if not a.lr >= 0 or (a.critic_lr is not None and not a.critic_lr >= 0):
         raise TrainError(f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
                          "(algo.lr=0 keeps the actor frozen: a control run)")
@@ -213,16 +198,16 @@ def check_config(cfg: TrainConfig) -> None:
     if not 0.0 <= a.neg_adv_scale <= 1.0:
         raise TrainError(f"algo.neg_adv_scale={a.neg_adv_scale} must lie in [0, 1] (1: plain objective, "
                          "0: only positive advantages)")
-    if ALGOS[a.name][1] == "fpo" and a.ent_coef:
+    if ALGORITHMS[a.name].sampler == "fpo" and a.ent_coef:
         raise TrainError(f"algo={a.name} has no closed-form entropy to reward: set algo.ent_coef=0 "
                          f"(got {a.ent_coef})")
     if a.temperature is not None:
-        if ALGOS[a.name][0] != "autoregressive":
+        if ALGORITHMS[a.name].family != "autoregressive":
             raise TrainError(f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
                              f"algo={a.name} samples a flow policy: leave it unset")
         if not a.temperature > 0:
             raise TrainError(f"algo.temperature must be > 0, got {a.temperature}")
-    if a.name in GROUP_ALGOS:
+    if a.name in GROUP_ALGORITHMS:
         critic_only = {"algo.critic_lr": a.critic_lr, "algo.value_clip": a.value_clip,
                        "algo.vf_coef": a.vf_coef or None}
         bad = [k for k, v in critic_only.items() if v is not None]
@@ -242,9 +227,9 @@ def check_config(cfg: TrainConfig) -> None:
     if a.grpo_keep not in GRPO_KEEP:
         raise TrainError(f"algo.grpo_keep={a.grpo_keep!r}: choose {' or '.join(GRPO_KEEP)}")
     if cfg.init_states is not None:
-        if a.name not in GROUP_ALGOS:
+        if a.name not in GROUP_ALGORITHMS:
             raise TrainError(f"init_states={cfg.init_states} sets GRPO's group initial states; algo={a.name} "
-                             f"continues episodes across iterations: use one of {list(GROUP_ALGOS)}, or leave it unset")
+                             f"continues episodes across iterations: use one of {list(GROUP_ALGORITHMS)}, or leave it unset")
         if cfg.init_states < 1:
             raise TrainError(f"init_states must be >= 1 (states per task), got {cfg.init_states}")
     from embodied.rllib.env_runner import INIT_POOLS
@@ -302,7 +287,7 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     import policies
     from embodied.train_state import resolve_folder
 
-    family, sampler, _ = ALGOS[cfg.algo.name]
+    family, sampler, _ = ALGORITHMS[cfg.algo.name]
     resumed = None
     if cfg.resume:
         resumed = resolve_folder(out / "checkpoint")
@@ -331,7 +316,7 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
     if policy.family != family:
-        fits = ", ".join(name for name, (fam, _, _) in ALGOS.items() if fam == policy.family)
+        fits = ", ".join(algorithms_for(policy.family))
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
                          f"use one of algo={fits}")
     if sampler == "steer":
@@ -397,7 +382,7 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
         critic_dim = critic_input_dim(int(spec["state"].shape[0]),
                                       int(spec["privileged"].shape[0]) if "privileged" in spec else 0,
                                       len(env.tasks))
-    if cfg.algo.name in GROUP_ALGOS:
+    if cfg.algo.name in GROUP_ALGORITHMS:
         longest = cfg.max_episode_steps or max(sims.suites.tasks(cfg.suite)[t].max_steps for t in tasks)
         if cfg.chunks_per_iter * policy.chunk_size < longest:
             raise TrainError(f"{cfg.algo.name} scores whole episodes: chunks_per_iter * chunk size "
@@ -499,7 +484,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if resumed is not None and (resumed / CRITIC_FILE).is_file() != (critic is not None):
         raise TrainError(f"{resumed} was trained with algo.critic="
                          f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic")
-    use_critic = ALGOS[a.name][2]
+    use_critic = ALGORITHMS[a.name].critic
     torch.set_num_threads(1)
     start_iter, env_steps = 0, 0
     meta: dict[str, Any] = {}
@@ -510,7 +495,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         torch.manual_seed(cfg.seed)
     env_config = make_env_config(suite=cfg.suite, tasks=tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
                                  chunks_per_iter=cfg.chunks_per_iter, reward_type=cfg.reward_type,
-                                 max_steps=cfg.max_episode_steps, algo="grpo" if a.name in GROUP_ALGOS else "ppo",
+                                 max_steps=cfg.max_episode_steps, algo="grpo" if a.name in GROUP_ALGORITHMS else "ppo",
                                  group_size=a.group_size, gamma=a.gamma, lam=a.lam,
                                  latency_delays=cfg.latency_delays, backend=cfg.backend,
                                  truncation=cfg.truncation, init_states=cfg.init_states,

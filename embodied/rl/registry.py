@@ -1,0 +1,33 @@
+"""The RL algorithms ``embodied-train`` knows: for each, the policy family it trains, the sampler
+its rollouts use and whether it has a critic (PPO) or scores groups of episodes (GRPO-style)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+
+class AlgoSpec(NamedTuple):
+    family: str  # the policy family it trains (flow | autoregressive)
+    sampler: Optional[str]  # the flow sampler of its rollouts (sde | sde_full | noise | fpo | steer), or None
+    critic: bool  # True: PPO with a value function; False: group-relative advantages, no critic
+
+
+ALGORITHMS: dict[str, AlgoSpec] = {
+    "flow_sde": AlgoSpec("flow", "sde", True),
+    "flow_sde_full": AlgoSpec("flow", "sde_full", True),
+    "flow_noise": AlgoSpec("flow", "noise", True),
+    "ppo": AlgoSpec("autoregressive", None, True),
+    "grpo": AlgoSpec("autoregressive", None, False),
+    "flow_grpo": AlgoSpec("flow", "sde", False),
+    "flow_fpo": AlgoSpec("flow", "fpo", False),
+    "flow_dsrl": AlgoSpec("flow", "steer", True),
+    "flow_dsrl_grpo": AlgoSpec("flow", "steer", False),
+}
+
+#: the critic-free ones: group-relative advantages (whole episodes from shared initial states)
+GROUP_ALGORITHMS = tuple(name for name, spec in ALGORITHMS.items() if not spec.critic)
+
+
+def algorithms_for(family: str) -> list[str]:
+    """The algorithms that train a policy of ``family``."""
+    return [name for name, spec in ALGORITHMS.items() if spec.family == family]
