@@ -69,7 +69,7 @@ class AlgoConfig:
     ent_coef: float = 0.0  # entropy bonus
     kl_coef: float = 0.0  # approx-KL penalty (off by default)
     # multiplies negative advantages: 1 the plain objective; 0 pulls up the better-than-average samples only
-    # and pushes nothing away (a reward-weighted regression on them; see Online RL in the README)
+    # and pushes nothing away (a reward-weighted regression on them; see docs/guide/online-rl.md)
     neg_adv_scale: float = 1.0
     ratio: str = "chunk"  # chunk: ratio of the whole chunk's probability; per_dim: its geometric mean per
     #                       action dimension / token (GSPO's length normalisation), clipped far less often
