@@ -209,6 +209,21 @@ def test_clear_errors_on_bad_input():
             env.reset(task_ids=[0, 5])
 
 
+def test_render_quality_changes_only_round_silhouettes():
+    with pytest.raises(ValueError, match="render_quality must be one of"):
+        sims.make("mujoco", task="pick_cube", num_envs=1, cameras=(), render_quality="ultra")
+    images = {}
+    for quality in ("fast", "full"):
+        with sims.make("mujoco", task="pick_cube", num_envs=1, image_size=64, render_quality=quality, seed=3) as env:
+            images[quality] = env.reset(init_ids=[0])["rgb"].numpy().astype(int)
+            assert env.render_quality == quality
+            assert (env.model.vis.quality.numslices, env.model.vis.quality.numstacks) == \
+                sims.mujoco.env.RENDER_QUALITY[quality]
+    diff = np.abs(images["fast"] - images["full"])
+    assert diff.any()  # the coarser primitives are drawn
+    assert diff.mean() < 1.5 and (diff.max(axis=-1) > 30).mean() < 0.02  # a pixel on the edges, no more
+
+
 def test_osmesa_fallback_renders():
     code = (
         "import sims\n"
