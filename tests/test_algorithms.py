@@ -1,4 +1,6 @@
-"""Chunk-level GAE, PPO and GRPO as pure functions, checked on tiny tensors."""
+"""Chunk-level GAE, PPO and GRPO as pure functions (:mod:`embodied.rl.gae`, :mod:`embodied.rl.ppo`,
+:mod:`embodied.rl.grpo`) and the update schedule (:func:`embodied.rl.update.run_epochs`), checked on
+tiny tensors."""
 
 from __future__ import annotations
 
@@ -6,8 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.algorithms import (chunk_gae, episode_weighted_advantages, grpo_advantages, grpo_group_filter,
-                                 grpo_return_filter, normalize_advantages, ppo_loss)
+from embodied.rl.gae import chunk_gae, normalize_advantages
+from embodied.rl.grpo import episode_weighted_advantages, grpo_advantages, grpo_group_filter, grpo_return_filter
+from embodied.rl.ppo import ppo_loss
+
+#: ppo_loss has no defaults (they live in embodied.rl.loss.LossConfig): the plain objective, spelled out
+PLAIN = dict(clip=0.2, dual_clip=None, value_clip=None, vf_coef=0.5, ent_coef=0.0, kl_coef=0.0)
+
+
+def _ppo(*args, **kwargs):
+    return ppo_loss(*args, **{**PLAIN, **kwargs})
 
 
 def _reference_gae(r, v, d, tr, last, fv, gamma, lam):
@@ -58,30 +68,32 @@ def test_termination_vs_truncation_and_monte_carlo_limit():
 def test_ppo_clipping_dual_clip_and_value_clip():
     a = torch.tensor([1.0, -1.0])
     old = torch.zeros(2)
-    loss, stats = ppo_loss(torch.zeros(2), old, a, dual_clip=None)
+    loss, stats = _ppo(torch.zeros(2), old, a, dual_clip=None)
     assert loss.item() == pytest.approx(0.0) and stats.clip_fraction == 0.0
     # ratio e^0.5 = 1.65: the positive advantage is clipped at 1.2, the negative one is not
     lp = torch.full((2,), 0.5, requires_grad=True)
-    loss, stats = ppo_loss(lp, old, a, dual_clip=None)
+    loss, stats = _ppo(lp, old, a, dual_clip=None)
     assert loss.item() == pytest.approx((-1.2 + 1.6487) / 2, abs=1e-4) and stats.clip_fraction == 1.0
     loss.backward()
     assert lp.grad[0] == 0.0 and lp.grad[1] > 0  # no gradient through the clipped term
     # dual clip bounds the loss of a negative advantage at -c * A
     huge = torch.full((1,), 3.0)
-    loss, _ = ppo_loss(huge, torch.zeros(1), torch.tensor([-1.0]), dual_clip=3.0)
+    loss, _ = _ppo(huge, torch.zeros(1), torch.tensor([-1.0]), dual_clip=3.0)
     assert loss.item() == pytest.approx(3.0)
     # value clipping keeps the larger of the clipped and unclipped errors
-    _, stats = ppo_loss(torch.zeros(1), torch.zeros(1), torch.ones(1), values=torch.tensor([1.0]),
+    _, stats = _ppo(torch.zeros(1), torch.zeros(1), torch.ones(1), values=torch.tensor([1.0]),
                         old_values=torch.tensor([0.0]), returns=torch.tensor([1.0]), value_clip=0.2)
     assert stats.value_loss == pytest.approx(0.5 * 0.8**2)
     with pytest.raises(ValueError, match="dual_clip"):
-        ppo_loss(torch.zeros(1), torch.zeros(1), -torch.ones(1), dual_clip=0.5)
+        _ppo(torch.zeros(1), torch.zeros(1), -torch.ones(1), dual_clip=0.5)
+    with pytest.raises(TypeError, match="clip"):  # no defaults: the caller's LossConfig sets every one
+        ppo_loss(torch.zeros(1), torch.zeros(1), torch.ones(1))
 
 
 def test_ppo_approx_kl_and_entropy_bonus():
     lp = torch.log(torch.tensor([1.1, 0.9]))
-    loss0, s0 = ppo_loss(lp, torch.zeros(2), torch.zeros(2), entropy=torch.ones(2), ent_coef=0.0)
-    loss1, _ = ppo_loss(lp, torch.zeros(2), torch.zeros(2), entropy=torch.ones(2), ent_coef=0.01)
+    loss0, s0 = _ppo(lp, torch.zeros(2), torch.zeros(2), entropy=torch.ones(2), ent_coef=0.0)
+    loss1, _ = _ppo(lp, torch.zeros(2), torch.zeros(2), entropy=torch.ones(2), ent_coef=0.01)
     assert loss1.item() == pytest.approx(loss0.item() - 0.01)
     expected_kl = ((torch.tensor([1.1, 0.9]) - 1) - lp).mean().item()
     assert s0.approx_kl == pytest.approx(expected_kl)
@@ -172,3 +184,41 @@ def test_run_epochs_shuffles_every_epoch_and_stops_at_the_kl_target():
     out = run_epochs(step, 10, epochs=3, minibatch_size=5, target_kl=0.05, generator=torch.Generator().manual_seed(1))
     assert out["minibatches"] == 4 and out["epochs_run"] == 2 and out["kl_stop"] == 1  # stopped after the 0.2
     assert run_epochs(step, 0, epochs=3, minibatch_size=5)["minibatches"] == 0
+
+
+def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_epoch():
+    from embodied.rl.update import run_epochs
+
+    def recorder(kls: list[float]):
+        seen: list[list[int]] = []
+        it = iter(kls)
+
+        def step(rows: torch.Tensor) -> dict[str, float]:
+            seen.append(rows.tolist())
+            return {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0,
+                    "approx_kl": next(it)}
+
+        return seen, step
+
+    # 11 rows in minibatches of at most 4: sizes 4, 4, 3 (differing by one at most), every row once per epoch
+    seen, step = recorder([0.0] * 6)
+    out = run_epochs(step, 11, epochs=2, minibatch_size=4, generator=torch.Generator().manual_seed(0))
+    assert out["minibatches"] == 6 and out["epochs_run"] == 2 and out["kl_stop"] == 0
+    for e in range(2):
+        epoch = seen[3 * e:3 * e + 3]
+        assert sorted(len(r) for r in epoch) == [3, 4, 4] and sorted(sum(epoch, [])) == list(range(11))
+    # the same seed gives the same schedule (a resumed iteration shuffles as the original did)
+    again, step = recorder([0.0] * 6)
+    run_epochs(step, 11, epochs=2, minibatch_size=4, generator=torch.Generator().manual_seed(0))
+    assert again == seen
+    # minibatch_size=None: the whole batch, one step per epoch
+    seen, step = recorder([0.0] * 3)
+    out = run_epochs(step, 7, epochs=3, minibatch_size=None, generator=torch.Generator().manual_seed(0))
+    assert out["minibatches"] == 3 and [sorted(r) for r in seen] == [list(range(7))] * 3
+    # the first minibatch already beyond the target: one step, one epoch, kl_stop; at the target it goes on
+    seen, step = recorder([0.3, 0.0, 0.0, 0.0])
+    out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0))
+    assert (out["minibatches"], out["epochs_run"], out["kl_stop"], out["approx_kl_first"]) == (1, 1, 1, 0.3)
+    seen, step = recorder([0.1, 0.1, 0.1, 0.1])
+    out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0))
+    assert (out["minibatches"], out["epochs_run"], out["kl_stop"]) == (4, 2, 0)

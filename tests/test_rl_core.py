@@ -1,4 +1,5 @@
-"""Chunk rollouts from a real VecEnv and the PPO update on them (tiny sizes)."""
+"""Chunk rollouts from a real VecEnv, training batches and the learner's chunk PPO loss on them (tiny
+sizes). The update itself runs through the RLlib algorithm: tests/test_train.py."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import torch
 import policies
 import sims
 from embodied.rl.batch import grpo_batch, ppo_batch
-from embodied.rl.loss import LossConfig, evaluate_minibatch, policy_obs
+from embodied.rl.loss import LossConfig, chunk_ppo_loss, evaluate_minibatch, policy_obs
 from embodied.rl.rollout import collect_chunks
-from embodied.rl.update import update_policy
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1)
 
@@ -18,7 +18,7 @@ TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, pr
 @pytest.mark.parametrize("family,extra", [("flow", {"sampler": "sde", "expert_layers": 1}),
                                           ("flow", {"sampler": "noise", "expert_layers": 1}),
                                           ("autoregressive", {"decoder_layers": 1})])
-def test_rollout_then_ppo_update(family, extra):
+def test_rollout_then_the_chunk_ppo_loss(family, extra):
     torch.manual_seed(0)
     policy = policies.make(family, **TINY, **extra)
     with sims.make("mujoco", suite="goal", num_envs=3, image_size=32, max_steps=5) as env:
@@ -37,8 +37,6 @@ def test_rollout_then_ppo_update(family, extra):
     lp, _, val = policy.logprob(rollout.policy_obs(idx), rollout.flat_extras(idx))
     torch.testing.assert_close(lp, rollout.logprob.flatten(), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(val, rollout.value.flatten(), rtol=1e-4, atol=1e-4)
-    before = [p.detach().clone() for p in policy.parameters()]
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     batch = ppo_batch(rollout)
     assert batch["rgb"].shape == (t * n, 2, 32, 32, 3) and batch["advantages"].shape == (t * n,)
     assert abs(float(batch["advantages"].mean())) < 1e-5
@@ -50,11 +48,19 @@ def test_rollout_then_ppo_update(family, extra):
     torch.testing.assert_close(boot[1], rollout.reward[1] + 0.99 * rollout.final_value[1])
     with pytest.raises(ValueError, match="truncation must be one of"):
         ppo_batch(rollout, truncation="never")
-    stats = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=1, minibatch_size=6,
-                          generator=gen)
-    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
-    assert stats["approx_kl"] >= 0.0 and 0.0 <= stats["clip_fraction"] <= 1.0
-    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    # the learner's loss on a minibatch (what ChunkPPOLearner.compute_loss_for_module evaluates): on the
+    # weights that sampled it the ratio is 1, and its gradient reaches the actor and the value head
+    policy.train()
+    mb = {k: v[:6] for k, v in batch.items()}
+    lp, ent, val = evaluate_minibatch(policy, mb, rollout.instructions)
+    loss, stats = chunk_ppo_loss(lp, ent, val, mb, LossConfig())
+    assert torch.isfinite(loss) and all(torch.isfinite(torch.tensor(v)) for v in vars(stats).values())
+    assert abs(stats.approx_kl) < 1e-5 and stats.clip_fraction == 0.0 and stats.value_loss > 0.0
+    loss.backward()
+    grads = {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    assert any(g.abs().sum() > 0 for n, g in grads.items() if n.startswith("value_mlp."))
+    assert any(g.abs().sum() > 0 for n, g in grads.items() if not n.startswith("value_mlp."))
 
 
 def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
@@ -154,8 +160,9 @@ def test_split_parameters_actor_critic_and_frozen_prefix():
     assert len(critic_f) == len(critic)
 
 
-def test_state_only_policy_rollout_and_update():
-    """A policy without cameras reading the privileged state: rollouts carry empty image batches."""
+def test_state_only_policy_rollout():
+    """A policy without cameras reading the privileged state: rollouts carry empty image batches (its
+    update through the RLlib algorithm: tests/test_train.py)."""
     torch.manual_seed(0)
     with sims.make("mujoco", suite="goal", num_envs=2, cameras=(), max_steps=4, state_obs="privileged") as env:
         s = env.observation_spec["state"].shape[0]
@@ -169,18 +176,11 @@ def test_state_only_policy_rollout_and_update():
     lp, _, _ = policy.logprob(rollout.policy_obs(idx), rollout.flat_extras(idx))
     torch.testing.assert_close(lp, rollout.logprob.flatten(), rtol=1e-4, atol=1e-4)
     batch = ppo_batch(rollout)
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    before = {k: v.clone() for k, v in policy.state_dict().items()}
-    update_policy(policy, opt, batch, rollout.instructions, LossConfig(), minibatch_size=2, critic_only=True)
-    changed = {k for k, v in policy.state_dict().items() if not torch.equal(v, before[k])}
-    assert changed and all(k.startswith("value_mlp.") for k in changed)  # critic warm-up: the actor is untouched
-    stats = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=1, minibatch_size=2,
-                          generator=torch.Generator())
-    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values()) and stats["minibatches"] == 2
-    whole = update_policy(policy, opt, batch, rollout.instructions, LossConfig(), epochs=3, minibatch_size=None)
-    assert whole["minibatches"] == 3  # the whole batch per step
-    with pytest.raises(ValueError, match="needs a critic"):
-        update_policy(policy, opt, batch, rollout.instructions, LossConfig(use_critic=False), critic_only=True)
+    assert batch["rgb"].shape[:2] == (4, 0) and batch["state"].shape == (4, s)
+    with torch.no_grad():
+        lp, _, val = evaluate_minibatch(policy, batch, rollout.instructions)
+    torch.testing.assert_close(lp, rollout.logprob.flatten(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(val, rollout.value.flatten(), rtol=1e-4, atol=1e-4)
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=()) as plain:
         with pytest.raises(policies.checkpoint.SpecMismatchError, match="state_obs='privileged'"):
             policy.check_env(plain)

@@ -293,41 +293,69 @@ def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler, task, extra):
         assert any(k.startswith("steer.") for k in after)
 
 
-def test_token_ppo_sequential_with_a_critic_warmup(tmp_path):
-    """In-process ChunkRL (real Ray, local runner and learner, no overlap) on a token VLA: the
-    warm-up iteration changes the value head and nothing else; the next one trains the actor.
-    ``minibatch_size=None``: one step per iteration on the whole batch (6 chunks)."""
+def test_in_process_algorithm_warmup_then_updates(tmp_path):
+    """In-process ChunkRL (real Ray, local runner and learner, no overlap), the update path of
+    ``embodied-train``: on a token VLA the warm-up iteration changes the value head and nothing else,
+    the next one trains the actor; ``minibatch_size=None`` is one step per epoch on the whole batch
+    (6 chunks). On a state-only flow VLA (privileged state, no cameras) the same, in even minibatches
+    (6 chunks in 2 of 3, 2 epochs) with finite statistics; the typed loss config reaches the learner
+    as given, and the default ``freeze_prefix`` leaves the observation encoder as it was."""
+    import dataclasses
+    import math
+
     import ray
     import torch
 
     import sims
+    from embodied.rl.loss import LossConfig
     from embodied.rllib import build_algorithm, make_env_config
     from embodied.runners.train import RuntimeConfig, start_ray
 
     torch.manual_seed(0)
-    policy = policies.make("autoregressive", decoder_layers=1, **TINY)
+    instructions = [t.instruction for t in sims.suites.tasks("goal")]
     env_config = make_env_config(suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=3,
                                  reward_type="dense")
+    with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
+        width = int(env.observation_spec["state"].shape[0])
+    cases = [
+        (policies.make("autoregressive", decoder_layers=1, **TINY),
+         dict(critic_warmup=1, minibatch_size=None, num_epochs=1, overlap=False), 1.0),
+        (policies.make("flow", **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
+                       sampler="sde", expert_layers=1),
+         dict(critic_warmup=1, minibatch_size=4, num_epochs=2, target_kl=None,
+              loss=dataclasses.replace(LossConfig(), ent_coef=0.01, kl_coef=0.1)), 4.0),
+    ]
     started = start_ray(RuntimeConfig(), tmp_path)
     algo = None
     try:
-        algo = build_algorithm(policy, instructions=[t.instruction for t in sims.suites.tasks("goal")],
-                               env_config=env_config, rl=dict(critic_warmup=1, minibatch_size=None, overlap=False))
+        with pytest.raises(TypeError, match="must be an embodied.rl.loss.LossConfig"):
+            build_algorithm(cases[0][0], instructions=instructions, env_config=env_config, rl=dict(loss={"clip": 0.1}))
+        for policy, rl, minibatches in cases:
+            algo = build_algorithm(policy, instructions=instructions, env_config=env_config, rl=rl)
+            assert algo._on_learners(lambda learner: learner.config.loss) == [rl.get("loss", LossConfig())]
 
-        def snapshot() -> dict[str, torch.Tensor]:  # the local learner hands out its live tensors
-            return {k: v.clone() for k, v in algo.policy_state().items()}
+            def snapshot() -> dict[str, torch.Tensor]:  # the local learner hands out its live tensors
+                return {k: v.clone() for k, v in algo.policy_state().items()}
 
-        before = snapshot()
-        row = algo.run_iteration(0)
-        assert row["actor_updated"] == 0.0 and row["advantage_std"] > 0 and row["env_steps"] == 2 * 3 * 3
-        assert row["minibatches"] == 1.0
-        warm = snapshot()
-        changed = {k for k in before if not torch.equal(before[k], warm[k])}
-        assert changed and all(k.startswith("value_mlp.") for k in changed), sorted(changed)[:5]
-        row = algo.run_iteration(1)
-        assert row["actor_updated"] == 1.0 and row["minibatches"] == 1.0
-        after = snapshot()
-        assert any(not torch.equal(warm[k], after[k]) for k in after if not k.startswith("value_mlp."))
+            before = snapshot()
+            row = algo.run_iteration(0)
+            assert row["actor_updated"] == 0.0 and row["advantage_std"] > 0 and row["env_steps"] == 2 * 3 * 3
+            assert row["minibatches"] == minibatches and row["rows"] == 6
+            warm = snapshot()
+            changed = {k for k in before if not torch.equal(before[k], warm[k])}
+            assert changed and all(k.startswith("value_mlp.") for k in changed), sorted(changed)[:5]
+            row = algo.run_iteration(1)
+            assert row["actor_updated"] == 1.0 and row["minibatches"] == minibatches
+            assert row["epochs_run"] == rl["num_epochs"] and row["kl_stop"] == 0.0
+            for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "approx_kl_first",
+                        "explained_variance"):
+                assert math.isfinite(row[key]), (key, row[key])
+            after = snapshot()
+            trained = {k for k in after if not torch.equal(warm[k], after[k])}
+            assert any(not k.startswith("value_mlp.") for k in trained)
+            assert not any(k.startswith("prefix.") for k in trained)  # freeze_prefix (the default)
+            algo.stop()
+            algo = None
     finally:
         if algo is not None:
             algo.stop()

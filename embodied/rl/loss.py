@@ -1,6 +1,7 @@
-"""The chunk PPO loss of a policy on one minibatch of a training batch (see :mod:`embodied.rl.batch`).
-
-Shared by the RLlib Learner and the in-process update, so both optimise exactly the same objective.
+"""The chunk PPO loss of a policy on one minibatch of a training batch (see :mod:`embodied.rl.batch`),
+which the RLlib Learner (:class:`embodied.rllib.learner.ChunkPPOLearner`) optimises, and its one
+typed config :class:`LossConfig`: the only place the loss hyper-parameters have defaults (the YAML
+schema ``AlgoConfig`` of ``embodied-train`` and the RLlib config read them from here).
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from typing import Any, Sequence
 
 import torch
 
-from embodied.algorithms import PPOStats, ppo_loss
 from embodied.rl.batch import EXTRA_PREFIX
+from embodied.rl.ppo import PPOStats, ppo_loss
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossConfig:
-    """Loss hyper-parameters (pi_RL's defaults where published).
+    """Loss hyper-parameters (pi_RL's defaults where published); frozen, as the RLlib config holding it is once
+    built (``dataclasses.replace`` makes a changed copy).
 
     Attributes:
         clip, dual_clip, value_clip: PPO clipping (None disables dual/value clipping).

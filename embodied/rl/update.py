@@ -1,19 +1,40 @@
 """The update schedule of one iteration (:func:`run_epochs`: shuffled, evenly cut minibatches every
-epoch, an early stop at a target approx KL) and a gradient update of a policy on a training batch
-in this process (:func:`update_policy`: the same schedule the RLlib algorithm drives through its
-learners, for tools that need no Ray)."""
+epoch, an early stop at a target approx KL), which :class:`embodied.rllib.algorithm.ChunkRL` drives
+through its learners, and the schedule's defaults (:class:`UpdateConfig`)."""
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 
-from embodied.rl.batch import batch_size, minibatch_indices
-from embodied.rl.loss import LossConfig, chunk_ppo_loss, evaluate_minibatch
-from embodied.rl.params import split_parameters
+from embodied.rl.batch import minibatch_indices
+
+
+@dataclass
+class UpdateConfig:
+    """Defaults of the update schedule and optimizers (pi_RL's where published): the one place both the
+    YAML schema ``AlgoConfig`` of ``embodied-train`` and the RLlib config ``ChunkRLConfig`` take them from.
+
+    Attributes:
+        lr, critic_lr: actor and critic (value head) learning rates.
+        epochs: passes over each iteration's batch, each a fresh shuffle cut into even minibatches.
+        minibatch_size: chunks per gradient step (None: the whole batch, one step per epoch).
+        target_kl: stop an iteration's remaining minibatches once one's approx KL (measured before its
+            step) exceeds it (None: never).
+        max_grad_norm: global gradient-norm clip.
+        freeze_prefix: train the action expert / decoder and heads only, not the observation encoder.
+    """
+
+    lr: float = 5e-6
+    critic_lr: float = 1e-4
+    epochs: int = 2
+    minibatch_size: int | None = 64
+    target_kl: float | None = 0.05
+    max_grad_norm: float = 1.0
+    freeze_prefix: bool = True
 
 
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
@@ -53,42 +74,4 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
     out["approx_kl_first"] = float(per[0]["approx_kl"]) if per else 0.0
     out["clip_fraction_first"] = float(per[0]["clip_fraction"]) if per else 0.0
     out.update(minibatches=float(len(per)), epochs_run=float(epochs_run), kl_stop=float(stop))
-    return out
-
-
-def update_policy(policy: Any, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
-                  instructions: Sequence[str], cfg: LossConfig, *, epochs: int = 1, minibatch_size: int | None = 32,
-                  max_grad_norm: float = 1.0, generator: torch.Generator | None = None,
-                  critic_only: bool = False, target_kl: float | None = None) -> dict[str, float]:
-    """``epochs`` shuffled passes of minibatch PPO over ``batch`` (:func:`run_epochs`); returns its
-    statistics.
-
-    ``critic_only`` (critic warm-up): only the value head steps; the actor's gradients are dropped.
-    ``minibatch_size=None``: the whole batch in one step per epoch.
-    """
-    if critic_only and not cfg.use_critic:
-        raise ValueError("critic_only needs a critic (cfg.use_critic=True)")
-    start = time.perf_counter()
-    actor = split_parameters(policy)[0] if critic_only else []
-    total = batch_size(batch)
-    device = policy.device
-    policy.train()
-
-    def step(rows: torch.Tensor) -> dict[str, float]:
-        mb = {k: v[rows].to(device) for k, v in batch.items()}
-        lp, ent, val = evaluate_minibatch(policy, mb, instructions)
-        loss, st = chunk_ppo_loss(lp, ent, val, mb, cfg)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        for p in actor:
-            p.grad = None
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
-        optimizer.step()
-        return {k: float(getattr(st, k)) for k in STAT_KEYS}
-
-    out = run_epochs(step, total, epochs=epochs, minibatch_size=minibatch_size, target_kl=target_kl,
-                     generator=generator)
-    out["explained_variance"] = explained_variance(batch["old_values"], batch["value_targets"]) \
-        if cfg.use_critic and total else 0.0
-    out["learn_s"] = time.perf_counter() - start
     return out

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from embodied.rl.loss import LossConfig
 from embodied.rllib.algorithm import ChunkRL, ChunkRLConfig
 from embodied.rllib.env_runner import VecEnvRunner, chunk_spaces, make_env_config
 from embodied.rllib.learner import ChunkPPOLearner
 from embodied.rllib.module import PolicyRLModule, module_config
 
-#: fields of :class:`ChunkRLConfig` that :func:`build_algorithm` accepts in ``rl``
-RL_FIELDS = ("lr", "critic_lr", "clip_param", "dual_clip", "vf_clip_param", "vf_loss_coeff", "entropy_coeff",
-             "kl_coeff", "use_critic", "logprob_scale", "neg_adv_scale", "freeze_prefix", "critic_warmup", "num_epochs",
-             "minibatch_size", "target_kl", "grad_clip", "overlap")
+#: fields of :class:`ChunkRLConfig` that :func:`build_algorithm` accepts in ``rl`` (``loss``: a
+#: :class:`embodied.rl.loss.LossConfig`)
+RL_FIELDS = ("lr", "critic_lr", "loss", "freeze_prefix", "critic_warmup", "num_epochs", "minibatch_size", "target_kl",
+             "grad_clip", "overlap")
 
 
 def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],
@@ -39,6 +40,8 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     unknown = sorted(set(rl) - set(RL_FIELDS))
     if unknown:
         raise ValueError(f"unknown RL field(s) {unknown}; known: {list(RL_FIELDS)}")
+    if "loss" in rl and not isinstance(rl["loss"], LossConfig):
+        raise TypeError(f"rl['loss'] must be an embodied.rl.loss.LossConfig, got {type(rl['loss']).__name__}")
     obs_space, act_space = chunk_spaces(policy.config.state_dim, policy.chunk_size, policy.action_dim)
     env_config = dict(env_config, num_envs_total=int(env_config["num_envs"]) * max(num_env_runners, 1), seed=seed)
     config = (

@@ -34,36 +34,31 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from embodied.algorithms import normalize_advantages
 from embodied.rl.batch import batch_size, concat_batches
-from embodied.rl.update import explained_variance, run_epochs
+from embodied.rl.gae import normalize_advantages
+from embodied.rl.loss import LossConfig
+from embodied.rl.update import UpdateConfig, explained_variance, run_epochs
 from embodied.rllib.env_runner import VecEnvRunner
 from embodied.rllib.learner import ChunkPPOLearner
 from embodied.rllib.module import PolicyRLModule
 
 
 class ChunkRLConfig(AlgorithmConfig):
-    """RLlib config with the chunk-PPO fields (pi_RL's defaults where published)."""
+    """RLlib config with the chunk-PPO fields: the loss hyper-parameters as one
+    :class:`~embodied.rl.loss.LossConfig` (``loss``), the schedule's defaults from
+    :class:`~embodied.rl.update.UpdateConfig` (under RLlib's names ``num_epochs``, ``grad_clip``)."""
 
     def __init__(self, algo_class: type | None = None):
         super().__init__(algo_class=algo_class or ChunkRL)
-        self.lr = 5e-6
-        self.critic_lr = 1e-4
-        self.clip_param = 0.2
-        self.dual_clip: float | None = 3.0
-        self.vf_clip_param: float | None = 0.2
-        self.vf_loss_coeff = 0.5
-        self.entropy_coeff = 0.0
-        self.kl_coeff = 0.0
-        self.use_critic = True
-        self.logprob_scale = 1.0  # 1/(H*A): per-dimension (length-normalised) ratios
-        self.neg_adv_scale = 1.0  # multiplies negative advantages (0: pull up the better samples only)
-        self.freeze_prefix = False  # train the action head(s) only, not the observation encoder
+        self.lr = UpdateConfig.lr
+        self.critic_lr = UpdateConfig.critic_lr
+        self.loss = LossConfig()
+        self.freeze_prefix = UpdateConfig.freeze_prefix  # train the action head(s) only, not the observation encoder
         self.critic_warmup = 0  # first iterations in which only the value head is updated
-        self.num_epochs = 1
-        self.minibatch_size: int | None = 32  # None: the whole batch per step (split over the learners)
-        self.target_kl: float | None = None  # stop an iteration's minibatches once one's approx KL exceeds it
-        self.grad_clip = 1.0
+        self.num_epochs = UpdateConfig.epochs
+        self.minibatch_size: int | None = UpdateConfig.minibatch_size  # None: the whole batch (split over the learners)
+        self.target_kl: float | None = UpdateConfig.target_kl  # stop once a minibatch's approx KL exceeds it
+        self.grad_clip = UpdateConfig.max_grad_norm
         self.grad_clip_by = "global_norm"
         self.overlap = False
         self.env_runner_cls = VecEnvRunner
@@ -179,7 +174,7 @@ class ChunkRL(Algorithm):
         batch = concat_batches([r["batch"] for r in results])
         rows = batch_size(batch)
         raw_adv_std = float(batch["advantages"].std()) if rows > 1 else 0.0
-        if self.config.use_critic and rows:
+        if self.config.loss.use_critic and rows:
             batch["advantages"] = normalize_advantages(batch["advantages"])
         t1 = time.perf_counter()
         stats: dict[str, float] = {}
@@ -228,7 +223,7 @@ class ChunkRL(Algorithm):
             "policy_lag": float(trained_by - sampled_by),
             "advantage_std": raw_adv_std,  # before normalisation: ~0 means the normalised advantages are noise
             "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
-            if self.config.use_critic and rows else 0.0,
+            if self.config.loss.use_critic and rows else 0.0,
             "sim_s": float(sum(r["sim_s"] for r in results)),
             "inference_s": float(sum(r["inference_s"] for r in results)),
             "sample_s": float(max(r["sample_s"] for r in results)),

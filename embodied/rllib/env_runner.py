@@ -8,8 +8,8 @@ and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 ``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
 ``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.rl.batch.ppo_batch`),
 ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
-``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`), ``grpo_keep``
-(:data:`embodied.algorithms.grpo.GRPO_KEEP`), ``grpo_std_norm`` (divide by the group's std),
+``torch_threads``, ``grpo_weighting`` (:data:`embodied.rl.grpo.GRPO_WEIGHTING`), ``grpo_keep``
+(:data:`embodied.rl.grpo.GRPO_KEEP`), ``grpo_std_norm`` (divide by the group's std),
 ``init_states`` (``grpo``: cycle the groups through the first N training initial states of each
 task; None: a new state for every group), ``init_pool`` (``random``: training states, never the
 evaluation protocol's; ``protocol``: the protocol's fixed initial states ``0..NUM_INIT_STATES-1``,

@@ -10,17 +10,17 @@ import numpy as np
 import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
-from embodied.rl.loss import LossConfig, chunk_ppo_loss
+from embodied.rl.loss import chunk_ppo_loss
 from embodied.rl.params import split_parameters
+from embodied.rl.update import STAT_KEYS
 
 __all__ = ["ChunkPPOLearner", "split_parameters"]
-
-STAT_KEYS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
 
 
 class ChunkPPOLearner(TorchLearner):
     """Two optimizers (actor at ``config.lr``, critic at ``config.critic_lr``), global-norm gradient
-    clipping from ``config.grad_clip``; per-minibatch statistics kept until :meth:`pop_stats`."""
+    clipping from ``config.grad_clip``, the loss of ``config.loss`` (a
+    :class:`~embodied.rl.loss.LossConfig`); per-minibatch statistics kept until :meth:`pop_stats`."""
 
     def build(self) -> None:
         self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS}
@@ -34,18 +34,14 @@ class ChunkPPOLearner(TorchLearner):
         self.register_optimizer(module_id=module_id, optimizer_name="actor",
                                 optimizer=torch.optim.AdamW(actor, weight_decay=0.0), params=actor,
                                 lr_or_lr_schedule=config.lr)
-        if critic and config.use_critic:
+        if critic and config.loss.use_critic:
             self.register_optimizer(module_id=module_id, optimizer_name="critic",
                                     optimizer=torch.optim.AdamW(critic, weight_decay=0.0), params=critic,
                                     lr_or_lr_schedule=config.critic_lr)
 
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict[str, Any],
                                 fwd_out: dict[str, torch.Tensor]) -> torch.Tensor:
-        cfg = LossConfig(clip=config.clip_param, dual_clip=config.dual_clip, value_clip=config.vf_clip_param,
-                         vf_coef=config.vf_loss_coeff, ent_coef=config.entropy_coeff, kl_coef=config.kl_coeff,
-                         use_critic=config.use_critic, logprob_scale=config.logprob_scale,
-                         neg_adv_scale=config.neg_adv_scale)
-        loss, st = chunk_ppo_loss(fwd_out["logprob"], fwd_out["entropy"], fwd_out["value"], batch, cfg)
+        loss, st = chunk_ppo_loss(fwd_out["logprob"], fwd_out["entropy"], fwd_out["value"], batch, config.loss)
         for k in STAT_KEYS:
             self._stats[k].append(getattr(st, k))
         return loss
@@ -101,6 +97,9 @@ class ChunkPPOLearner(TorchLearner):
             critic.norm.update(torch.as_tensor(features))
 
     def seed_update(self, seed: int) -> None:
-        """Seed the minibatch shuffling of the next update (reproducible resumes)."""
+        """Seed this learner process's global torch / numpy RNGs before an iteration's update, from the run
+        seed and the iteration (:meth:`ChunkRL.training_step`), so that whatever draws from them during
+        the update (and, with the local learner, in the driver after it) is the same in a resumed run.
+        The minibatch shuffle does not use them: it has its own generator, seeded the same way."""
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)

@@ -38,7 +38,9 @@ from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
+from embodied.rl.loss import LossConfig
 from embodied.rl.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for
+from embodied.rl.update import UpdateConfig
 from embodied.runs import machine_info, prepare_run_dir, read_complete_rows, write_json
 
 #: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
@@ -53,37 +55,40 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
 
 @dataclass
 class AlgoConfig:
-    """Config group ``algo/``: the RL algorithm and its hyper-parameters (pi_RL's defaults)."""
+    """Config group ``algo/``: the RL algorithm and its hyper-parameters. The defaults of the loss come from
+    :class:`embodied.rl.loss.LossConfig`, those of the update schedule from :class:`embodied.rl.update.UpdateConfig`
+    (pi_RL's where published)."""
 
     # flow_sde | flow_sde_full | flow_noise | flow_grpo | flow_fpo | flow_dsrl | flow_dsrl_grpo (flow VLA) |
     # ppo | grpo (token VLA)
     name: str = "flow_sde"
-    lr: float = 5e-6  # actor (pi_RL: 5e-6; at 3e-5 with 2 epochs approx KL reached 0.1-2.5 here)
-    critic_lr: Optional[float] = 1e-4  # value head (null for grpo: no critic)
+    lr: float = UpdateConfig.lr  # actor (pi_RL: 5e-6)
+    critic_lr: Optional[float] = UpdateConfig.critic_lr  # value head (null for grpo: no critic)
     gamma: float = 0.99  # per chunk
     lam: float = 0.95  # GAE lambda
-    clip: float = 0.2  # PPO ratio clip
-    dual_clip: Optional[float] = 3.0  # bound on the loss for negative advantages (null: off)
-    value_clip: Optional[float] = 0.2  # value clipping (null: off; grpo: must be null)
-    vf_coef: float = 0.5  # value loss weight (grpo: must be 0)
-    ent_coef: float = 0.0  # entropy bonus
-    kl_coef: float = 0.0  # approx-KL penalty (off by default)
+    clip: float = LossConfig.clip  # PPO ratio clip
+    dual_clip: Optional[float] = LossConfig.dual_clip  # bound on the loss for negative advantages (null: off)
+    value_clip: Optional[float] = LossConfig.value_clip  # value clipping (null: off; grpo: must be null)
+    vf_coef: float = LossConfig.vf_coef  # value loss weight (grpo: must be 0)
+    ent_coef: float = LossConfig.ent_coef  # entropy bonus
+    kl_coef: float = LossConfig.kl_coef  # approx-KL penalty (off by default)
     # multiplies negative advantages: 1 the plain objective; 0 pulls up the better-than-average samples only
     # and pushes nothing away (a reward-weighted regression on them; see docs/guide/online-rl.md)
-    neg_adv_scale: float = 1.0
+    neg_adv_scale: float = LossConfig.neg_adv_scale
     ratio: str = "chunk"  # chunk: ratio of the whole chunk's probability; per_dim: its geometric mean per
     #                       action dimension / token (GSPO's length normalisation), clipped far less often
-    epochs: int = 2  # passes over each iteration's batch, each a fresh shuffle cut into even minibatches
+    # passes over each iteration's batch, each a fresh shuffle cut into even minibatches
+    epochs: int = UpdateConfig.epochs
     # chunks per gradient step (null: the iteration's whole batch, one step per epoch: every step then
     # sees all the kept episodes instead of a few, at the cost of fewer steps per iteration)
-    minibatch_size: Optional[int] = 64
+    minibatch_size: Optional[int] = UpdateConfig.minibatch_size
     # stop an iteration's remaining minibatches once one's approx KL (measured before its step) exceeds this
     # (null: never); the update stays near the weights that sampled the batch
-    target_kl: Optional[float] = 0.05
-    max_grad_norm: float = 1.0  # global gradient-norm clip
+    target_kl: Optional[float] = UpdateConfig.target_kl
+    max_grad_norm: float = UpdateConfig.max_grad_norm  # global gradient-norm clip
     # RL trains the action expert / decoder and heads, not the observation encoder (vision, language, state,
     # fusion: about half the weights); false trains the whole model
-    freeze_prefix: bool = True
+    freeze_prefix: bool = UpdateConfig.freeze_prefix
     # critic warm-up: the first N iterations update only the value head (the actor keeps its SFT weights and
     # keeps sampling), so the first policy updates use a critic fitted to it rather than a random one
     critic_warmup: int = 0
@@ -180,9 +185,9 @@ class TrainError(ValueError):
 def check_config(cfg: TrainConfig) -> None:
     """Stop impossible combinations before anything starts."""
     import sims
-    from embodied.algorithms.grpo import GRPO_KEEP, GRPO_WEIGHTING
     from embodied.rl.batch import TRUNCATION
     from embodied.rl.critic import CRITICS
+    from embodied.rl.grpo import GRPO_KEEP, GRPO_WEIGHTING
 
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGORITHMS:
@@ -484,7 +489,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if resumed is not None and (resumed / CRITIC_FILE).is_file() != (critic is not None):
         raise TrainError(f"{resumed} was trained with algo.critic="
                          f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic")
-    use_critic = ALGORITHMS[a.name].critic
     torch.set_num_threads(1)
     start_iter, env_steps = 0, 0
     meta: dict[str, Any] = {}
@@ -505,13 +509,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                  # remote runners given a GPU share
                                  inference_device="cuda" if cfg.device == "cuda" and (
                                      r.name == "local" or r.num_gpus_per_env_runner > 0) else "cpu")
-    rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, clip_param=a.clip, dual_clip=a.dual_clip,
-              vf_clip_param=a.value_clip, vf_loss_coeff=a.vf_coef, entropy_coeff=a.ent_coef, kl_coeff=a.kl_coef,
-              use_critic=use_critic, num_epochs=a.epochs,
-              logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
-              neg_adv_scale=a.neg_adv_scale,
-              minibatch_size=a.minibatch_size, target_kl=a.target_kl, freeze_prefix=a.freeze_prefix,
-              critic_warmup=a.critic_warmup,
+    loss = LossConfig(clip=a.clip, dual_clip=a.dual_clip, value_clip=a.value_clip, vf_coef=a.vf_coef,
+                      ent_coef=a.ent_coef, kl_coef=a.kl_coef, use_critic=ALGORITHMS[a.name].critic,
+                      logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
+                      neg_adv_scale=a.neg_adv_scale)
+    rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, loss=loss, num_epochs=a.epochs, minibatch_size=a.minibatch_size,
+              target_kl=a.target_kl, freeze_prefix=a.freeze_prefix, critic_warmup=a.critic_warmup,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)
     gpus_per_learner = r.num_gpus_per_learner or (1.0 if cfg.device == "cuda" else 0.0)

@@ -1,5 +1,6 @@
 """The PPO loss on chunk log-probabilities: ratio clipping, optional dual clip, value clipping,
-entropy bonus, no KL penalty by default (pi_RL's defaults: clip 0.2, dual clip 3.0, value clip 0.2).
+entropy bonus, optional approx-KL penalty. Its hyper-parameters have no defaults here: they come
+from :class:`embodied.rl.loss.LossConfig`, the one place that sets them.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ class PPOStats:
 
 def ppo_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, *,
              values: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
-             returns: torch.Tensor | None = None, entropy: torch.Tensor | None = None, clip: float = 0.2,
-             dual_clip: float | None = 3.0, value_clip: float | None = 0.2, vf_coef: float = 0.5,
-             ent_coef: float = 0.0, kl_coef: float = 0.0) -> tuple[torch.Tensor, PPOStats]:
+             returns: torch.Tensor | None = None, entropy: torch.Tensor | None = None, clip: float,
+             dual_clip: float | None, value_clip: float | None, vf_coef: float, ent_coef: float,
+             kl_coef: float) -> tuple[torch.Tensor, PPOStats]:
     """Scalar PPO loss over a batch ``[B]`` and its diagnostics.
 
     ``values``/``old_values``/``returns`` are omitted for critic-free algorithms (GRPO).
-    Dual clip (for negative advantages) bounds the loss at ``-dual_clip * A``.
+    Dual clip (for negative advantages) bounds the loss at ``-dual_clip * A``; ``dual_clip`` and
+    ``value_clip`` None disable them, ``kl_coef`` 0 drops the approx-KL term.
     """
     log_ratio = logprob - old_logprob
     ratio = torch.exp(log_ratio)
