@@ -104,6 +104,31 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.critic=oracle"))
     with pytest.raises(PipelineError, match="action_noise=-0.1"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "action_noise=-0.1"))
+    with pytest.raises(PipelineError, match="split evenly between rl.env_runners=3"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.num_envs=4", "rl.env_runners=3"))
+
+
+def test_protocol_training_is_also_scored_on_held_out_states(tmp_path):
+    """rl.init_states=protocol: each policy is evaluated on the protocol's states and on states 50.., the
+    RL one compared with the SFT one on both."""
+    from conftest import compose
+    from embodied.runners.pipeline import run
+
+    out = tmp_path / "proto"
+    res = run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "tasks=[8]", "rl.init_states=protocol",
+                      "eval.heldout_episodes=3", "rl.env_runners=0", "video_tasks=0", "eval.videos=none"))
+    assert res["stages_done"] == ["collect", "sft", "eval_sft", "eval_sft_heldout", "rl", "eval_rl", "eval_rl_heldout"]
+
+    def states(stage: str) -> set[int]:
+        lines = (out / stage / "episodes.jsonl").read_text().splitlines()
+        return {json.loads(line)["init_id"] for line in lines}
+
+    assert states("eval_sft") == states("eval_rl") == {0, 1}
+    assert states("eval_sft_heldout") == states("eval_rl_heldout") == {50, 51, 52}
+    assert res["eval_rl_heldout"]["comparison"]["paired"]["states"] == 3
+    assert res["eval_rl"]["comparison"]["paired"]["states"] == 2
+    report = (out / "report.md").read_text()
+    assert "### Held-out initial states" in report and "Paired over the 3 held-out states, RL - SFT" in report
 
 
 def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):

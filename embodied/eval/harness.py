@@ -132,9 +132,10 @@ def wave_seed(seed: int, suite: str, wave: int, attempt: int = 0) -> int:
     return zlib.crc32(f"{seed}/{suite}/{wave}".encode() + (f"/{attempt}".encode() if attempt else b""))
 
 
-def work_list(tasks: Sequence[int], episodes: int) -> list[tuple[int, int]]:
-    """The fixed order of ``(task, init_id)`` of a suite."""
-    return [(t, i) for t in tasks for i in range(episodes)]
+def work_list(tasks: Sequence[int], episodes: int, first_state: int = 0) -> list[tuple[int, int]]:
+    """The fixed order of ``(task, init_id)`` of a suite: initial states ``first_state ..
+    first_state + episodes - 1`` of every task."""
+    return [(t, i) for t in tasks for i in range(first_state, first_state + episodes)]
 
 
 def load_records(path: Path) -> list[EpisodeRecord]:
@@ -158,7 +159,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
               on_episode: Callable[[EpisodeRecord], None] | None = None, record_frames: bool = False,
               on_frames: FrameSink | None = None, progress: Any = None,
               check: Callable[[Any], None] | None = None,
-              should_stop: Callable[[], bool] | None = None, attempts: int = 1) -> dict[str, Any]:
+              should_stop: Callable[[], bool] | None = None, attempts: int = 1,
+              first_state: int = 0) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -174,13 +176,15 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         attempts: runs every initial state this many times in the same envs, each attempt with other
             sampling noise (its own wave seeds; records carry the attempt, ``done`` is matched per
             attempt); attempt 0 is the protocol's run.
+        first_state: the first initial state of each task (0: the protocol's states; 50: the next
+            50, held out from a training run on the protocol's states).
     """
     import sims
 
     latency = latency or LatencyConfig()
     latency.check(agent.chunk_size)
     specs = sims.suites.tasks(suite)
-    work = work_list(tasks, episodes)
+    work = work_list(tasks, episodes, first_state)
     n = max(1, min(num_envs, len(work)))
     waves = [work[w:w + n] for w in range(0, len(work), n)]
     recorded: dict[tuple[int, int], set[tuple[int, int]]] = {}  # (attempt, wave) -> its (task, init id)s

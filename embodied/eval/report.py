@@ -168,7 +168,9 @@ def markdown(results: dict[str, Any]) -> str:
     """The Markdown report."""
     lines = [f"# Evaluation: {results['agent']['label']}", ""]
     cfg = results["config"]
-    lines += [f"Protocol: {cfg['episodes']} fixed initial states per task, one episode each, "
+    first = cfg.get("first_state", 0)
+    states = f" (states {first}..{first + cfg['episodes'] - 1}: held out from the protocol's)" if first else ""
+    lines += [f"Protocol: {cfg['episodes']} fixed initial states per task{states}, one episode each, "
               f"{cfg['mode']} policy, execution `{cfg['execution']}` with an inference delay of "
               f"{cfg.get('delay', 0)} control steps ({cfg.get('delay_source', 'steps')}), "
               f"{cfg['num_envs']} parallel envs, seed {cfg['seed']}.",

@@ -45,6 +45,9 @@ class EvalConfig:
     suites: list[str] = field(default_factory=list)  # ... or several
     tasks: Optional[list[int]] = None  # task indices (default: all tasks of each suite)
     episodes: int = 50  # fixed initial states per task (the protocol's 50)
+    # the first of them: 0 the protocol's states 0..49; 50 the states 50..99, held out from an RL run that
+    # trained on the protocol's states (rl.init_states=protocol); training data never uses either
+    first_state: int = 0
     num_envs: int = 25  # parallel envs
     image_size: int = 128  # rendered camera size (the policy resizes to its own)
     mode: str = "greedy"  # greedy | explore
@@ -89,6 +92,8 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
         raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.all_names()}")
     if not 1 <= cfg.episodes <= sims.suites.NUM_INIT_STATES:
         raise EvalError(f"episodes must be in 1..{sims.suites.NUM_INIT_STATES} (fixed initial states per task)")
+    if cfg.first_state < 0:
+        raise EvalError(f"first_state must be >= 0 (the first initial state of each task), got {cfg.first_state}")
     if cfg.attempts < 1:
         raise EvalError(f"attempts must be >= 1 (episodes per initial state), got {cfg.attempts}")
     if cfg.videos not in VIDEO_CHOICES:
@@ -254,7 +259,8 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                 stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
                                   image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],
                                   on_episode=record, record_frames=cfg.videos != "none", on_frames=film,
-                                  progress=bar, check=check, should_stop=stop, attempts=cfg.attempts)
+                                  progress=bar, check=check, should_stop=stop, attempts=cfg.attempts,
+                                  first_state=cfg.first_state)
                 env_steps += stats["env_steps"]
                 seconds += stats["seconds"]
                 if stats["latency"]:

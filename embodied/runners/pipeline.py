@@ -1,6 +1,6 @@
 """``embodied-pipeline``: the main job on the embedded default (MuJoCo on CPU).
 
-    embodied-pipeline out=runs/pipeline                   # the default: ~20 min on 2 cores
+    embodied-pipeline out=runs/pipeline                   # the default: under 20 min on 2 cores
     embodied-pipeline out=runs/p3 tasks=[2,8,9]           # three goal tasks
     embodied-pipeline out=runs/p2 tasks=null sim.suite=spatial sft.steps=4000 rl.iterations=400
 
@@ -40,13 +40,19 @@ from embodied.video import VideoWriter, annotate_frame, count_frames
 
 STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
 CONTROL_STAGES = ("rl_control", "eval_control")  # added by rl.control=true
+#: with rl.init_states=protocol every evaluation is repeated on held-out states (first_state 50), the
+#: RL ones compared with the SFT one there too
+HELDOUT_STAGES = {"eval_sft": "eval_sft_heldout", "eval_rl": "eval_rl_heldout", "eval_control": "eval_control_heldout"}
+#: the folder whose policy each evaluation stage scores, and the stage it needs first
+EVAL_STAGES = {"eval_sft": ("sft/ckpt", "sft"), "eval_rl": ("rl/checkpoint/policy", "rl"),
+               "eval_control": ("rl_control/checkpoint/policy", "rl_control")}
 
 
 @dataclass
 class PipelineSFTConfig:
     """Stage ``sft`` (see ``embodied-sft`` for the meaning of each field)."""
 
-    steps: int = 1500
+    steps: int = 700
     batch_size: int = 32
     lr: float = 3e-4
     warmup_steps: int = 100
@@ -59,17 +65,23 @@ class PipelineRLConfig:
     """Stage ``rl`` (see ``embodied-train``; the rest of the algorithm's fields keep their defaults)."""
 
     algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
-    iterations: int = 40
+    iterations: int = 30
     num_envs: int = 20
     chunks_per_iter: int = 16  # chunks per env per iteration (num_envs * chunks_per_iter chunks per update)
     max_episode_steps: Optional[int] = 60  # training step limit (evaluation keeps the task's own)
     # an episode ended by that limit: fail (it ends there: no success, no return) | bootstrap (see embodied-train)
     truncation: str = "fail"
-    lr: float = 5e-6  # the actor (the action expert and noise head; the observation encoder stays frozen)
+    # the actor (the action expert and noise head; the observation encoder stays frozen). Above embodied-train's
+    # 5e-6 (pi_RL's, for batches of thousands of chunks over hundreds of iterations): 30 iterations of 320 chunks
+    # stay well inside algo.target_kl with it (docs/results/main-job.md)
+    lr: float = 1e-5
     critic_warmup: int = 4  # first iterations that update only the value head (see embodied-train's algo)
     critic: str = "policy"  # policy: the policy's value head | privileged: a separate critic on simulator state
     reward_type: str = "sparse"
     overlap: bool = False  # sample the next batch while learning (one update of policy lag)
+    # Ray actors that sample in parallel, rl.num_envs split evenly between them (renders run one per
+    # process, so 2 runners use both cores of a laptop while the learner waits); 0: sample in the driver
+    env_runners: int = 2
     save_every: int = 10
     # where training episodes start: random (training states: the evaluation's 50 protocol states stay held out) |
     # protocol (on the 50 protocol states the evaluation scores, the LIBERO RL works' protocol)
@@ -84,6 +96,9 @@ class PipelineEvalConfig:
     """Stages ``eval_sft`` and ``eval_rl``: the fixed protocol."""
 
     episodes: int = 50  # fixed initial states per task (the protocol's 50)
+    # with rl.init_states=protocol, also evaluate every policy on this many held-out states per task
+    # (states 50.., which neither the demonstrations nor RL saw; 0: off)
+    heldout_episodes: int = 50
     # episodes per initial state, each with other sampling noise: attempt 0 is the protocol's (its success
     # rate and Newcombe interval); every attempt counts in pass@k and in the paired RL - SFT comparison over
     # the states (4: 200 episodes per policy on one task, so a gain shows beyond one draw of noise per state)
@@ -164,6 +179,12 @@ def check_config(cfg: PipelineConfig) -> None:
         raise PipelineError(f"rl.init_states={cfg.rl.init_states!r}: choose {' or '.join(INIT_POOLS)}")
     if cfg.rl.critic not in CRITICS:
         raise PipelineError(f"rl.critic={cfg.rl.critic!r}: choose one of {', '.join(CRITICS)}")
+    if cfg.eval.heldout_episodes < 0:
+        raise PipelineError(f"eval.heldout_episodes={cfg.eval.heldout_episodes} must be >= 0 (0: no held-out "
+                            "evaluation)")
+    if cfg.rl.env_runners < 0 or (cfg.rl.env_runners and cfg.rl.num_envs % cfg.rl.env_runners):
+        raise PipelineError(f"rl.num_envs={cfg.rl.num_envs} is split evenly between rl.env_runners="
+                            f"{cfg.rl.env_runners}: choose a runner count >= 0 that divides it")
     if not 0 <= cfg.rl.critic_warmup < cfg.rl.iterations:
         raise PipelineError(f"rl.critic_warmup={cfg.rl.critic_warmup} must lie in 0..rl.iterations-1 "
                             f"({cfg.rl.iterations - 1}): the actor learns after the warm-up")
@@ -231,12 +252,18 @@ def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
                                     "parameters")} | {"checkpoint": "sft/ckpt"}
 
 
-def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, compare: Path | None) -> dict[str, Any]:
+def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, compare: Path | None,
+               heldout: bool = False) -> dict[str, Any]:
+    """An evaluation stage in ``out/name``: the protocol's states, or with ``heldout`` the states after
+    them (``eval.heldout_episodes`` per task from state 50)."""
     from embodied.runners.eval import EvalConfig, run
+    from sims.suites import NUM_INIT_STATES
 
     e = cfg.eval
     res = run(EvalConfig(out=str(out / name), checkpoint=str(checkpoint), suite=cfg.sim.suite, tasks=_tasks(cfg),
-                         episodes=e.episodes, num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
+                         episodes=e.heldout_episodes if heldout else e.episodes,
+                         first_state=NUM_INIT_STATES if heldout else 0,
+                         num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
                          attempts=e.attempts,
                          videos=e.videos, video_max=e.video_max,
                          compare=str(compare) if compare is not None else None))
@@ -257,9 +284,12 @@ def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = F
     r = cfg.rl
     resume = resolve_folder(out / name / "checkpoint") is not None
     algo = AlgoConfig(name=r.algo, lr=0.0 if control else r.lr, critic_warmup=r.critic_warmup, critic=r.critic)
+    runtime = RuntimeConfig(name="cluster" if r.env_runners else "local", num_env_runners=r.env_runners,
+                            overlap=r.overlap)
     summary = rl_train(TrainConfig(
-        out=str(out / name), init=str(out / "sft" / "ckpt"), algo=algo, runtime=RuntimeConfig(overlap=r.overlap),
-        suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs, image_size=cfg.sim.image_size,
+        out=str(out / name), init=str(out / "sft" / "ckpt"), algo=algo, runtime=runtime,
+        suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs // max(r.env_runners, 1),
+        image_size=cfg.sim.image_size,
         iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
         truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume,
         init_pool=r.init_states))
@@ -290,13 +320,15 @@ def update_diagnostics(metrics: Path) -> dict[str, float]:
                   "actor_iterations": len(rows)}
 
 
-def rl_against_control(out: Path, suite: str) -> dict[str, Any] | None:
-    """RL - frozen control per task and paired over the states, from the two evaluations' results."""
+def rl_against_control(out: Path, suite: str, heldout: bool = False) -> dict[str, Any] | None:
+    """RL - frozen control per task and paired over the states, from the two evaluations' results
+    (``heldout``: of the held-out evaluations)."""
     import json
 
     from embodied.eval.report import compare
 
-    rl, control = out / "eval_rl" / "results.json", out / "eval_control" / "results.json"
+    tail = "_heldout" if heldout else ""
+    rl, control = out / f"eval_rl{tail}" / "results.json", out / f"eval_control{tail}" / "results.json"
     if not (rl.is_file() and control.is_file()):
         return None
     return compare(json.loads(rl.read_text())["suites"], json.loads(control.read_text())).get(suite)
@@ -355,6 +387,35 @@ def plot_pipeline(results: dict[str, Any], out: Path) -> Path | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def heldout_section(results: dict[str, Any]) -> list[str]:
+    """Report lines on the held-out states (runs that trained on the protocol's states)."""
+    from embodied.eval.report import paired_text
+
+    rows = [(label, results.get(key)) for label, key in (("SFT", "eval_sft_heldout"), ("SFT + RL", "eval_rl_heldout"),
+                                                         ("frozen control", "eval_control_heldout"))]
+    rows = [(label, res) for label, res in rows if res]
+    if not rows:
+        return []
+    lines = ["### Held-out initial states", "",
+             "RL trained on the protocol's states; the same policies on states neither the demonstrations nor RL "
+             "saw (the protocol's count per task, from state 50):", "",
+             "| policy | success | episodes | 95% CI | pass@1..K |", "|---|---|---|---|---|"]
+    for label, res in rows:
+        passk = ", ".join(f"{p:.0%}" for p in res["pass_at_k"]) if res.get("pass_at_k") else "-"
+        lines.append(f"| {label} | **{res['success_rate']:.1%}** | {res['episodes']} | "
+                     f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] | {passk} |")
+    lines.append("")
+    paired = ((results.get("eval_rl_heldout") or {}).get("comparison") or {}).get("paired")
+    if paired:
+        lines += [f"Paired over the {paired['states']} held-out states, RL - SFT: "
+                  f"{paired_text(paired, 'SFT ', 'SFT + RL ')}.", ""]
+    vs = (results.get("rl_vs_control_heldout") or {}).get("paired")
+    if vs:
+        lines += [f"Paired over the {vs['states']} held-out states, RL - control: "
+                  f"{paired_text(vs, 'control ', 'SFT + RL ')}.", ""]
+    return lines
 
 
 def write_report(results: dict[str, Any], out: Path) -> Path:
@@ -458,6 +519,7 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
 
                 lines += [f"Paired over the {vs['paired']['states']} initial states, RL - control: "
                           f"{paired_text(vs['paired'], 'control ', 'SFT + RL ')}.", ""]
+        lines += heldout_section(results)
         vids = (before or {}).get("videos", []) + (after or {}).get("videos", [])
         if vids:
             lines += ["Videos:", ""] + [f"- [{v}]({v})" for v in vids] + [""]
@@ -491,12 +553,17 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)
     results.setdefault("stage_seconds", {})
     stages = list(cfg.stages) + [s for s in CONTROL_STAGES if cfg.rl.control and s not in cfg.stages]
+    if cfg.rl.init_states == "protocol" and cfg.eval.heldout_episodes:
+        stages = [x for s in stages for x in ((s, HELDOUT_STAGES[s]) if s in HELDOUT_STAGES else (s,))]
     for stage in stages:
         if stage in done:
             print(f"[pipeline] {stage}: done in a previous run, skipped")
             continue
-        for need in {"sft": ["collect"], "eval_sft": ["sft"], "rl": ["sft"], "eval_rl": ["rl"], "rl_control": ["sft"],
-                     "eval_control": ["rl_control"]}.get(stage, []):
+        base = next((k for k, v in HELDOUT_STAGES.items() if v == stage), stage)
+        needs = {"sft": ["collect"], "rl": ["sft"], "rl_control": ["sft"]}.get(stage, [])
+        if base in EVAL_STAGES:
+            needs = [EVAL_STAGES[base][1]]
+        for need in needs:
             if need not in results["stages_done"]:
                 raise PipelineError(f"stage {stage} needs stage {need} first (add it to stages=...)")
         print(f"[pipeline] {stage} ...", flush=True)
@@ -505,27 +572,24 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
             results[stage] = stage_collect(cfg, out)
         elif stage == "sft":
             results[stage] = stage_sft(cfg, out)
-        elif stage == "eval_sft":
-            results[stage] = stage_eval(cfg, out, "eval_sft", out / "sft" / "ckpt", None)
         elif stage == "rl":
             results[stage] = stage_rl(cfg, out)
-        elif stage == "eval_rl":
-            compare = out / "eval_sft" if "eval_sft" in results["stages_done"] else None
-            results[stage] = stage_eval(cfg, out, "eval_rl", out / "rl" / "checkpoint" / "policy", compare)
         elif stage == "rl_control":
             results[stage] = stage_rl(cfg, out, "rl_control", control=True)
-        elif stage == "eval_control":
-            compare = out / "eval_sft" if "eval_sft" in results["stages_done"] else None
-            results[stage] = stage_eval(cfg, out, "eval_control", out / "rl_control" / "checkpoint" / "policy",
-                                        compare)
+        else:  # an evaluation: the RL ones are compared with the SFT one on the same states
+            heldout = stage != base
+            before = HELDOUT_STAGES["eval_sft"] if heldout else "eval_sft"
+            compare = out / before if base != "eval_sft" and before in results["stages_done"] else None
+            results[stage] = stage_eval(cfg, out, stage, out / EVAL_STAGES[base][0], compare, heldout=heldout)
         results["stage_seconds"][stage] = round(time.perf_counter() - t0, 1)
         results["stages_done"].append(stage)
         results["machine"] = machine_info()
         write_json(path, results)
     results["machine"] = machine_info()
-    vs_control = rl_against_control(out, cfg.sim.suite)
-    if vs_control is not None:
-        results["rl_vs_control"] = vs_control
+    for key, heldout in (("rl_vs_control", False), ("rl_vs_control_heldout", True)):
+        vs_control = rl_against_control(out, cfg.sim.suite, heldout)
+        if vs_control is not None:
+            results[key] = vs_control
     plot_pipeline(results, out)
     write_json(path, results)
     write_report(results, out)
