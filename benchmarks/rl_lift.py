@@ -1,0 +1,178 @@
+"""Does online RL lift a few-shot VLA? The main job from several SFT starts, each against its control.
+
+    .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift                 # 3 seeds x {5, 20} demonstrations
+    .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --seeds 0 --demos 20 -- sft.steps=400
+
+Every cell is the main job, ``embodied-pipeline seed=S episodes_per_task=D rl.control=true`` in
+``OUT/d{D}_s{S}`` (extra arguments after ``--`` are passed to every cell as Hydra overrides): SFT on
+D demonstrations, Flow-SDE PPO from it, the frozen-actor control (the same RL run with
+``algo.lr=0``), and each policy evaluated on the protocol's states with ``eval.attempts`` episodes
+per state. A rerun skips finished cells and resumes an interrupted one.
+
+Writes ``OUT/rl_lift.json`` and ``OUT/rl_lift.csv`` (one row per cell) and, with ``--docs FILE``,
+the Markdown table with the verdicts on three criteria:
+
+1. every start below 85% gets a paired RL - SFT interval above 0;
+2. no run ends below its start (paired RL - SFT >= 0);
+3. per demonstration count, the gain's spread across seeds (sample std) is less than half its mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: a start below this gets a paired RL - SFT interval above 0 (criterion 1)
+LOW_START = 0.85
+FIELDS = ["demos", "seed", "sft", "rl", "control", "rl_minus_sft", "rl_minus_sft_lo", "rl_minus_sft_hi",
+          "rl_minus_control", "rl_minus_control_lo", "rl_minus_control_hi", "control_minus_sft",
+          "sft_protocol", "rl_protocol", "approx_kl_first", "approx_kl", "clip_fraction", "explained_variance", "main_minutes",
+          "minutes"]
+#: the main job's own stages (the cell adds the control's)
+MAIN_STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
+
+
+def pipeline_command(out: Path, demos: int, seed: int, extra: list[str]) -> list[str]:
+    exe = Path(sys.executable).with_name("embodied-pipeline")
+    return [str(exe), f"out={out}", f"seed={seed}", f"episodes_per_task={demos}", "rl.control=true", *extra]
+
+
+def cell_row(results: dict[str, Any], demos: int, seed: int) -> dict[str, Any]:
+    """One table row from a finished cell's ``results.json``: success over every attempt (the paired
+    comparisons' ``before``/``now``), the paired differences and the update diagnostics."""
+    vs_sft = results["eval_rl"]["comparison"]["paired"]
+    vs_control = results["rl_vs_control"]["paired"]
+    control_vs_sft = results["eval_control"]["comparison"]["paired"]
+    upd = results["rl"].get("updates") or {}
+    return {
+        "demos": demos, "seed": seed, "sft": vs_sft["before"], "rl": vs_sft["now"], "control": vs_control["before"],
+        "rl_minus_sft": vs_sft["difference"], "rl_minus_sft_lo": vs_sft["ci95"][0], "rl_minus_sft_hi": vs_sft["ci95"][1],
+        "rl_minus_control": vs_control["difference"], "rl_minus_control_lo": vs_control["ci95"][0],
+        "rl_minus_control_hi": vs_control["ci95"][1], "control_minus_sft": control_vs_sft["difference"],
+        "sft_protocol": results["eval_sft"]["success_rate"], "rl_protocol": results["eval_rl"]["success_rate"],
+        "approx_kl_first": upd.get("approx_kl_first"), "approx_kl": upd.get("approx_kl"),
+        "clip_fraction": upd.get("clip_fraction"),
+        "explained_variance": upd.get("explained_variance"),
+        "main_minutes": round(sum(v for k, v in results.get("stage_seconds", {}).items() if k in MAIN_STAGES) / 60, 1),
+        "minutes": round(sum(results.get("stage_seconds", {}).values()) / 60, 1),
+    }
+
+
+def verdicts(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
+    """``(criterion, holds, evidence)`` for the three criteria of the module docstring."""
+    low = [r for r in rows if r["sft"] < LOW_START]
+    bad_low = [r for r in low if r["rl_minus_sft_lo"] <= 0]
+    out = [(f"every start below {LOW_START:.0%} gets a paired RL - SFT interval above 0", not bad_low,
+            f"{len(low) - len(bad_low)} of {len(low)} low starts" + (
+                "; fails: " + ", ".join(f"d{r['demos']} s{r['seed']}" for r in bad_low) if bad_low else ""))]
+    below = [r for r in rows if r["rl_minus_sft"] < 0]
+    out.append(("no run ends below its start", not below,
+                f"{len(rows) - len(below)} of {len(rows)} runs" + (
+                    "; below: " + ", ".join(f"d{r['demos']} s{r['seed']}" for r in below) if below else "")))
+    for demos in sorted({r["demos"] for r in rows}):
+        gains = [r["rl_minus_sft"] for r in rows if r["demos"] == demos]
+        if len(gains) < 2:
+            out.append((f"{demos} demonstrations: spread across seeds < half the mean gain", False,
+                        f"{len(gains)} seed: needs at least 2"))
+            continue
+        mean, std = statistics.mean(gains), statistics.stdev(gains)
+        out.append((f"{demos} demonstrations: spread across seeds < half the mean gain", mean > 0 and std < mean / 2,
+                    f"mean {mean:+.3f}, std {std:.3f} over {len(gains)} seeds"))
+    return out
+
+
+def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None) -> str:
+    pct = lambda x: f"{x:.1%}"  # noqa: E731
+    lines = ["# RL lift over few-shot SFT starts", "",
+             "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
+             "demonstration counts; each RL run against its frozen-actor control (the same run with `algo.lr=0`: "
+             "the same seeds, envs, sampling and critic updates). Success is over every attempt (4 episodes per "
+             "protocol state with other sampling noise); differences are paired over the 50 states (95% intervals); "
+             "approx KL and clip fraction are medians over the iterations that trained the actor.",
+             "", f"Command: `{command}`", ""]
+    if machine:
+        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}), "
+                  f"torch {machine.get('torch')}, mujoco {machine.get('mujoco')}; "
+                  f"{time.strftime('%Y-%m-%d')}.", ""]
+    lines += ["| demos | seed | SFT | SFT + RL | control | RL - SFT [95% CI] | RL - control [95% CI] | "
+              "approx KL | clip fraction | main job / cell minutes |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["demos"], r["seed"])):
+        lines.append(f"| {r['demos']} | {r['seed']} | {pct(r['sft'])} | {pct(r['rl'])} | {pct(r['control'])} | "
+                     f"{r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}] | "
+                     f"{r['rl_minus_control']:+.3f} [{r['rl_minus_control_lo']:+.3f}, {r['rl_minus_control_hi']:+.3f}] | "
+                     f"{(r['approx_kl'] or 0):.4f} | {(r['clip_fraction'] or 0):.3f} | {r['main_minutes']} / {r['minutes']} |")
+    lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
+    lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in verdicts(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder of the cells (OUT/d{D}_s{S})")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--demos", type=int, nargs="+", default=[5, 20], help="demonstrations per task")
+    ap.add_argument("--docs", type=Path, default=None, help="write the Markdown table here")
+    ap.add_argument("--table-only", action="store_true", help="only collect finished cells into the table")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", ""))
+    if not env["OMP_NUM_THREADS"]:
+        env.pop("OMP_NUM_THREADS")  # the main job's own default: torch uses every core for SFT
+    cells = [(d, s) for s in args.seeds for d in args.demos]  # seed-major: a partial run covers every count
+    rows, machine = [], None
+    for i, (demos, seed) in enumerate(cells, 1):
+        cell = args.out / f"d{demos}_s{seed}"
+        done = cell / "results.json"
+        finished = done.is_file() and {"eval_rl", "eval_control"} <= set(json.loads(done.read_text())["stages_done"])
+        if not finished and not args.table_only:
+            cmd = pipeline_command(cell, demos, seed, extra)
+            print(f"[rl_lift] cell {i}/{len(cells)}: {' '.join(cmd[1:])}", flush=True)
+            cell.mkdir(parents=True, exist_ok=True)
+            with open(cell / "cell.log", "a") as log:
+                proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            if proc.returncode:
+                print(f"[rl_lift] cell {cell} failed (exit {proc.returncode}); see {cell / 'cell.log'}", flush=True)
+                continue
+            finished = True
+        if finished:
+            results = json.loads(done.read_text())
+            rows.append(cell_row(results, demos, seed))
+            machine = results.get("machine", machine)
+            r = rows[-1]
+            print(f"[rl_lift] d{demos} s{seed}: SFT {r['sft']:.1%} -> RL {r['rl']:.1%} (control {r['control']:.1%}), "
+                  f"paired RL - SFT {r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}]",
+                  flush=True)
+    (args.out / "rl_lift.json").write_text(json.dumps({"rows": rows, "verdicts": verdicts(rows) if rows else [],
+                                                       "overrides": extra, "machine": machine}, indent=2))
+    with open(args.out / "rl_lift.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    if args.docs and rows:
+        command = "python benchmarks/rl_lift.py " + " ".join(
+            [f"--out {args.out}", "--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
+            + (["--", *extra] if extra else []))
+        args.docs.write_text(markdown(rows, command, machine))
+        print(f"[rl_lift] table written to {args.docs}")
+    for c, ok, ev in verdicts(rows) if rows else []:
+        print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")
+    return 0 if len(rows) == len(cells) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""The RL-lift benchmark's table and verdicts (benchmarks/rl_lift.py) from pipeline results."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("rl_lift", ROOT / "benchmarks" / "rl_lift.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _results(sft: float, rl: float, lo: float, control: float) -> dict:
+    paired = lambda before, now, low: {"before": before, "now": now, "difference": now - before,  # noqa: E731
+                                       "ci95": [low, now - before + 0.05], "states": 50}
+    return {"eval_rl": {"comparison": {"paired": paired(sft, rl, lo)}, "success_rate": rl},
+            "rl_vs_control": {"paired": paired(control, rl, lo)},
+            "eval_control": {"comparison": {"paired": paired(sft, control, -0.05)}},
+            "eval_sft": {"success_rate": sft}, "rl": {"updates": {"approx_kl_first": 0.001}},
+            "stage_seconds": {"sft": 300, "rl": 600}}
+
+
+def test_verdicts_follow_the_three_criteria():
+    m = _module()
+    good = [m.cell_row(_results(0.6, 0.8 + 0.01 * s, 0.1, 0.6), 5, s) for s in range(3)]
+    assert good[0]["minutes"] == 15.0 and good[0]["rl_minus_sft"] == 0.8 - 0.6
+    assert [ok for _, ok, _ in m.verdicts(good)] == [True, True, True]
+    # a low start whose interval touches 0, and a run that ends below its start
+    bad = good[:2] + [m.cell_row(_results(0.7, 0.65, -0.1, 0.7), 5, 2)]
+    held = {c.split(":")[0]: ok for c, ok, _ in m.verdicts(bad)}
+    assert held["every start below 85% gets a paired RL - SFT interval above 0"] is False
+    assert held["no run ends below its start"] is False
+    assert held["5 demonstrations"] is False  # the gains' spread is now larger than half their mean
+    table = m.markdown(bad, "python benchmarks/rl_lift.py --out X", None)
+    assert table.count("\n| 5 |") == 3 and "**no**" in table
+
+
+def test_a_start_above_the_bar_needs_no_interval_above_zero():
+    m = _module()
+    rows = [m.cell_row(_results(0.9, 0.92, -0.02, 0.9), 20, s) for s in range(2)]
+    first = m.verdicts(rows)[0]
+    assert first[1] is True and first[2].startswith("0 of 0")
