@@ -25,6 +25,10 @@ class Processor:
         self.config = config
         self.set_stats(stats)
         self._token_cache: dict[str, torch.Tensor] = {}
+        # drop the token columns that are padding in every row of a batch: every consumer masks
+        # padding (attention keys, pooling) and text positions start at 0, so the outputs are those of
+        # the full width (to rounding) at a fraction of the prefix's cost (False: the full width)
+        self.trim_padding = True
 
     # ------------------------------------------------------------------ statistics
     def set_stats(self, stats: dict[str, Sequence[float]] | None) -> None:
@@ -93,7 +97,9 @@ class Processor:
         return (actions * self._stat("action_std", d) + self._stat("action_mean", d)).clamp(-1.0, 1.0)
 
     def tokens(self, instructions: Sequence[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Byte tokens ``[N, L]`` (int64) and padding mask ``[N, L]`` (True = padding)."""
+        """Byte tokens ``[N, L]`` (int64) and padding mask ``[N, L]`` (True = padding); ``L`` is the
+        longest instruction's byte count in the batch (at least 1), or ``max_text_len`` without
+        :attr:`trim_padding`."""
         if isinstance(instructions, str):
             raise TypeError("instruction must be a list of N strings, not one string")
         rows = []
@@ -105,7 +111,11 @@ class Processor:
                 row[: len(raw)] = torch.tensor(raw, dtype=torch.long) + 1
                 self._token_cache[text] = row
             rows.append(row)
-        ids = torch.stack(rows).to(device)
+        ids = torch.stack(rows)
+        if self.trim_padding and len(rows):
+            width = max(1, int((ids != 0).sum(1).max()))
+            ids = ids[:, :width]
+        ids = ids.to(device)
         return ids, ids == 0
 
     def prepare(self, obs: dict[str, Any], device: torch.device) -> dict[str, Any]:

@@ -315,3 +315,25 @@ def test_old_bundle_keeps_its_value_head_and_a_misfit_head_is_reinitialised(tmp_
     with pytest.raises(ValueError, match="value_features must be one of"):
         loaded.use_value_features("oracle")
     assert loaded.config.value_features == "detached"
+
+
+@pytest.mark.parametrize("family", ["flow", "autoregressive", "diffusion"])
+def test_trimmed_instruction_padding_changes_no_output(family):
+    """The processor drops token columns that are padding in the whole batch: every family's prefix,
+    samples, log-probabilities and values equal those of the full max_text_len width."""
+    tiny = {k: v for k, v in TINY.items() if family == "flow" or k not in ("expert_layers",)}
+    policy = policies.make(family, **tiny).eval()
+    obs = _obs(n=5)
+    tokens, _ = policy.processor.tokens(obs["instruction"], torch.device("cpu"))
+    assert tokens.shape[1] == len("pick up the cube")  # the longest instruction, not max_text_len
+    outs = {}
+    for trim in (True, False):
+        policy.processor.trim_padding = trim
+        with torch.no_grad():
+            sample = policy.sample(obs, generator=torch.Generator().manual_seed(5))
+            recomputed = policy.logprob(obs, sample.extras)[0] if family != "diffusion" else sample.actions
+            encoder = policy.encoder if family == "diffusion" else policy.prefix
+            prefix = encoder(policy.processor.prepare(obs, policy.device))[0]
+            outs[trim] = (sample.actions, prefix[:, :8], prefix[:, -1], recomputed)  # image and state tokens
+    for a, b in zip(outs[True], outs[False]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
