@@ -90,7 +90,8 @@ def verdicts(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
     return out
 
 
-def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None) -> str:
+def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None
+             ) -> str:
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     lines = ["# RL lift over few-shot SFT starts", "",
              "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
@@ -99,6 +100,9 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
              "protocol state with other sampling noise); differences are paired over the 50 states (95% intervals); "
              "approx KL and clip fraction are medians over the iterations that trained the actor.",
              "", f"Command: `{command}`", ""]
+    if planned is not None and len(rows) < planned:
+        lines += [f"Cells measured: {len(rows)} of {planned} (the same command resumes the missing ones); the "
+                  "verdicts below cover the measured cells only.", ""]
     if machine:
         lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}), "
                   f"torch {machine.get('torch')}, mujoco {machine.get('mujoco')}; "
@@ -167,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         command = "python benchmarks/rl_lift.py " + " ".join(
             [f"--out {args.out}", "--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
             + (["--", *extra] if extra else []))
-        args.docs.write_text(markdown(rows, command, machine))
+        args.docs.write_text(markdown(rows, command, machine, planned=len(cells)))
         print(f"[rl_lift] table written to {args.docs}")
     for c, ok, ev in verdicts(rows) if rows else []:
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")

@@ -37,7 +37,8 @@ def test_verdicts_follow_the_three_criteria():
     assert held["no run ends below its start"] is False
     assert held["5 demonstrations"] is False  # the gains' spread is now larger than half their mean
     table = m.markdown(bad, "python benchmarks/rl_lift.py --out X", None)
-    assert table.count("\n| 5 |") == 3 and "**no**" in table
+    assert table.count("\n| 5 |") == 3 and "**no**" in table and "Cells measured" not in table
+    assert "Cells measured: 3 of 6" in m.markdown(bad, "cmd", None, planned=6)
 
 
 def test_a_start_above_the_bar_needs_no_interval_above_zero():
