@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -134,9 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table-only", action="store_true", help="only collect finished cells into the table")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", ""))
-    if not env["OMP_NUM_THREADS"]:
-        env.pop("OMP_NUM_THREADS")  # the main job's own default: torch uses every core for SFT
     cells = [(d, s) for s in args.seeds for d in args.demos]  # seed-major: a partial run covers every count
     rows, machine = [], None
     for i, (demos, seed) in enumerate(cells, 1):
@@ -148,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[rl_lift] cell {i}/{len(cells)}: {' '.join(cmd[1:])}", flush=True)
             cell.mkdir(parents=True, exist_ok=True)
             with open(cell / "cell.log", "a") as log:
-                proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
             if proc.returncode:
                 print(f"[rl_lift] cell {cell} failed (exit {proc.returncode}); see {cell / 'cell.log'}", flush=True)
                 continue
