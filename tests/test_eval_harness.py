@@ -151,13 +151,22 @@ def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
     assert sorted((r["attempt"], r["task"], r["init_id"]) for r in lines) == [
         (a, t, i) for a in (0, 1) for t in (0, 3) for i in (0, 1)]
     assert "pass@2" in (c / "report.md").read_text()
+    d = tmp_path / "d"  # two worker processes share the waves out: the same episodes
+    proc = _eval(*args, f"out={d}", "attempts=2", "workers=2", "videos=all", "video_max=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rd = json.loads((d / "results.json").read_text())
+    assert rd["suites"]["dynamic"] == rc
+    assert sorted((d / "episodes.jsonl").read_text().splitlines()) == sorted((c / "episodes.jsonl").read_text().splitlines())
+    assert rd["latency"]["dynamic"]["requests"] == json.loads((c / "results.json").read_text())["latency"]["dynamic"]["requests"]
+    assert len(rd["videos"]) == 3  # video_max over both workers
 
 
-def test_interrupted_run_keeps_episodes_and_resumes(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_interrupted_run_keeps_episodes_and_resumes(tmp_path, workers):
     out = tmp_path / "run"
     # 15 waves of 2 episodes: far more work than the 3 episodes waited for before the interrupt
     args = ["policy=expert", "suite=goal", "tasks=[2,3]", "episodes=15", "num_envs=2", "image_size=32",
-            "videos=none", f"out={out}"]
+            "videos=none", f"out={out}", f"workers={workers}"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     # a shell running the suite in the background ignores SIGINT, and a child would inherit that
     proc = subprocess.Popen([str(BIN / "embodied-eval"), *args], env=env, stdout=subprocess.PIPE,
@@ -200,6 +209,7 @@ def test_clear_errors(tmp_path):
         (("suite=goal",), "checkpoint=PATH"),
         (("policy=expert", "suite=goal", "attempts=2"), "deterministic"),
         (("policy=expert", "suite=goal", "attempts=0"), "attempts must be"),
+        (("policy=expert", "suite=goal", "workers=0"), "workers must be"),
         ((f"checkpoint={token}", "suite=goal", "attempts=2"), "mode=explore"),
     ]
     for i, (args, message) in enumerate(cases):  # the same checks in-process

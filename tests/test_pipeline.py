@@ -116,7 +116,8 @@ def test_protocol_training_is_also_scored_on_held_out_states(tmp_path):
 
     out = tmp_path / "proto"
     res = run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "tasks=[8]", "rl.init_states=protocol",
-                      "eval.heldout_episodes=3", "rl.env_runners=0", "video_tasks=0", "eval.videos=none"))
+                      "eval.heldout_episodes=3", "rl.env_runners=0", "video_tasks=0", "eval.videos=none",
+                      "eval.workers=1"))
     assert res["stages_done"] == ["collect", "sft", "eval_sft", "eval_sft_heldout", "rl", "eval_rl", "eval_rl_heldout"]
 
     def states(stage: str) -> set[int]:

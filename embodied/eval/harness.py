@@ -138,6 +138,25 @@ def work_list(tasks: Sequence[int], episodes: int, first_state: int = 0) -> list
     return [(t, i) for t in tasks for i in range(first_state, first_state + episodes)]
 
 
+def plan_waves(suite: str, tasks: Sequence[int], episodes: int, num_envs: int, first_state: int, attempts: int,
+               done: Iterable[EpisodeRecord] = ()) -> tuple[int, list[list[tuple[int, int]]],
+                                                           dict[tuple[int, int], set[tuple[int, int]]],
+                                                           list[tuple[int, int]]]:
+    """``(envs per wave, waves, recorded, todo)`` of one suite: the waves' ``(task, init_id)`` lists,
+    the episodes ``done`` holds per ``(attempt, wave)``, and the ``(attempt, wave)`` pairs still to run
+    (a wave counts as done only when all its episodes are recorded)."""
+    work = work_list(tasks, episodes, first_state)
+    n = max(1, min(num_envs, len(work)))
+    waves = [work[w:w + n] for w in range(0, len(work), n)]
+    recorded: dict[tuple[int, int], set[tuple[int, int]]] = {}
+    for r in done:
+        if r.suite == suite:
+            recorded.setdefault((r.attempt, r.wave), set()).add((r.task, r.init_id))
+    todo = [(a, w) for a in range(attempts) for w, items in enumerate(waves)
+            if not set(items) <= recorded.get((a, w), set())]
+    return n, waves, recorded, todo
+
+
 def load_records(path: Path) -> list[EpisodeRecord]:
     """Episodes already recorded (a torn last line from a kill is ignored)."""
     if not path.is_file():
@@ -160,7 +179,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
               on_frames: FrameSink | None = None, progress: Any = None,
               check: Callable[[Any], None] | None = None,
               should_stop: Callable[[], bool] | None = None, attempts: int = 1,
-              first_state: int = 0) -> dict[str, Any]:
+              first_state: int = 0, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -178,23 +197,21 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             attempt); attempt 0 is the protocol's run.
         first_state: the first initial state of each task (0: the protocol's states; 50: the next
             50, held out from a training run on the protocol's states).
+        shard: ``(i, k)``: run only every k-th remaining wave from the i-th (a worker's share, see
+            :mod:`embodied.eval.parallel`); a wave's episodes do not depend on who runs it.
     """
     import sims
 
     latency = latency or LatencyConfig()
     latency.check(agent.chunk_size)
     specs = sims.suites.tasks(suite)
-    work = work_list(tasks, episodes, first_state)
-    n = max(1, min(num_envs, len(work)))
-    waves = [work[w:w + n] for w in range(0, len(work), n)]
-    recorded: dict[tuple[int, int], set[tuple[int, int]]] = {}  # (attempt, wave) -> its (task, init id)s
-    for r in done:
-        if r.suite == suite:
-            recorded.setdefault((r.attempt, r.wave), set()).add((r.task, r.init_id))
-    todo = [(a, w) for a in range(attempts) for w, items in enumerate(waves)
-            if not set(items) <= recorded.get((a, w), set())]
+    n, waves, recorded, todo = plan_waves(suite, tasks, episodes, num_envs, first_state, attempts, done)
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard must be (i, k) with 0 <= i < k, got {shard}")
+    todo = todo[index::count]
     if not todo:
-        return {"env_steps": 0, "seconds": 0.0, "latency": {}}
+        return {"env_steps": 0, "seconds": 0.0, "latency": {}, "latency_samples": {}}
     env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
                     image_size=image_size, state_obs=agent.state_obs)
     if latency.mode == "aware":  # sets latency.max_delay
@@ -253,7 +270,10 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     finally:
         env.close()
     return {"env_steps": env_steps, "seconds": time.perf_counter() - start,
-            "latency": {"held_steps": held, "requests": executor.requests, **executor.stats.summary()}}
+            # every wave resets the executor's request counter; its timing samples hold them all
+            "latency": {"held_steps": held, "requests": len(executor.stats.samples.get("inference", [])),
+                        **executor.stats.summary()},
+            "latency_samples": executor.stats.samples}
 
 
 def _frame(env: Any, obs: dict[str, torch.Tensor], j: int) -> np.ndarray:

@@ -8,6 +8,7 @@ Protocol: every task's fixed initial states (50 by default), one episode each, i
 each env stopping at success or at its task's step limit; the policy acts greedily unless
 ``mode=explore``. ``attempts=K`` runs every state K times with other sampling noise and adds
 pass@1..K (the best of k attempts: how much a policy that picked its noise per state could gain).
+``workers=K`` shares the waves out to K processes (the same episodes, sooner).
 Outputs in ``out``: ``results.json`` (per suite and task: success rate, 95%
 Wilson interval, episode lengths, failures by initial-state id), ``results.csv``, ``report.md``,
 ``plots/<suite>.png``, ``videos/`` (both camera views side by side with the instruction and step),
@@ -48,7 +49,10 @@ class EvalConfig:
     # the first of them: 0 the protocol's states 0..49; 50 the states 50..99, held out from an RL run that
     # trained on the protocol's states (rl.init_states=protocol); training data never uses either
     first_state: int = 0
-    num_envs: int = 25  # parallel envs
+    num_envs: int = 25  # parallel envs (per worker)
+    # processes that share out the waves, each with num_envs envs and its own copy of the policy; the
+    # episodes are the same for any number (each wave is seeded on its own), only the wall time changes
+    workers: int = 1
     image_size: int = 128  # rendered camera size (the policy resizes to its own)
     mode: str = "greedy"  # greedy | explore
     seed: int = 0  # seeds the policy's sampling (per wave)
@@ -96,6 +100,8 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
         raise EvalError(f"first_state must be >= 0 (the first initial state of each task), got {cfg.first_state}")
     if cfg.attempts < 1:
         raise EvalError(f"attempts must be >= 1 (episodes per initial state), got {cfg.attempts}")
+    if cfg.workers < 1:
+        raise EvalError(f"workers must be >= 1 (processes sharing the waves), got {cfg.workers}")
     if cfg.videos not in VIDEO_CHOICES:
         raise EvalError(f"videos must be one of {VIDEO_CHOICES}, got {cfg.videos!r}")
     from embodied.latency import EXECUTION_MODES
@@ -177,7 +183,8 @@ class _StopOnInterrupt:
 def run(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
     import policies
-    from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, run_suite
+    from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, plan_waves, run_suite
+    from embodied.eval.parallel import WorkerSpec, default_threads, run_suite_parallel
     from embodied.eval.report import aggregate, compare, load_previous, markdown, plot_suite, write_csv
     from embodied.video import VideoWriter, annotate_frame
 
@@ -206,7 +213,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                         + ("" if policy is None else "; use mode=explore to sample"))
 
     out = prepare_run_dir(cfg.out)
-    identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare")}
+    identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare", "workers")}
     identity["suites"], identity["tasks_of"] = suites, tasks_of
     identity["sha256"] = agent_info.get("sha256")
     cfg_path = out / "eval_config.json"
@@ -256,11 +263,26 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                          else ExpertAgent(suite))
                 latency = _latency_config(cfg)
                 check = policy.check_env if policy is not None else None
-                stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes, num_envs=cfg.num_envs,
-                                  image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=records[:],
-                                  on_episode=record, record_frames=cfg.videos != "none", on_frames=film,
-                                  progress=bar, check=check, should_stop=stop, attempts=cfg.attempts,
-                                  first_state=cfg.first_state)
+                remaining = len(plan_waves(suite, tasks_of[suite], cfg.episodes, cfg.num_envs, cfg.first_state,
+                                           cfg.attempts, records)[3])
+                workers = min(cfg.workers, remaining)
+                if workers > 1:
+                    spec = WorkerSpec(suite=suite, tasks=tasks_of[suite], episodes=cfg.episodes,
+                                      num_envs=cfg.num_envs, image_size=cfg.image_size, seed=cfg.seed,
+                                      attempts=cfg.attempts, first_state=cfg.first_state, latency=latency,
+                                      checkpoint=cfg.checkpoint, device=cfg.device, mode=cfg.mode,
+                                      rtc_beta=cfg.rtc_beta, videos=cfg.videos, video_max=cfg.video_max,
+                                      threads=default_threads(workers),
+                                      done=[r.__dict__ for r in records if r.suite == suite])
+                    stats = run_suite_parallel(spec, workers, on_episode=record, on_frames=film, progress=bar,
+                                               should_stop=stop)
+                else:
+                    stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes,
+                                      num_envs=cfg.num_envs, image_size=cfg.image_size, seed=cfg.seed,
+                                      latency=latency, done=records[:], on_episode=record,
+                                      record_frames=cfg.videos != "none", on_frames=film, progress=bar,
+                                      check=check, should_stop=stop, attempts=cfg.attempts,
+                                      first_state=cfg.first_state)
                 env_steps += stats["env_steps"]
                 seconds += stats["seconds"]
                 if stats["latency"]:

@@ -103,7 +103,9 @@ class PipelineEvalConfig:
     # rate and Newcombe interval); every attempt counts in pass@k and in the paired RL - SFT comparison over
     # the states (4: 200 episodes per policy on one task, so a gain shows beyond one draw of noise per state)
     attempts: int = 4
-    num_envs: int = 25
+    num_envs: int = 25  # per worker
+    # processes sharing the evaluation's waves (embodied-eval workers=K): the same episodes, sooner
+    workers: int = 2
     videos: str = "all"  # failures | all | none
     video_max: int = 3
 
@@ -179,6 +181,8 @@ def check_config(cfg: PipelineConfig) -> None:
         raise PipelineError(f"rl.init_states={cfg.rl.init_states!r}: choose {' or '.join(INIT_POOLS)}")
     if cfg.rl.critic not in CRITICS:
         raise PipelineError(f"rl.critic={cfg.rl.critic!r}: choose one of {', '.join(CRITICS)}")
+    if cfg.eval.workers < 1:
+        raise PipelineError(f"eval.workers={cfg.eval.workers} must be >= 1 (processes sharing the evaluation)")
     if cfg.eval.heldout_episodes < 0:
         raise PipelineError(f"eval.heldout_episodes={cfg.eval.heldout_episodes} must be >= 0 (0: no held-out "
                             "evaluation)")
@@ -264,7 +268,7 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
                          episodes=e.heldout_episodes if heldout else e.episodes,
                          first_state=NUM_INIT_STATES if heldout else 0,
                          num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
-                         attempts=e.attempts,
+                         attempts=e.attempts, workers=e.workers,
                          videos=e.videos, video_max=e.video_max,
                          compare=str(compare) if compare is not None else None))
     suite = res["suites"][cfg.sim.suite]
@@ -544,10 +548,14 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     config = json.loads(json.dumps(asdict(cfg)))
     done = results.get("stages_done", [])
 
-    def without_control(c: dict[str, Any] | None) -> dict[str, Any] | None:  # rl.control only adds stages
-        return None if c is None else {**c, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"}}
+    def identity(c: dict[str, Any] | None) -> dict[str, Any] | None:
+        # rl.control only adds stages; eval.workers changes the wall time, not the episodes
+        if c is None:
+            return None
+        return {**c, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
+                "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
 
-    if done and not same_config(without_control(results.get("config")), without_control(config), PipelineConfig):
+    if done and not same_config(identity(results.get("config")), identity(config), PipelineConfig):
         raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
                             "repeat the original command to resume it")
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)
