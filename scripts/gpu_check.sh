@@ -57,14 +57,14 @@ for s in $sections; do
     case $s in
     policies)
         run policies 300 "$py" -m pytest -q -m gpu tests/test_gpu.py --junitxml="$out/policies.xml"
-        run policy_bench 150 "$py" -m embodied.bench.cli bench=policy "out=$out/policy_bench" device=cuda \
+        run policy_bench 150 "$py" -m benchmarks.cli bench=policy "out=$out/policy_bench" device=cuda \
             "batch_sizes=[1,256]" repeats=5 ;;
     warp)
         run warp 480 "$py" -m pytest -q tests/test_warp_backend.py tests/test_warp_render.py \
             -k "not embodied_train and not bench" --junitxml="$out/warp.xml" ;;
     bench)
         # every size twice: task logic on the device, then on host mirrors (the earlier path)
-        run bench 500 "$py" -m embodied.bench.cli bench=sim "out=$out/bench" "num_envs=[1024]" "num_threads=[16]" \
+        run bench 500 "$py" -m benchmarks.cli bench=sim "out=$out/bench" "num_envs=[1024]" "num_threads=[16]" \
             "cameras=[]" rollout=false repeats=3 "gpu_backends=[mujoco_gpu]" "gpu_num_envs=[256,1024,8192]" \
             gpu_image_size=128 gpu_steps=20 gpu_repeats=3 "gpu_task_logic=[device,host]" ;;
     train)

@@ -168,12 +168,12 @@ def test_logprob_not_implemented():
 
 
 def test_policy_bench_smoke_on_diffusion(tmp_path):
-    """``bench=policy`` (embodied/bench/policy.py) on the diffusion family at tiny sizes: files and
+    """``bench=policy`` (benchmarks/policy.py) on the diffusion family at tiny sizes: files and
     fields only, never timing values."""
     import csv
     import json
 
-    from embodied.bench.policy import PolicyBenchConfig, run
+    from benchmarks.policy import PolicyBenchConfig, run
 
     over = {k: v for k, v in TINY.items() if k != "image_size"}
     cfg = PolicyBenchConfig(out=str(tmp_path), families=["diffusion"], batch_sizes=[1, 2], repeats=2, warmup=0,

@@ -24,7 +24,7 @@ def test_wheel_contains_packages_and_configs(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("sims/core.py", "sims/mujoco/env.py", "embodied/runners/pipeline.py",
                      "configs/pipeline.yaml", "configs/sim/mujoco.yaml", "policies/__init__.py",
-                     "real_robot/__init__.py"):
+                     "real_robot/__init__.py", "benchmarks/cli.py"):
         assert required in names, required
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -72,7 +72,7 @@ def _composed(config_name: str, overrides: list[str]):
 def test_valid_overrides_pass_the_key_check():
     """Group selections, typed fields at every depth, dict fields ('+' adds their keys) and Hydra's
     own keys pass both checks: the command line's (before Hydra) and the composed config's."""
-    import embodied.bench.cli  # noqa: F401  (each app module stores its schemas)
+    import benchmarks.cli  # noqa: F401  (each app module stores its schemas)
     import embodied.runners.collect  # noqa: F401
     import embodied.runners.eval  # noqa: F401
     import embodied.runners.pipeline  # noqa: F401
@@ -117,7 +117,7 @@ def test_valid_overrides_pass_the_key_check():
 def test_schemas_are_no_options_of_their_groups(tmp_path):
     """The typed schemas the group members extend are not themselves options of the groups (Hydra
     lists the options for an unknown one, and in --help), and the members stay typed."""
-    import embodied.bench.cli  # noqa: F401
+    import benchmarks.cli  # noqa: F401
     import embodied.runners.train  # noqa: F401
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra

@@ -62,7 +62,7 @@ def test_embodied_train_steps_warp_envs(tmp_path):
 def test_gpu_sim_bench_rows_compare_the_env_with_raw_warp_physics():
     from types import SimpleNamespace
 
-    from embodied.bench.sim_gpu import run_gpu_backends
+    from benchmarks.sim_gpu import run_gpu_backends
 
     cfg = SimpleNamespace(seed=0, gpu_backends=["mujoco_gpu"], gpu_num_envs=[2], gpu_image_size=32, gpu_renderer="auto",
                           warmup_steps=1, gpu_steps=2, gpu_repeats=1, gpu_task_logic=["device", "host"])

@@ -146,7 +146,7 @@ def test_renderer_option_and_errors(env):
 def test_sim_benchmark_camera_rows_use_the_chosen_renderer():
     from types import SimpleNamespace
 
-    from embodied.bench.sim_gpu import run_gpu_backends
+    from benchmarks.sim_gpu import run_gpu_backends
 
     cfg = SimpleNamespace(seed=0, gpu_backends=["mujoco_gpu"], gpu_num_envs=[2], gpu_image_size=SIZE,
                           gpu_renderer="warp", warmup_steps=1, gpu_steps=2, gpu_repeats=1)

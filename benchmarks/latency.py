@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from embodied.bench.config import BenchConfig, BenchError
+from benchmarks.config import BenchConfig, BenchError
 from embodied.runs import machine_info, write_json
 
 

@@ -1,4 +1,4 @@
-"""Typed schemas of ``embodied-bench`` (see :mod:`embodied.bench.cli`).
+"""Typed schemas of ``embodied-bench`` (see :mod:`benchmarks.cli`).
 
 The top-level schema :class:`BenchConfig` (ConfigStore name ``bench_schema``) holds the keys every
 benchmark shares; each benchmark extends it with its own keys in a subclass stored at the root of
@@ -57,7 +57,7 @@ class SimBenchConfig(BenchConfig):
     # Targets reported as booleans in sim.json (never asserted by tests).
     target_env_vs_raw: float = 0.85  # our env / raw Batch, state-only, every N and T
     target_thread_scaling: float = 1.7  # env-steps/s at 2 threads / 1 thread, state-only, N >= 8
-    # GPU backends (embodied/bench/sim_gpu.py), run only when listed: mujoco_gpu, maniskill
+    # GPU backends (benchmarks/sim_gpu.py), run only when listed: mujoco_gpu, maniskill
     gpu_backends: list[str] = field(default_factory=list)
     gpu_num_envs: list[int] = field(default_factory=lambda: [256, 1024, 4096, 8192])
     gpu_image_size: int = 128
@@ -84,15 +84,15 @@ def register() -> None:
     store("bench_schema", BenchConfig)
     store("bench_sim_schema", SimBenchConfig)
     store("bench_experts_schema", ExpertsBenchConfig)
-    from embodied.bench.policy import PolicyBenchConfig
+    from benchmarks.policy import PolicyBenchConfig
 
     store("bench_policy_schema", PolicyBenchConfig)
-    from embodied.bench.train import TrainBenchConfig
+    from benchmarks.train import TrainBenchConfig
 
     store("bench_train_schema", TrainBenchConfig)
-    from embodied.bench.latency import LatencyBenchConfig
+    from benchmarks.latency import LatencyBenchConfig
 
     store("bench_latency_schema", LatencyBenchConfig)
-    from embodied.bench.serve import ServeBenchConfig
+    from benchmarks.serve import ServeBenchConfig
 
     store("bench_serve_schema", ServeBenchConfig)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from embodied.bench.config import BenchConfig, BenchError
+from benchmarks.config import BenchConfig, BenchError
 from embodied.runs import machine_info, write_json
 
 CASES = ("local-sequential", "local-overlap", "cluster-overlap")

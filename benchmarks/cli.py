@@ -7,7 +7,7 @@
 now: ``sim``, ``experts``, ``policy``, ``train``, ``latency``, ``serve``); ``out`` is the run folder and is
 required. Hydra writes its own files (``.hydra/``, ``bench.log``) into the run folder too. Each
 benchmark prints a table and writes ``<out>/<bench>.json`` and ``<out>/<bench>.csv``. Schemas:
-:mod:`embodied.bench.config`.
+:mod:`benchmarks.config`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import NoReturn
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from embodied.bench.config import BenchError, register
+from benchmarks.config import BenchError, register
 from embodied.config import hydra_app
 from embodied.runs import prepare_run_dir
 
@@ -28,12 +28,12 @@ register()
 
 #: benchmark name -> "module:function"; the function takes (typed config, run folder).
 BENCHES: dict[str, str] = {
-    "sim": "embodied.bench.sim:run",
-    "experts": "embodied.bench.experts:run",
-    "policy": "embodied.bench.policy:run",
-    "train": "embodied.bench.train:run",
-    "latency": "embodied.bench.latency:run",
-    "serve": "embodied.bench.serve:run",
+    "sim": "benchmarks.sim:run",
+    "experts": "benchmarks.experts:run",
+    "policy": "benchmarks.policy:run",
+    "train": "benchmarks.train:run",
+    "latency": "benchmarks.latency:run",
+    "serve": "benchmarks.serve:run",
 }
 #: named by the design, not built yet.
 PLANNED: tuple[str, ...] = ()

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 import sims
-from embodied.bench.config import BenchError, SimBenchConfig
+from benchmarks.config import BenchError, SimBenchConfig
 from embodied.runs import machine_info, write_json
 from sims.mujoco.gl import select_gl_backend
 
@@ -433,7 +433,7 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
     payload["runtime"]["loadavg_end"] = _loadavg()
     payload["runtime"]["other_cores_avg"] = _other_cores(t_start, cpu_start)
     if cfg.gpu_backends:
-        from embodied.bench.sim_gpu import run_gpu_backends
+        from benchmarks.sim_gpu import run_gpu_backends
 
         payload["gpu_backends"] = run_gpu_backends(cfg)
     write_json(out / "sim.json", payload)

@@ -60,7 +60,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from embodied.bench.config import BenchConfig, BenchError
+from benchmarks.config import BenchConfig, BenchError
 from embodied.runs import machine_info, write_json
 
 FAMILIES = ("flow", "autoregressive", "diffusion")

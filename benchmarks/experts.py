@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from embodied.bench.config import BenchError, ExpertsBenchConfig
+from benchmarks.config import BenchError, ExpertsBenchConfig
 from embodied.runs import machine_info, write_json
 
 
