@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,22 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from benchmarks.config import BenchError, ExpertsBenchConfig
+from benchmarks.config import BenchConfig, BenchError
 from embodied.runs import machine_info, write_json
+
+
+@dataclass
+class ExpertsBenchConfig(BenchConfig):
+    """``bench=experts``: each scripted expert on the fixed evaluation initial states of every task."""
+
+    suites: list[str] = field(default_factory=list)  # [] = every suite
+    init_states: int = 50  # evaluation initial states per task (the protocol's 50)
+    num_envs: int = 50  # parallel envs (one wave per task with the default)
+    num_threads: int = 0  # MuJoCo C threads; 0 = all cores
+    target_success: float = 0.95  # every task must reach this; reported, never asserted by tests
+
+
+SCHEMA = ExpertsBenchConfig
 
 
 def run_task(env: Any, expert: Any, task: int, init_ids: list[int], max_steps: int) -> dict[str, Any]:

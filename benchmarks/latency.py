@@ -49,6 +49,9 @@ class LatencyBenchConfig(BenchConfig):
     latency_probe_chunks: int = 30  # chunk requests timed for the measured latency (0: skip)
 
 
+SCHEMA = LatencyBenchConfig
+
+
 def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_envs: int, chunks: int) -> dict[str, Any]:
     """Wall-clock inference latency per chunk of ``policy`` on this machine (greedy, batch num_envs)."""
     import torch

@@ -117,6 +117,9 @@ class PolicyBenchConfig(BenchConfig):
     target_sde_vs_ode: float = 1.25  # flow sde / flow ode latency must be <= this (reported, never asserted)
 
 
+SCHEMA = PolicyBenchConfig
+
+
 # ---------------------------------------------------------------------------- helpers
 def validate(cfg: PolicyBenchConfig) -> list[str]:
     """Check the config; return the families to run (raises :class:`BenchError`)."""

@@ -46,6 +46,9 @@ class ServeBenchConfig(BenchConfig):
     port: int = 0  # 0: any free port
 
 
+SCHEMA = ServeBenchConfig
+
+
 def _observation(spec: Any, size: int, rng: np.random.Generator) -> dict[str, Any]:
     from real_robot.spec import IMAGE_PREFIX, PROMPT_KEY, STATE_KEY
 

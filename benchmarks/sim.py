@@ -59,16 +59,53 @@ import numpy as np
 import torch
 
 import sims
-from benchmarks.config import BenchError, SimBenchConfig
+from benchmarks.config import BenchConfig, BenchError
 from embodied.runs import machine_info, write_json
-from sims.mujoco.gl import select_gl_backend
 
-# The OpenGL platform of the process is fixed when mujoco is first imported: choose it first.
-select_gl_backend()
+# mujoco is imported inside the raw runners, never here: the process's OpenGL platform is fixed
+# when mujoco is first imported, and sims.mujoco (imported by validate() and by every env) must
+# choose it first. Importing this module for its SCHEMA chooses nothing.
 
-import mujoco  # noqa: E402
-from mujoco import batch as mjbatch  # noqa: E402
-from mujoco import rollout as mjrollout  # noqa: E402
+
+@dataclass
+class SimBenchConfig(BenchConfig):
+    """``bench=sim``: our batched MuJoCo env against the raw library on the same physics.
+
+    Every case (num_envs N x thread count T) times, interleaved inside each repeat: our env
+    without cameras, ``mujoco.batch.Batch`` and ``mujoco.rollout`` stepping the env's compiled
+    model with the same substeps and threads, and our env rendering ``cameras``.
+    """
+
+    task: str = "pick_cube"  # a stand-alone task of the mujoco backend
+    num_envs: list[int] = field(default_factory=lambda: [1, 8, 64])  # batch sizes N
+    num_threads: list[int] = field(default_factory=lambda: [1, 2])  # MuJoCo C threads T
+    cameras: list[str] = field(default_factory=lambda: ["agentview", "wrist"])  # [] skips rendering
+    image_size: int = 128  # square camera images (pixels)
+    rollout: bool = True  # also time mujoco.rollout as a second raw baseline
+    repeats: int = 7  # timed repeats per case; medians are quoted
+    # Control steps per timed repeat. Unset: state_env_steps // N without cameras and
+    # rgb_env_steps // N with them, clamped to [min_steps, max_steps]; set: that many everywhere.
+    steps: int | None = None
+    state_env_steps: int = 1600  # env-steps (control steps x N) per repeat, state-only cases
+    rgb_env_steps: int = 160  # env-steps per repeat, rendering cases
+    min_steps: int = 5
+    max_steps: int = 2000
+    warmup_steps: int = 5  # untimed control steps per variant before the first repeat
+    # Targets reported as booleans in sim.json (never asserted by tests).
+    target_env_vs_raw: float = 0.85  # our env / raw Batch, state-only, every N and T
+    target_thread_scaling: float = 1.7  # env-steps/s at 2 threads / 1 thread, state-only, N >= 8
+    # GPU backends (benchmarks/sim_gpu.py), run only when listed: mujoco_gpu, maniskill
+    gpu_backends: list[str] = field(default_factory=list)
+    gpu_num_envs: list[int] = field(default_factory=lambda: [256, 1024, 4096, 8192])
+    gpu_image_size: int = 128
+    gpu_renderer: str = "auto"  # mujoco_gpu camera rows: auto (warp on cuda, else gl) | gl | warp
+    # mujoco_gpu rows per task-logic placement: device (torch on the Warp device) | host (numpy mirrors)
+    gpu_task_logic: list[str] = field(default_factory=lambda: ["device", "host"])
+    gpu_steps: int = 50  # control steps per timed repeat
+    gpu_repeats: int = 3
+
+
+SCHEMA = SimBenchConfig
 
 VARIANTS = ("env_state", "raw_batch", "raw_rollout", "env_rgb")
 CSV_FIELDS = (
@@ -151,6 +188,9 @@ class _BatchRunner(_Runner):
     name = "raw_batch"
 
     def __init__(self, env: Any, steps: int):
+        import mujoco
+        from mujoco import batch as mjbatch
+
         self.steps = steps
         self.substeps = env.substeps
         self.sim = mjbatch.Batch(env.model, env.num_envs, nthread=env.num_threads)
@@ -169,6 +209,9 @@ class _RolloutRunner(_Runner):
     name = "raw_rollout"
 
     def __init__(self, env: Any, steps: int):
+        import mujoco
+        from mujoco import rollout as mjrollout
+
         m, n, threads = env.model, env.num_envs, env.num_threads
         self.steps, self.substeps = steps, env.substeps
         self._pool = mjrollout.Rollout(nthread=threads if threads > 1 else 0)
@@ -691,4 +734,4 @@ def format_table(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BenchError", "control_steps", "format_table", "run", "validate"]
+__all__ = ["SCHEMA", "BenchError", "SimBenchConfig", "control_steps", "format_table", "run", "validate"]

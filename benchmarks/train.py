@@ -61,6 +61,9 @@ class TrainBenchConfig(BenchConfig):
     target_overlap_speedup: float = 1.5  # local-overlap / local-sequential; reported, never asserted
 
 
+SCHEMA = TrainBenchConfig
+
+
 def _policy(cfg: TrainBenchConfig) -> Any:
     import policies
 

@@ -100,6 +100,24 @@ def test_bench_errors_are_clear(tmp_path):
     assert proc.returncode != 0 and "bogus_key" in proc.stderr
 
 
+def test_every_bench_option_has_a_module_and_importing_the_app_loads_no_simulator():
+    """Each option of configs/bench/ names a benchmark module with a typed SCHEMA; storing all the
+    schemas (what importing the app does) imports no mujoco, so it fixes no OpenGL platform."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import benchmarks.cli, configs\n"
+        "from benchmarks.config import BenchConfig\n"
+        "from benchmarks.registry import bench_module\n"
+        "names = sorted(p.stem for p in (Path(configs.__file__).parent / 'bench').glob('*.yaml'))\n"
+        "assert names and all(issubclass(bench_module(n).SCHEMA, BenchConfig) for n in names), names\n"
+        "assert 'mujoco' not in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_bench_train_times_sequential_overlap_and_cluster(tmp_path):
     import policies
 
