@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from embodied.latency.stats import LatencyStats
+from policies.flow.rtc import rtc_sample
 from real_robot import protocol
 from real_robot.spec import PolicySpec, RequestError
 
@@ -137,8 +138,6 @@ class PolicyServer:
             frozen = max(f for _, f in rtc)
         t1 = time.perf_counter()
         if rtc:
-            from embodied.latency.rtc import rtc_sample
-
             actions = rtc_sample(self.policy, batch, prev, valid, frozen, generator=self._gen)
         else:
             with torch.no_grad():

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from embodied.latency import ChunkExecutor, LatencyConfig
-from embodied.latency.rtc import rtc_sample
+from policies.flow.rtc import rtc_sample
 from sims.core import obs_views
 
 
