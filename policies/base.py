@@ -2,7 +2,8 @@
 
 A policy maps a batch of observations to an action *chunk* ``[N, H, A]`` in the environment's
 action space ``[-1, 1]``. Observations are the simulation ``Obs`` (``rgb`` uint8
-``[N, V, H, W, 3]``, ``state`` float ``[N, S]``) plus ``instruction``: a list of N strings. The
+``[N, V, H, W, 3]``, ``state`` float ``[N, S]``) plus ``instruction``: a list of N strings, as
+:mod:`policies.io` maps them from an env observation, batch columns or a decoded request. The
 family's :class:`~policies.processor.Processor` turns them into model inputs (resize, normalise
 with the dataset statistics stored in the checkpoint, tokenise) outside ``forward``.
 

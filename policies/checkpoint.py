@@ -97,7 +97,7 @@ def load(path: str | os.PathLike, *, device: str = "cpu") -> Any:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from policies import policy_class
+    from policies.registry import policy_class
 
     folder = Path(path)
     meta = read_meta(folder)

@@ -45,6 +45,8 @@ import numpy as np
 import torch
 
 from embodied.latency.stats import LatencyStats
+from policies.flow.rtc import rtc_sample
+from policies.io import policy_inputs
 from real_robot import protocol
 from real_robot.spec import PolicySpec, RequestError
 
@@ -123,9 +125,8 @@ class PolicyServer:
         """Chunks ``[B, H, A]`` for validated observations of one image size (all with or all
         without real-time chunking); returns (chunks, preprocess s, inference s)."""
         t0 = time.perf_counter()
-        batch = {"rgb": torch.from_numpy(np.stack([o["rgb"] for o in observations])),
-                 "state": torch.from_numpy(np.stack([o["state"] for o in observations])),
-                 "instruction": [o["prompt"] for o in observations]}
+        batch = policy_inputs(np.stack([o["rgb"] for o in observations]),
+                              np.stack([o["state"] for o in observations]), [o["prompt"] for o in observations])
         rtc = [o["rtc"] for o in observations if "rtc" in o]
         if rtc:
             h, a = self.spec.chunk_size, self.spec.action_dim
@@ -137,8 +138,6 @@ class PolicyServer:
             frozen = max(f for _, f in rtc)
         t1 = time.perf_counter()
         if rtc:
-            from embodied.latency.rtc import rtc_sample
-
             actions = rtc_sample(self.policy, batch, prev, valid, frozen, generator=self._gen)
         else:
             with torch.no_grad():

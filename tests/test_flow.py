@@ -1,4 +1,4 @@
-"""Flow VLA and its samplers: exact log-probabilities, limits, marginals, tiny SFT."""
+"""Flow VLA and its samplers: exact log-probabilities, limits, marginals, real-time chunking, tiny SFT."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 import policies
 from policies.flow import sde as S
+from policies.flow.rtc import rtc_sample, soft_mask
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
 
@@ -337,3 +338,34 @@ def test_trimmed_instruction_padding_changes_no_output(family):
             outs[trim] = (sample.actions, prefix[:, :8], prefix[:, -1], recomputed)  # image and state tokens
     for a, b in zip(outs[True], outs[False]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+RTC_TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1)
+
+
+def test_soft_mask_shape():
+    w = soft_mask(8, torch.tensor([2]), torch.tensor([6]))[0]
+    assert w[:2].tolist() == [1.0, 1.0] and (w[6:] == 0).all()
+    assert all(w[i] >= w[i + 1] for i in range(2, 6)) and 0 < w[5] < 1
+
+
+def test_rtc_returns_exactly_the_committed_actions_on_the_frozen_steps():
+    torch.manual_seed(0)
+    policy = policies.make("flow", chunk_size=6, expert_layers=1, **RTC_TINY).eval()
+    obs = {"rgb": torch.randint(0, 255, (3, 2, 32, 32, 3), dtype=torch.uint8), "state": torch.randn(3, 15),
+           "instruction": ["a", "b", "c"]}
+    prev = torch.rand(3, 6, 7) * 2 - 1
+    valid = torch.zeros(3, 6, dtype=torch.bool)
+    valid[:, :4] = True
+    valid[2, 1:] = False  # one env has a single queued action: only it is frozen
+    out = rtc_sample(policy, obs, prev, valid, frozen=3, generator=torch.Generator().manual_seed(1))
+    assert out.shape == (3, 6, 7)
+    assert torch.equal(out[:2, :3], prev[:2, :3]) and torch.equal(out[2, :1], prev[2, :1])
+    assert not torch.equal(out[:2, 3:], prev[:2, 3:])
+    # guidance pulls the soft region toward the previous plan compared with no guidance
+    free = rtc_sample(policy, obs, prev, torch.zeros_like(valid), frozen=0, generator=torch.Generator().manual_seed(1))
+    near = (out[:2, 3] - prev[:2, 3]).abs().mean()
+    far = (free[:2, 3] - prev[:2, 3]).abs().mean()
+    assert near < far
+    with pytest.raises(ValueError, match="needs a flow policy"):
+        rtc_sample(policies.make("autoregressive", chunk_size=6, decoder_layers=1, **RTC_TINY), obs, prev, valid, 2)

@@ -1,4 +1,4 @@
-"""Latency module: queue semantics, RTC freezing, execution modes, the delayed env (real MuJoCo)."""
+"""Latency module: queue semantics, execution modes, the delayed env (real MuJoCo)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sims
 from embodied.latency import (ActionQueue, ChunkExecutor, LatencyConfig, LatencyStats, augment_state, delay_steps,
                               widen_state_input)
 from embodied.latency.delay_env import DelayedChunkEnv
-from embodied.latency.rtc import rtc_sample, soft_mask
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1)
 
@@ -70,34 +69,6 @@ def test_latency_stats_and_delay():
     assert summ["count"] == 4 and summ["max"] == 0.2 and 0.01 <= summ["p50"] <= 0.03
     assert delay_steps(0.0, 20) == 0 and delay_steps(0.05, 20) == 1 and delay_steps(0.051, 20) == 2
     assert s.delay(20.0, quantile=50) == 1
-
-
-def test_soft_mask_shape():
-    w = soft_mask(8, torch.tensor([2]), torch.tensor([6]))[0]
-    assert w[:2].tolist() == [1.0, 1.0] and (w[6:] == 0).all()
-    assert all(w[i] >= w[i + 1] for i in range(2, 6)) and 0 < w[5] < 1
-
-
-def test_rtc_returns_exactly_the_committed_actions_on_the_frozen_steps():
-    torch.manual_seed(0)
-    policy = policies.make("flow", chunk_size=6, expert_layers=1, **TINY).eval()
-    obs = {"rgb": torch.randint(0, 255, (3, 2, 32, 32, 3), dtype=torch.uint8), "state": torch.randn(3, 15),
-           "instruction": ["a", "b", "c"]}
-    prev = torch.rand(3, 6, 7) * 2 - 1
-    valid = torch.zeros(3, 6, dtype=torch.bool)
-    valid[:, :4] = True
-    valid[2, 1:] = False  # one env has a single queued action: only it is frozen
-    out = rtc_sample(policy, obs, prev, valid, frozen=3, generator=torch.Generator().manual_seed(1))
-    assert out.shape == (3, 6, 7)
-    assert torch.equal(out[:2, :3], prev[:2, :3]) and torch.equal(out[2, :1], prev[2, :1])
-    assert not torch.equal(out[:2, 3:], prev[:2, 3:])
-    # guidance pulls the soft region toward the previous plan compared with no guidance
-    free = rtc_sample(policy, obs, prev, torch.zeros_like(valid), frozen=0, generator=torch.Generator().manual_seed(1))
-    near = (out[:2, 3] - prev[:2, 3]).abs().mean()
-    far = (free[:2, 3] - prev[:2, 3]).abs().mean()
-    assert near < far
-    with pytest.raises(ValueError, match="needs a flow policy"):
-        rtc_sample(policies.make("autoregressive", chunk_size=6, decoder_layers=1, **TINY), obs, prev, valid, 2)
 
 
 class _CountingAgent:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from embodied.data.lerobot_format import Dataset
+from policies.io import indexed_inputs
 from sims.core import STATE_OBS
 
 
@@ -43,11 +44,7 @@ class DemoTensors:
 
     def batch(self, idx: torch.Tensor) -> tuple[dict, torch.Tensor]:
         """Observations and expert chunks ``[B, H, A]`` of the steps ``idx``."""
-        obs = {
-            "rgb": self.rgb[idx],
-            "state": self.state[idx],
-            "instruction": [self.instructions[i] for i in self.instruction_ids[idx].tolist()],
-        }
+        obs = indexed_inputs(self.rgb[idx], self.state[idx], self.instruction_ids[idx], self.instructions)
         return obs, self.actions[self.chunk_index[idx]]
 
 

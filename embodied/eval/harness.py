@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from embodied.latency import ChunkExecutor, LatencyConfig
-from embodied.latency.rtc import rtc_sample
-from sims.core import obs_views
+from policies.flow.rtc import rtc_sample
+from policies.io import env_inputs, task_instructions
 
 
 class Agent(Protocol):
@@ -59,16 +59,14 @@ class PolicyAgent:
         self._gen = torch.Generator(device=self.policy.device).manual_seed(seed)
 
     def act(self, obs: dict[str, torch.Tensor], env: Any) -> torch.Tensor:
-        batch = {"rgb": obs_views(obs), "state": obs["state"],
-                 "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
+        batch = env_inputs(obs, task_instructions(env))
         with torch.no_grad():
             return self.policy.sample(batch, mode=self.mode, generator=self._gen).actions.cpu()
 
     def act_rtc(self, obs: dict[str, torch.Tensor], env: Any, prev: torch.Tensor, prev_valid: torch.Tensor,
                 frozen: int) -> torch.Tensor:
         """Real-time chunking: a chunk that continues ``prev`` ``[N, L, A]`` (flow policies)."""
-        batch = {"rgb": obs_views(obs), "state": obs["state"],
-                 "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
+        batch = env_inputs(obs, task_instructions(env))
         return rtc_sample(self.policy, batch, prev, prev_valid, frozen, beta=self.rtc_beta,
                           generator=self._gen).cpu()
 

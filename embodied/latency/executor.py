@@ -14,7 +14,7 @@ for N envs (envs of one wave advance in lockstep). Inference of a chunk takes ``
   ``threshold >= d``, but acts on an observation d steps old.
 - ``rtc``: as ``async``, and the new chunk is inpainted onto the queued plan (flow policies):
   its first d actions are exactly the ones executing during inference, the rest is guided toward
-  the queued plan (:mod:`embodied.latency.rtc`).
+  the queued plan (:mod:`policies.flow.rtc`).
 - ``aware``: the latency-aware policy (ARLI): ask when d actions are queued, give the policy the
   observation with those committed actions (:mod:`embodied.latency.augment`); its chunk starts at
   t + d and executes in full.

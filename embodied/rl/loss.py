@@ -13,6 +13,8 @@ import torch
 
 from embodied.rl.batch import EXTRA_PREFIX
 from embodied.rl.ppo import PPOStats, ppo_loss
+from policies.base import TIME_LEFT
+from policies.io import indexed_inputs
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,9 @@ class LossConfig:
 def policy_obs(minibatch: dict[str, torch.Tensor], instructions: Sequence[str]) -> dict[str, Any]:
     """The observation dict a policy reads, from batch columns (``time_left`` where the batch has
     it: the value is then evaluated on the input it was collected with)."""
-    obs = {"rgb": minibatch["rgb"], "state": minibatch["state"],
-           "instruction": [instructions[int(t)] for t in minibatch["task_id"]]}
-    if "time_left" in minibatch:
-        obs["time_left"] = minibatch["time_left"]
-    return obs
+    time_left = minibatch[TIME_LEFT] if TIME_LEFT in minibatch else None
+    return indexed_inputs(minibatch["rgb"], minibatch["state"], minibatch["task_id"], instructions,
+                          time_left=time_left)
 
 
 def policy_extras(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

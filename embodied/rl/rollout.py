@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from embodied.rl.critic import CriticInputs, EpisodeClock, step_limits, time_left
+from policies.io import env_inputs, indexed_inputs, task_instructions
 from sims.core import obs_views
 
 #: the key of the step counts (int64 ``[N]``, steps since each episode began) that
@@ -74,25 +75,12 @@ class Rollout:
 
     def policy_obs(self, flat_index: torch.Tensor) -> dict[str, Any]:
         """Observations of flattened ``T * N`` entries, as the policy reads them."""
-        rgb = self.rgb.flatten(0, 1)[flat_index]
-        state = self.state.flatten(0, 1)[flat_index]
-        tids = self.task_id.flatten(0, 1)[flat_index].tolist()
-        obs = {"rgb": rgb, "state": state, "instruction": [self.instructions[t] for t in tids]}
-        if self.time_left is not None:
-            obs["time_left"] = self.time_left.flatten(0, 1)[flat_index]
-        return obs
+        time_left = self.time_left.flatten(0, 1)[flat_index] if self.time_left is not None else None
+        return indexed_inputs(self.rgb.flatten(0, 1)[flat_index], self.state.flatten(0, 1)[flat_index],
+                              self.task_id.flatten(0, 1)[flat_index], self.instructions, time_left=time_left)
 
     def flat_extras(self, flat_index: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: v.flatten(0, 1)[flat_index] for k, v in self.extras.items()}
-
-
-def _policy_obs(obs: dict[str, torch.Tensor], instructions: list[str],
-                tleft: torch.Tensor | None = None) -> dict[str, Any]:
-    out = {"rgb": obs_views(obs), "state": obs["state"],
-           "instruction": [instructions[int(t)] for t in obs["task_id"]]}
-    if tleft is not None:
-        out["time_left"] = tleft
-    return out
 
 
 @torch.no_grad()
@@ -113,7 +101,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
     as after ``env.reset``). The returned obs carries ``"elapsed"``, so passing it to the next call
     continues the episodes' clocks.
     """
-    instructions = [t.instruction for t in env.tasks]
+    instructions = task_instructions(env)
     critic_obs: list[torch.Tensor] = []
     if critic is not None:
         clock, limits = critic.clock, critic.limits
@@ -125,7 +113,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
 
     def values(o: dict[str, torch.Tensor], elapsed: torch.Tensor | None = None) -> torch.Tensor:
         if critic is None:
-            return policy.value(_policy_obs(o, instructions, left(o, elapsed))).float().cpu()
+            return policy.value(env_inputs(o, instructions, time_left=left(o, elapsed))).float().cpu()
         return critic.value(critic.features(o, elapsed))
 
     keys = ("logprob", "value", "reward", "done", "trunc", "success", "final_value")
@@ -137,7 +125,7 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
     for _ in range(num_chunks):
         t0 = time.perf_counter()
         tlefts.append(left(obs))
-        sample = policy.sample(_policy_obs(obs, instructions, tlefts[-1]), mode="explore", generator=generator)
+        sample = policy.sample(env_inputs(obs, instructions, time_left=tlefts[-1]), mode="explore", generator=generator)
         t1 = time.perf_counter()
         res = env.step_chunk(sample.actions.to(env.device))
         t2 = time.perf_counter()
