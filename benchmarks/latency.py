@@ -58,15 +58,14 @@ def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_env
 
     import sims
     from embodied.latency import LatencyStats
-    from sims.core import obs_views
+    from policies.io import env_inputs, task_instructions
 
     stats = LatencyStats()
     with sims.make(sims.suites.backend(suite), suite=suite, num_envs=num_envs, seed=0,
                    cameras=tuple(policy.config.cameras), image_size=image_size,
                    state_obs=policy.config.state_obs) as env:
         obs = env.reset(task_ids=[tasks[i % len(tasks)] for i in range(num_envs)], init_ids=list(range(num_envs)))
-        batch = {"rgb": obs_views(obs), "state": obs["state"],
-                 "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
+        batch = env_inputs(obs, task_instructions(env))
         if policy.config.state_dim != batch["state"].shape[1]:
             return {}
         with torch.no_grad():

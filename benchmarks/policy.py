@@ -61,6 +61,7 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.config import BenchConfig, BenchError
+from policies.io import policy_inputs
 from embodied.runs import machine_info, write_json
 
 FAMILIES = ("flow", "autoregressive", "diffusion")
@@ -153,11 +154,9 @@ def make_obs(config: Any, batch: int, size: int, seed: int) -> dict[str, Any]:
     views = len(config.cameras)
     texts = ["pick up the cube next to the plate and place it on the plate", "open the drawer",
              "put the cube in the basket and close the drawer"]
-    return {
-        "rgb": torch.randint(0, 256, (batch, views, size, size, 3), dtype=torch.uint8, generator=g),
-        "state": torch.randn(batch, config.state_dim, generator=g),
-        "instruction": [texts[i % len(texts)] for i in range(batch)],
-    }
+    return policy_inputs(torch.randint(0, 256, (batch, views, size, size, 3), dtype=torch.uint8, generator=g),
+                         torch.randn(batch, config.state_dim, generator=g),
+                         [texts[i % len(texts)] for i in range(batch)])
 
 
 def _sync(device: torch.device) -> None:

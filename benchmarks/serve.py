@@ -83,6 +83,7 @@ def run(cfg: ServeBenchConfig, out: Path) -> dict[str, Any]:
     import torch
 
     import policies
+    from policies.io import policy_inputs
     from real_robot.policy_client import PolicyClient
     from real_robot.spec import PolicySpec
 
@@ -100,8 +101,7 @@ def run(cfg: ServeBenchConfig, out: Path) -> dict[str, Any]:
 
     def in_process() -> float:
         t0 = time.perf_counter()
-        batch = {"rgb": torch.from_numpy(validated["rgb"][None]), "state": torch.from_numpy(validated["state"][None]),
-                 "instruction": [validated["prompt"]]}
+        batch = policy_inputs(validated["rgb"][None], validated["state"][None], [validated["prompt"]])
         with torch.no_grad():
             policy.sample(batch, mode="greedy", generator=gen).actions.numpy()
         return time.perf_counter() - t0
