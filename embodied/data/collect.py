@@ -18,8 +18,8 @@ import torch
 from tqdm import tqdm
 
 from embodied.data.lerobot_format import DatasetWriter, Episode
+from sims.protocol import TRAIN_INIT_OFFSET
 
-TRAIN_INIT_OFFSET = 10_000
 STATE_NAMES = ["tcp_x", "tcp_y", "tcp_z", "tcp_qw", "tcp_qx", "tcp_qy", "tcp_qz", "gripper_width",
                "joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "joint7"]
 ACTION_NAMES = ["dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper"]

@@ -46,6 +46,7 @@ from sims.mujoco.robot import (
 from sims.mujoco.scene import CAMERAS, SceneOptions, build_tabletop
 from sims.mujoco.tasks import make_task
 from sims.mujoco.tasks.base import MujocoTask
+from sims.protocol import ROBOT_INIT_NOISE
 
 STATE_DIM = 15
 #: a joint speed above this (rad/s or m/s) is treated as a diverged simulation.
@@ -129,7 +130,7 @@ class MujocoVecEnv(VecEnv):
         reward_type: str = "sparse",
         num_threads: int | None = None,
         controller: ctl.EEDeltaConfig = ctl.EEDeltaConfig(),
-        init_noise: float = 0.02,
+        init_noise: float = ROBOT_INIT_NOISE,
         max_steps: int | None = None,
         scene_builder: Callable[[mujoco.MjSpec], None] | None = None,
         physics: str = "mujoco",

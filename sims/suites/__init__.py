@@ -18,8 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from sims.core import TaskSpec
-
-NUM_INIT_STATES = 50
+from sims.protocol import NUM_INIT_STATES
 _SUITES: dict[str, str] = {
     "spatial": "sims.suites.spatial:tasks",
     "object": "sims.suites.object_suite:tasks",

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-ROBOT_INIT_NOISE = 0.02  # rad, must match MujocoVecEnv's default init_noise
+from sims.protocol import ROBOT_INIT_NOISE
 
 
 def initial_state(task: Any, init_id: int) -> dict[str, Any]:

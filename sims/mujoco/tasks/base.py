@@ -14,13 +14,10 @@ import mujoco
 import numpy as np
 
 from sims.core import TaskSpec
+from sims.protocol import EVAL_SEED
 
 if TYPE_CHECKING:
     from sims.mujoco.env import MujocoVecEnv
-
-#: default seed of the fixed evaluation initial states; with init_ids the initial state is a
-#: pure function of (this seed, task name, init id).
-EVAL_SEED = 20260101
 
 
 @dataclass(frozen=True)
