@@ -20,10 +20,6 @@ from tqdm import tqdm
 from embodied.data.lerobot_format import DatasetWriter, Episode
 from sims.protocol import TRAIN_INIT_OFFSET
 
-STATE_NAMES = ["tcp_x", "tcp_y", "tcp_z", "tcp_qw", "tcp_qx", "tcp_qy", "tcp_qz", "gripper_width",
-               "joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "joint7"]
-ACTION_NAMES = ["dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper"]
-
 
 @dataclass
 class CollectResult:
@@ -77,6 +73,7 @@ def collect_suite(
             also learns how the expert steers back from the drift its own errors cause. 0: off.
     """
     import sims
+    from sims.mujoco.robot import ACTION_NAMES, STATE_NAMES
 
     specs = sims.suites.tasks(suite)
     ids = list(range(len(specs))) if task_ids is None else [int(t) for t in task_ids]

@@ -36,9 +36,11 @@ from sims.core import Obs, Spec, VecEnv
 from sims.mujoco import controller as ctl
 from sims.mujoco.arrays import like, to_numpy, torch_namespace
 from sims.mujoco.robot import (
+    ACTION_NAMES,
     ARM_JOINTS,
     FINGER_JOINTS,
     FINGER_MAX,
+    STATE_NAMES,
     TCP_SITE,
     home_qpos_sim,
     to_real_joints,
@@ -48,7 +50,7 @@ from sims.mujoco.tasks import make_task
 from sims.mujoco.tasks.base import MujocoTask
 from sims.protocol import ROBOT_INIT_NOISE
 
-STATE_DIM = 15
+STATE_DIM = len(STATE_NAMES)
 #: a joint speed above this (rad/s or m/s) is treated as a diverged simulation.
 MAX_QVEL = 200.0
 ACTION_MODES = ("ee_delta", "joint_pos")
@@ -235,7 +237,7 @@ class MujocoVecEnv(VecEnv):
 
         action_dim = 7 if action_mode == "ee_delta" else 8
         self.action_spec = Spec((action_dim,), torch.float32, -1.0, 1.0,
-                                "ee_delta: dx,dy,dz,droll,dpitch,dyaw,gripper" if action_dim == 7
+                                "ee_delta: " + ",".join(ACTION_NAMES) if action_dim == 7
                                 else "joint_pos: 7 real-convention joints, gripper")
         self.observation_spec = {
             "state": Spec((STATE_DIM,), torch.float32, doc="tcp pos 3, tcp quat 4, gripper 1, joints 7"),
