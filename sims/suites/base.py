@@ -20,7 +20,7 @@ import mujoco
 import numpy as np
 
 from sims.mujoco.arrays import like
-from sims.mujoco.tasks.base import MujocoTask, free_joint_qpos, free_joint_qvel, yaw_quat
+from sims.mujoco.task import MujocoTask, free_joint_qpos, free_joint_qvel, yaw_quat
 from sims.suites.objects import DRAWER_TRAVEL, PARK_X, PARK_Z, ObjectSpec, add_object
 
 OBJ_STRIDE = 10
