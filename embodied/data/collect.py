@@ -66,7 +66,7 @@ def collect_suite(
         task_ids: subset of the suite's task indices (default: all).
         on_episode: called with each finished episode's summary (for videos, logging).
         expert_gain: share of the remaining error the experts command per step (1: deadbeat; below
-            1: smoother demonstrations, see :mod:`sims.suites.experts`); recorded in ``info.json``.
+            1: smoother demonstrations, see :mod:`sims.mujoco.suites.experts`); recorded in ``info.json``.
         action_noise: std of Gaussian noise added to the arm dimensions (all but the last, the
             gripper) of the executed actions, clipped to the action bounds; the dataset records the
             expert's clean action at every state it visited (DART, Laskey et al. 2017), so a policy
