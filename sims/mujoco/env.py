@@ -711,4 +711,3 @@ def parse_camera(name: str) -> tuple[str, int]:
         return name, 0
     raise ValueError(f"unknown camera {name!r}; available: {list(CAMERAS)}, or <camera>_prev<k> for the view k "
                      "control steps ago")
-
