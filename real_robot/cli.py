@@ -131,11 +131,11 @@ def _make_robot(c: DeployAppConfig):
 
 @hydra_app("embodied-deploy", "deploy")
 def deploy_main(cfg) -> None:
-    from embodied.data.collect import ACTION_NAMES, STATE_NAMES
     from embodied.data.lerobot_format import DatasetWriter, Episode
     from embodied.runs import prepare_run_dir, write_json
     from real_robot.client import DeployConfig, Deployer, DeployError
     from real_robot.policy_client import PolicyClient
+    from sims.mujoco.robot import ACTION_NAMES, STATE_NAMES
 
     c: DeployAppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     out = prepare_run_dir(c.out)

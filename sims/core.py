@@ -346,6 +346,6 @@ class PrivilegedStateEnv(VecEnv):
         self.env.close()
 
 
-register_backend("mujoco", "sims.mujoco.env:make_mujoco_env")
-register_backend("mujoco_gpu", "sims.mujoco.env:make_mujoco_gpu_env")
+register_backend("mujoco", "sims.mujoco.factory:make_mujoco_env")
+register_backend("mujoco_gpu", "sims.mujoco.factory:make_mujoco_gpu_env")
 register_backend("maniskill", "sims.maniskill.env:make_maniskill_env")

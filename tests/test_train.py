@@ -224,7 +224,7 @@ def test_fresh_state_only_policy_is_told_to_set_policy_state_dim(tmp_path):
 
 
 def test_group_initial_states_new_or_from_a_fixed_pool():
-    from embodied.data.collect import TRAIN_INIT_OFFSET
+    from sims.protocol import TRAIN_INIT_OFFSET
     from embodied.rllib.env_runner import group_initial_states
 
     def draw(pool, runners=1):  # 3 iterations of 4 groups split over the runners, tasks 1 and 8

@@ -121,7 +121,7 @@ def test_warp_objects_follow_the_cpu_backend_on_every_initial_state():
     table's box, MuJoCo Warp 4.0.0's convex cylinder-box collision returned a phantom contact (dist
     about -0.55 m, the table's half-width) that launched the can in 3 of these 16 states
     (``SceneOptions.table_top_plane``)."""
-    from sims.suites.base import OBJ_STRIDE
+    from sims.mujoco.suites.base import OBJ_STRIDE
 
     kw = dict(suite="goal", num_envs=16, seed=0, cameras=())
     cpu, warp = sims.make("mujoco", **kw), sims.make("mujoco_gpu", **kw)

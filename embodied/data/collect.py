@@ -18,11 +18,7 @@ import torch
 from tqdm import tqdm
 
 from embodied.data.lerobot_format import DatasetWriter, Episode
-
-TRAIN_INIT_OFFSET = 10_000
-STATE_NAMES = ["tcp_x", "tcp_y", "tcp_z", "tcp_qw", "tcp_qx", "tcp_qy", "tcp_qz", "gripper_width",
-               "joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "joint7"]
-ACTION_NAMES = ["dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper"]
+from sims.protocol import TRAIN_INIT_OFFSET
 
 
 @dataclass
@@ -70,13 +66,14 @@ def collect_suite(
         task_ids: subset of the suite's task indices (default: all).
         on_episode: called with each finished episode's summary (for videos, logging).
         expert_gain: share of the remaining error the experts command per step (1: deadbeat; below
-            1: smoother demonstrations, see :mod:`sims.suites.experts`); recorded in ``info.json``.
+            1: smoother demonstrations, see :mod:`sims.mujoco.suites.experts`); recorded in ``info.json``.
         action_noise: std of Gaussian noise added to the arm dimensions (all but the last, the
             gripper) of the executed actions, clipped to the action bounds; the dataset records the
             expert's clean action at every state it visited (DART, Laskey et al. 2017), so a policy
             also learns how the expert steers back from the drift its own errors cause. 0: off.
     """
     import sims
+    from sims.mujoco.robot import ACTION_NAMES, STATE_NAMES
 
     specs = sims.suites.tasks(suite)
     ids = list(range(len(specs))) if task_ids is None else [int(t) for t in task_ids]

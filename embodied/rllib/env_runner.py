@@ -32,10 +32,10 @@ from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from embodied.data.collect import TRAIN_INIT_OFFSET
 from embodied.rl.batch import grpo_batch, ppo_batch
 from embodied.rl.critic import CriticInputs
 from embodied.rl.rollout import collect_chunks
+from sims.protocol import TRAIN_INIT_OFFSET
 
 #: where training episodes start: ``random`` training states (evaluation's are held out) or the protocol's
 INIT_POOLS = ("random", "protocol")
@@ -88,7 +88,7 @@ def group_initial_states(iteration: int, total_groups: int, first_group: int, nu
     evaluation protocol's; with ``protocol`` they are the protocol's states ``k`` (``pool`` defaults
     to all ``NUM_INIT_STATES`` of them).
     """
-    from sims.suites import NUM_INIT_STATES
+    from sims.protocol import NUM_INIT_STATES
 
     if protocol:
         pool = min(int(pool or NUM_INIT_STATES), NUM_INIT_STATES)
@@ -135,7 +135,7 @@ class VecEnvRunner(EnvRunner):
                                        seed=int(ec["seed"]) + first)
         self.module.policy.check_env(self.env)
         if ec.get("init_pool", "random") == "protocol" and ec["algo"] != "grpo":  # grpo sets each group's state
-            from sims.suites import NUM_INIT_STATES
+            from sims.protocol import NUM_INIT_STATES
 
             if not hasattr(self.env, "set_init_pool"):
                 raise ValueError(f"init_pool=protocol needs a backend with fixed initial states ({type(self.env).__name__} "

@@ -261,7 +261,7 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
     """An evaluation stage in ``out/name``: the protocol's states, or with ``heldout`` the states after
     them (``eval.heldout_episodes`` per task from state 50)."""
     from embodied.runners.eval import EvalConfig, run
-    from sims.suites import NUM_INIT_STATES
+    from sims.protocol import NUM_INIT_STATES
 
     e = cfg.eval
     res = run(EvalConfig(out=str(out / name), checkpoint=str(checkpoint), suite=cfg.sim.suite, tasks=_tasks(cfg),

@@ -36,18 +36,20 @@ from sims.core import Obs, Spec, VecEnv
 from sims.mujoco import controller as ctl
 from sims.mujoco.arrays import like, to_numpy, torch_namespace
 from sims.mujoco.robot import (
+    ACTION_NAMES,
     ARM_JOINTS,
     FINGER_JOINTS,
     FINGER_MAX,
+    STATE_NAMES,
     TCP_SITE,
     home_qpos_sim,
     to_real_joints,
 )
 from sims.mujoco.scene import CAMERAS, SceneOptions, build_tabletop
-from sims.mujoco.tasks import make_task
-from sims.mujoco.tasks.base import MujocoTask
+from sims.mujoco.task import MujocoTask
+from sims.protocol import ROBOT_INIT_NOISE
 
-STATE_DIM = 15
+STATE_DIM = len(STATE_NAMES)
 #: a joint speed above this (rad/s or m/s) is treated as a diverged simulation.
 MAX_QVEL = 200.0
 ACTION_MODES = ("ee_delta", "joint_pos")
@@ -129,7 +131,7 @@ class MujocoVecEnv(VecEnv):
         reward_type: str = "sparse",
         num_threads: int | None = None,
         controller: ctl.EEDeltaConfig = ctl.EEDeltaConfig(),
-        init_noise: float = 0.02,
+        init_noise: float = ROBOT_INIT_NOISE,
         max_steps: int | None = None,
         scene_builder: Callable[[mujoco.MjSpec], None] | None = None,
         physics: str = "mujoco",
@@ -234,7 +236,7 @@ class MujocoVecEnv(VecEnv):
 
         action_dim = 7 if action_mode == "ee_delta" else 8
         self.action_spec = Spec((action_dim,), torch.float32, -1.0, 1.0,
-                                "ee_delta: dx,dy,dz,droll,dpitch,dyaw,gripper" if action_dim == 7
+                                "ee_delta: " + ",".join(ACTION_NAMES) if action_dim == 7
                                 else "joint_pos: 7 real-convention joints, gripper")
         self.observation_spec = {
             "state": Spec((STATE_DIM,), torch.float32, doc="tcp pos 3, tcp quat 4, gripper 1, joints 7"),
@@ -399,12 +401,13 @@ class MujocoVecEnv(VecEnv):
                 init_id = int(self.init_pool[self._rngs[i].integers(len(self.init_pool))])
             task = self.task_objs[self._task_ids[i]]
             rng = self._rngs[i] if init_id < 0 else task.init_rng(init_id)
-            q = self.q_home + rng.uniform(-self.init_noise, self.init_noise, size=7)
+            offsets, init = task.draw_init(rng, self.init_noise)
+            q = self.q_home + offsets
             self.qpos[i, self.arm_qpos] = q
             self.qpos[i, self.finger_qpos] = FINGER_MAX
             self.ctrl[i, self.arm_act] = q
             self.ctrl[i, self.grip_act] = FINGER_MAX
-            inits.setdefault(int(self._task_ids[i]), []).append(task.sample_init(rng))
+            inits.setdefault(int(self._task_ids[i]), []).append(init)
         for t, task_inits in inits.items():
             task_env_ids = ids[self._task_ids[ids] == t]
             self.task_objs[t].apply_init(task_env_ids, task_inits)
@@ -708,24 +711,3 @@ def parse_camera(name: str) -> tuple[str, int]:
         return name, 0
     raise ValueError(f"unknown camera {name!r}; available: {list(CAMERAS)}, or <camera>_prev<k> for the view k "
                      "control steps ago")
-
-
-def make_mujoco_env(
-    *, task: str | None, suite: str | None, num_envs: int, seed: int, device, **kwargs: Any
-) -> MujocoVecEnv:
-    """Factory registered as backend ``"mujoco"`` in :mod:`sims.core`."""
-    if suite is not None:
-        from sims.suites import build_tasks
-
-        suite_tasks = build_tasks(suite)
-        return MujocoVecEnv(suite_tasks, num_envs, seed=seed, device=device,
-                            scene_builder=suite_tasks[0].scene.build, **kwargs)
-    return MujocoVecEnv([make_task(task)], num_envs, seed=seed, device=device, **kwargs)
-
-
-def make_mujoco_gpu_env(
-    *, task: str | None, suite: str | None, num_envs: int, seed: int, device, **kwargs: Any
-) -> MujocoVecEnv:
-    """Factory registered as backend ``"mujoco_gpu"``: the same scenes on MuJoCo Warp physics."""
-    kwargs.setdefault("physics", "warp")
-    return make_mujoco_env(task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs)

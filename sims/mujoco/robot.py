@@ -38,6 +38,12 @@ REAL_JOINT_UPPER = np.array([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.
 #: the classic "ready" pose in the real convention: gripper pointing down.
 HOME_QPOS_REAL = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
 FINGER_MAX = 0.04  # metres per finger, fully open
+#: the entries of the robot's state vector (``obs["state"]``, and what a real robot reports): TCP
+#: position, TCP quaternion w,x,y,z, gripper width (m), arm joints in the real convention
+STATE_NAMES = ("tcp_x", "tcp_y", "tcp_z", "tcp_qw", "tcp_qx", "tcp_qy", "tcp_qz", "gripper_width",
+               "joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "joint7")
+#: the entries of an end-effector delta action (``action_mode="ee_delta"``)
+ACTION_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
 # Servo gains (N m / rad, N m s / rad). The same kv/kp ratio (20 ms) on every joint keeps the
 # lag equal across joints, so a Cartesian step is realised along its direction (~93% of it within
 # one 50 ms control step); armature keeps the stiff servo stable at a 2 ms physics step.

@@ -1,5 +1,5 @@
-"""LIBERO-style task suites on the MuJoCo tabletop: ``spatial``, ``object``, ``goal``, ``long``
-(10 tasks each) and ``dynamic`` (5 tasks with moving objects).
+"""Registry of the task suites: LIBERO-style ``spatial``, ``object``, ``goal``, ``long`` (10 tasks
+each) and ``dynamic`` (5 tasks with moving objects), and the suites of other backends (``maniskill``).
 
     import sims
     sims.suites.names()                    # ["spatial", "object", "goal", "long", "dynamic"]
@@ -8,40 +8,54 @@
     sims.suites.expert("spatial", 0)       # scripted expert: obs -> action chunk [N, 1, 7]
     env = sims.make("mujoco", suite="spatial", num_envs=8)
 
-Evaluation protocol: every task has 50 fixed initial states (``reset(init_ids=...)``), generated
-from a fixed seed and identical on every machine; one episode each; success = the task's
-predicates all hold; the episode ends on success or at the task's step limit.
+Evaluation protocol (:mod:`sims.protocol`): every task has 50 fixed initial states
+(``reset(init_ids=...)``), generated from a fixed seed and identical on every machine; one episode
+each; success = the task's predicates all hold; the episode ends on success or at the task's step limit.
+
+The registry names each suite's content by ``"module:attr"`` and imports it on use, so listing the
+suites loads no simulator; the content (e.g. :mod:`sims.mujoco.suites`) never imports the registry.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import importlib
+from typing import Any
 
 from sims.core import TaskSpec
+from sims.protocol import NUM_INIT_STATES
 
-NUM_INIT_STATES = 50
-_SUITES: dict[str, str] = {
-    "spatial": "sims.suites.spatial:tasks",
-    "object": "sims.suites.object_suite:tasks",
-    "goal": "sims.suites.goal:goal_tasks",
-    "long": "sims.suites.goal:long_tasks",
-    "dynamic": "sims.suites.dynamic:tasks",
+#: suites whose task objects sims builds (fixed initial states, scripted experts), in canonical order:
+#: name -> (backend, "module:function" returning a fresh list of the suite's task objects)
+_SUITES: dict[str, tuple[str, str]] = {
+    "spatial": ("mujoco", "sims.mujoco.suites.spatial:tasks"),
+    "object": ("mujoco", "sims.mujoco.suites.object_suite:tasks"),
+    "goal": ("mujoco", "sims.mujoco.suites.goal:goal_tasks"),
+    "long": ("mujoco", "sims.mujoco.suites.goal:long_tasks"),
+    "dynamic": ("mujoco", "sims.mujoco.suites.dynamic:tasks"),
 }
-
-
-#: suites simulated by another backend: name -> (backend, "module:function" giving its TaskSpecs)
+#: the scripted expert of a backend's suites: "module:class", built as ``cls(tasks, num_envs, gain=...)``
+_EXPERTS: dict[str, str] = {
+    "mujoco": "sims.mujoco.suites.experts:SuiteExpert",
+}
+#: suites simulated by another backend, known by their specs only: name -> (backend, "module:function"
+#: giving its TaskSpecs)
 _EXTERNAL: dict[str, tuple[str, str]] = {
     "maniskill": ("maniskill", "sims.maniskill.env:task_specs"),
 }
 
 
+def _load(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def names() -> list[str]:
-    """Suite names in their canonical order (the MuJoCo suites)."""
+    """Suite names in their canonical order (the suites with fixed initial states and experts)."""
     return list(_SUITES)
 
 
 def all_names() -> list[str]:
-    """The MuJoCo suites and the suites of other backends (``maniskill``)."""
+    """The suites of :func:`names` and the suites of other backends (``maniskill``)."""
     return list(_SUITES) + list(_EXTERNAL)
 
 
@@ -51,30 +65,21 @@ def backend(suite: str) -> str:
         return _EXTERNAL[suite][0]
     if suite not in _SUITES:
         raise ValueError(f"unknown suite {suite!r}; available suites: {all_names()}")
-    return "mujoco"
-
-
-def _factory(suite: str) -> Callable[[], list[Any]]:
-    if suite not in _SUITES:
-        raise ValueError(f"unknown suite {suite!r}; available suites: {names()}")
-    module, _, attr = _SUITES[suite].partition(":")
-    import importlib
-
-    return getattr(importlib.import_module(module), attr)
+    return _SUITES[suite][0]
 
 
 def build_tasks(suite: str) -> list[Any]:
-    """Fresh :class:`~sims.suites.base.SuiteTask` objects of a suite (one set per env)."""
-    return _factory(suite)()
+    """Fresh task objects of a suite (one set per env), e.g.
+    :class:`~sims.mujoco.suites.base.SuiteTask` for the MuJoCo suites."""
+    if suite not in _SUITES:
+        raise ValueError(f"unknown suite {suite!r}; available suites: {names()}")
+    return _load(_SUITES[suite][1])()
 
 
 def tasks(suite: str) -> list[TaskSpec]:
     """The suite's tasks, as backend-independent specs."""
     if suite in _EXTERNAL:
-        import importlib
-
-        module, _, attr = _EXTERNAL[suite][1].partition(":")
-        return getattr(importlib.import_module(module), attr)()
+        return _load(_EXTERNAL[suite][1])()
     return [t.spec for t in build_tasks(suite)]
 
 
@@ -93,26 +98,23 @@ def _task_index(suite: str, task: int | str) -> int:
 def init_states(suite: str, task: int | str) -> list[dict[str, Any]]:
     """The 50 fixed evaluation initial states of a task: object placements ``(x, y, yaw)``,
     initial velocities and the robot's initial joint offsets, as plain Python data."""
-    from sims.suites.protocol import initial_state
-
     t = build_tasks(suite)[_task_index(suite, task)]
-    return [initial_state(t, k) for k in range(NUM_INIT_STATES)]
+    return [t.initial_state(k) for k in range(NUM_INIT_STATES)]
 
 
-def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: float = 1.0):
+def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: float = 1.0) -> Any:
     """Scripted expert for envs of this suite (all tasks; ``task`` is checked, for clarity).
-    ``gain`` < 1 makes smoother, slower demonstrations (see :mod:`sims.suites.experts`).
+    ``gain`` < 1 makes smoother, slower demonstrations (see :mod:`sims.mujoco.suites.experts`).
 
-    Returns a :class:`~sims.suites.expert.SuiteExpert`: ``expert(obs) -> [N, 1, 7]`` chunks,
+    Returns a :class:`~sims.mujoco.suites.experts.SuiteExpert`: ``expert(obs) -> [N, 1, 7]`` chunks,
     ``expert.act(obs) -> [N, 7]``, ``expert.reset(done_mask)``.
     """
-    from sims.suites.experts import SuiteExpert
-
     if suite in _EXTERNAL:
         raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
     if task is not None:
         _task_index(suite, task)
-    return SuiteExpert(build_tasks(suite), num_envs, gain=gain)
+    suite_tasks = build_tasks(suite)
+    return _load(_EXPERTS[backend(suite)])(suite_tasks, num_envs, gain=gain)
 
 
 __all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "expert", "init_states", "names", "tasks"]

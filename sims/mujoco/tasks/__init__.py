@@ -1,8 +1,9 @@
-"""Registry of stand-alone MuJoCo tasks (the LIBERO-style suites build on the same base)."""
+"""Registry of stand-alone MuJoCo tasks (the LIBERO-style suites' tasks implement the same
+:class:`~sims.mujoco.task.MujocoTask`)."""
 
 from __future__ import annotations
 
-from sims.mujoco.tasks.base import MujocoTask
+from sims.mujoco.task import MujocoTask
 from sims.mujoco.tasks.pick_place import PickCube, PlaceCube
 from sims.mujoco.tasks.reach import Reach
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from sims.mujoco.arrays import xp_of
 from sims.mujoco.scene import add_box, add_marker
-from sims.mujoco.tasks.base import MujocoTask, Region, free_joint_qpos, free_joint_qvel, yaw_quat
+from sims.mujoco.task import MujocoTask, Region, free_joint_qpos, free_joint_qvel, yaw_quat
 
 CUBE_HALF = 0.02
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sims.mujoco.scene import add_marker
-from sims.mujoco.tasks.base import MujocoTask, Region
+from sims.mujoco.task import MujocoTask, Region
 
 
 class Reach(MujocoTask):

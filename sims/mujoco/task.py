@@ -1,4 +1,6 @@
-"""A MuJoCo task: the objects it adds to the tabletop, how it places them, when it succeeds.
+"""What the MuJoCo engine asks of a task: the objects it adds to the tabletop, how it places them,
+when it succeeds. The stand-alone tasks (:mod:`sims.mujoco.tasks`) and the suites' tasks
+(:mod:`sims.mujoco.suites`) implement it; the env (:mod:`sims.mujoco.env`) runs them.
 
 A task object is shared by all envs of a :class:`~sims.mujoco.env.MujocoVecEnv`; everything it
 computes is batched over envs (arrays ``[N, ...]`` bound to the env's ``mujoco.batch.Batch``).
@@ -8,19 +10,13 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mujoco
 import numpy as np
 
 from sims.core import TaskSpec
-
-if TYPE_CHECKING:
-    from sims.mujoco.env import MujocoVecEnv
-
-#: default seed of the fixed evaluation initial states; with init_ids the initial state is a
-#: pure function of (this seed, task name, init id).
-EVAL_SEED = 20260101
+from sims.protocol import EVAL_SEED
 
 
 @dataclass(frozen=True)
@@ -72,13 +68,24 @@ class MujocoTask(abc.ABC):
         """Add this task's objects to the tabletop spec (stand-alone tasks; suites share a scene)."""
         raise NotImplementedError(f"task {self.name!r} builds no scene of its own")
 
-    def bind(self, env: "MujocoVecEnv") -> None:
-        """Cache ids and views once the model is compiled and the batch exists."""
+    def bind(self, env: Any) -> None:
+        """Cache ids and views once the model is compiled and the batch exists.
+
+        ``env`` is the :class:`~sims.mujoco.env.MujocoVecEnv` running the task (typed ``Any``: the env
+        imports this module, so this module cannot import the env).
+        """
         self.env = env
 
     @abc.abstractmethod
     def sample_init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Draw one env's initial object placement from ``rng``."""
+
+    def draw_init(self, rng: np.random.Generator, joint_noise: float) -> tuple[np.ndarray, dict[str, Any]]:
+        """One env's initial state from ``rng``: the arm's joint offsets ``[7]`` from home (uniform in
+        +- ``joint_noise`` rad), then the task's placement. The env's resets and the listed fixed initial
+        states both draw through here, so they consume ``rng`` in the same order."""
+        offsets = rng.uniform(-joint_noise, joint_noise, size=7)
+        return offsets, self.sample_init(rng)
 
     @abc.abstractmethod
     def apply_init(self, ids: np.ndarray, inits: list[dict[str, np.ndarray]]) -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import sims.mujoco  # noqa: F401  (picks the offscreen GL platform before mujoco loads)
 import mujoco
 import numpy as np
 
 from sims.mujoco.arrays import like
-from sims.mujoco.tasks.base import MujocoTask, free_joint_qpos, free_joint_qvel, yaw_quat
-from sims.suites.objects import DRAWER_TRAVEL, PARK_X, PARK_Z, ObjectSpec, add_object
+from sims.mujoco.suites.objects import DRAWER_TRAVEL, PARK_X, PARK_Z, ObjectSpec, add_object
+from sims.mujoco.task import MujocoTask, free_joint_qpos, free_joint_qvel, yaw_quat
+from sims.protocol import ROBOT_INIT_NOISE
 
 OBJ_STRIDE = 10
 
@@ -121,7 +121,7 @@ class SuiteTask(MujocoTask):
     Attributes:
         plan: the scripted expert's plan, a sequence of steps such as ``("pick_place", "cube",
             ("on", "plate"))``, ``("open", "drawer")``, ``("close", "drawer")``, ``("lift", "cube")``
-            (see :mod:`sims.suites.experts`).
+            (see :mod:`sims.mujoco.suites.experts`).
         drawer_open: initial opening of each drawer (m) by name; others start closed.
         motion: dynamic behaviour: ``{"velocity": {obj: speed range}}`` and/or ``{"carriage":
             {name: (amplitude, period)}}``.
@@ -165,6 +165,19 @@ class SuiteTask(MujocoTask):
         init["velocity"] = vel
         init["carriage_phase"] = {c: rng.uniform(0, 2 * np.pi) for c in self.motion.get("carriage", {})}
         return init
+
+    def initial_state(self, init_id: int) -> dict[str, Any]:
+        """Plain-data description of fixed initial state ``init_id``, what ``reset(init_ids=...)`` applies
+        (with the default ``init_noise``): the robot's joint offsets from home, object placements
+        ``(x, y, yaw)``, initial velocities and carriage phases."""
+        joints, init = self.draw_init(self.init_rng(init_id), ROBOT_INIT_NOISE)
+        return {
+            "init_id": init_id,
+            "robot_joint_offsets": [float(v) for v in joints],
+            "placement": {k: [float(v) for v in xyz] for k, xyz in sorted(init["placement"].items())},
+            "velocity": {k: [float(v) for v in vel] for k, vel in sorted(init["velocity"].items())},
+            "carriage_phase": {k: float(v) for k, v in sorted(init["carriage_phase"].items())},
+        }
 
     def apply_init(self, ids: np.ndarray, inits: list[dict[str, Any]]) -> None:
         env, view = self.env, self.view

@@ -4,8 +4,8 @@ on a moving carriage). Solved well only by a policy that acts on fresh observati
 from __future__ import annotations
 
 
-from sims.suites.base import Carriage, SuiteScene, SuiteTask, lifted, on, place_apart
-from sims.suites.objects import ball, cube, plate
+from sims.mujoco.suites.base import Carriage, SuiteScene, SuiteTask, lifted, on, place_apart
+from sims.mujoco.suites.objects import ball, cube, plate
 
 SUITE = "dynamic"
 CARRIAGE = Carriage(name="tray", x=0.02, half=(0.06, 0.06, 0.01), travel=0.16)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import sims.mujoco  # noqa: F401  (picks the offscreen GL platform before mujoco loads)
 import mujoco
 import numpy as np
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sims.suites.base import SuiteScene, SuiteTask, above, inside, is_closed, is_open, lifted, on
-from sims.suites.objects import DRAWER_TRAVEL, basket, cube, cylinder, drawer, plate
+from sims.mujoco.suites.base import SuiteScene, SuiteTask, above, inside, is_closed, is_open, lifted, on
+from sims.mujoco.suites.objects import DRAWER_TRAVEL, basket, cube, cylinder, drawer, plate
 
 # Fixed layout (metres, world frame); each initial state jitters it by up to JITTER.
 LAYOUT = {"plate": (-0.13, -0.14), "basket": (0.03, -0.15), "cube": (-0.06, 0.03), "can": (-0.18, 0.06)}

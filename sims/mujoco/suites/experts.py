@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from sims.mujoco.controller import EEDeltaConfig, quat_to_mat, rotation_error
-from sims.suites.base import OBJ_STRIDE, SuiteTask
-from sims.suites.objects import DRAWER_TRAVEL, HANDLE_OUT
+from sims.mujoco.suites.base import OBJ_STRIDE, SuiteTask
+from sims.mujoco.suites.objects import DRAWER_TRAVEL, HANDLE_OUT
 
 CARRY_Z = 0.2
 SETTLE_SPEED = 0.03  # m/s: an object slower than this is grasped right away

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sims.suites.base import SuiteScene, SuiteTask, inside, on, place_apart
-from sims.suites.objects import basket, cube, cylinder, plate
+from sims.mujoco.suites.base import SuiteScene, SuiteTask, inside, on, place_apart
+from sims.mujoco.suites.objects import basket, cube, cylinder, plate
 
 SUITE = "spatial"
 X, Y = (-0.2, 0.08), (-0.22, 0.22)

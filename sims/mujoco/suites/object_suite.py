@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sims.suites.base import SuiteScene, SuiteTask, inside, place_apart
-from sims.suites.objects import basket, cube, cylinder
+from sims.mujoco.suites.base import SuiteScene, SuiteTask, inside, place_apart
+from sims.mujoco.suites.objects import basket, cube, cylinder
 
 SUITE = "object"
 _OBJECTS = [

@@ -1,0 +1,33 @@
+"""The MuJoCo backends' entry points (registered in :mod:`sims.core`): a task or suite name -> an env.
+
+Stand-alone tasks come from :mod:`sims.mujoco.tasks`, suites from the registry :mod:`sims.suites`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sims.mujoco.env import MujocoVecEnv
+from sims.mujoco.tasks import make_task
+from sims.suites import build_tasks
+
+
+def make_mujoco_env(
+    *, task: str | None, suite: str | None, num_envs: int, seed: int, device: str | torch.device, **kwargs: Any
+) -> MujocoVecEnv:
+    """Factory registered as backend ``"mujoco"`` in :mod:`sims.core`."""
+    if suite is not None:
+        suite_tasks = build_tasks(suite)
+        return MujocoVecEnv(suite_tasks, num_envs, seed=seed, device=device,
+                            scene_builder=suite_tasks[0].scene.build, **kwargs)
+    return MujocoVecEnv([make_task(task)], num_envs, seed=seed, device=device, **kwargs)
+
+
+def make_mujoco_gpu_env(
+    *, task: str | None, suite: str | None, num_envs: int, seed: int, device: str | torch.device, **kwargs: Any
+) -> MujocoVecEnv:
+    """Factory registered as backend ``"mujoco_gpu"``: the same scenes on MuJoCo Warp physics."""
+    kwargs.setdefault("physics", "warp")
+    return make_mujoco_env(task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs)
