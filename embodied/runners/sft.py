@@ -161,7 +161,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
         "parameters": sum(p.numel() for p in policy.parameters()), "machine": machine_info(),
     }
     if cfg.eval.suite:
-        from embodied.evaluation import evaluate_suite
+        from embodied.eval.quick import evaluate_suite
 
         result = evaluate_suite(policy, cfg.eval.suite, tasks=cfg.eval.tasks,
                                 episodes_per_task=cfg.eval.episodes_per_task, num_envs=cfg.eval.num_envs,
