@@ -10,27 +10,39 @@ Families are imported lazily: ``import policies`` loads no model code.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from policies.checkpoint import CheckpointError, SpecMismatchError, load, save
+from sims.registry import Registry, load_attr
 
-_FAMILIES: dict[str, str] = {
-    "flow": "policies.flow.modeling_flow:FlowPolicy",
-    "autoregressive": "policies.autoregressive.modeling_autoregressive:AutoregressivePolicy",
-    "diffusion": "policies.diffusion.modeling_diffusion:DiffusionPolicy",
-}
+
+class Family(NamedTuple):
+    """Where a policy family's code lives (``"module:attr"``, imported on use)."""
+
+    policy: str  # the :class:`policies.base.Policy` subclass
+    config: str  # its config dataclass, importable without the model code (the Hydra schemas need only it)
+
+
+FAMILIES: Registry[Family] = Registry("policy family", {
+    "flow": Family("policies.flow.modeling_flow:FlowPolicy", "policies.flow.configuration_flow:FlowConfig"),
+    "autoregressive": Family("policies.autoregressive.modeling_autoregressive:AutoregressivePolicy",
+                             "policies.autoregressive.configuration_autoregressive:AutoregressiveConfig"),
+    "diffusion": Family("policies.diffusion.modeling_diffusion:DiffusionPolicy",
+                        "policies.diffusion.configuration_diffusion:DiffusionConfig"),
+})
 
 
 def families() -> list[str]:
-    return list(_FAMILIES)
+    return FAMILIES.names()
 
 
 def policy_class(family: str) -> Any:
-    if family not in _FAMILIES:
-        raise ValueError(f"unknown policy family {family!r}; choose one of {families()}")
-    module, _, attr = _FAMILIES[family].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_attr(FAMILIES.lookup(family).policy)
+
+
+def config_class(family: str) -> Any:
+    """The config dataclass of ``family`` (imports no model code)."""
+    return load_attr(FAMILIES.lookup(family).config)
 
 
 def make(family: str, **overrides: Any) -> Any:
@@ -44,4 +56,5 @@ def make(family: str, **overrides: Any) -> Any:
     return cls(cls.config_class.from_dict(base))
 
 
-__all__ = ["CheckpointError", "SpecMismatchError", "families", "load", "make", "policy_class", "save"]
+__all__ = ["CheckpointError", "FAMILIES", "Family", "SpecMismatchError", "config_class", "families", "load", "make",
+           "policy_class", "save"]

@@ -191,7 +191,7 @@ def check_config(cfg: TrainConfig) -> None:
 
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGORITHMS:
-        raise TrainError(f"unknown algo {a.name!r}; choose one of {sorted(ALGORITHMS)}")
+        raise TrainError(ALGORITHMS.unknown(a.name))
     if not a.lr >= 0 or (a.critic_lr is not None and not a.critic_lr >= 0):
         raise TrainError(f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
                          "(algo.lr=0 keeps the actor frozen: a control run)")
