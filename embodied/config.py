@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable, NoReturn, Optional
 
 from hydra.core.config_store import ConfigStore
 
+from sims.registry import closest_key
+
 
 @dataclass
 class SimConfig:
@@ -58,13 +60,6 @@ def store(name: str, node: Any, group: str | None = None) -> None:
     ConfigStore.instance().store(name=name, node=node, group=group)
 
 
-POLICY_CONFIGS = {
-    "flow": "policies.flow.configuration_flow:FlowConfig",
-    "autoregressive": "policies.autoregressive.configuration_autoregressive:AutoregressiveConfig",
-    "diffusion": "policies.diffusion.configuration_diffusion:DiffusionConfig",
-}
-
-
 def register_policy_schemas() -> None:
     """Store each family's typed config (plus a ``family`` field) as ``policy_<family>_schema``.
 
@@ -72,14 +67,14 @@ def register_policy_schemas() -> None:
     every model field is a typed override: ``policy=flow policy.num_steps=4``. The schemas sit at
     the root of the ConfigStore, outside the group ``policy``, so they are no option of it.
     """
-    import importlib
     from dataclasses import field as dc_field
     from dataclasses import make_dataclass
 
-    for family, target in POLICY_CONFIGS.items():
-        module, _, attr = target.partition(":")
+    import policies
+
+    for family in policies.families():
         try:
-            cls = getattr(importlib.import_module(module), attr)
+            cls = policies.config_class(family)
         except ImportError:  # a family whose code is not installed is simply not offered
             continue
         node = make_dataclass(f"{cls.__name__}Node", [("family", str, dc_field(default=family))], bases=(cls,))
@@ -102,14 +97,6 @@ def policy_overrides(node: Any) -> tuple[str, dict[str, Any]]:
 # '+' form: the key is added to the config and silently ignored by the app. Every embodied-* command
 # is declared with :func:`hydra_app` instead of ``hydra.main``, which refuses keys that no schema
 # declares, naming the closest one, before Hydra starts (and so before the run folder is made).
-
-
-def closest_key(word: str, choices: Iterable[str]) -> Optional[str]:
-    """The choice nearest to ``word`` (:func:`difflib.get_close_matches`), or None if none is close."""
-    import difflib
-
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return match[0] if match else None
 
 
 @dataclass

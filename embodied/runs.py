@@ -6,10 +6,11 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
+
+from policies.files import write_atomic
 
 
 def prepare_run_dir(out: str | os.PathLike) -> Path:
@@ -23,16 +24,7 @@ def write_json(path: str | os.PathLike, payload: Any) -> Path:
     """Write JSON atomically: the file is complete or absent, never half written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=False, default=str)
-            fh.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
     return path
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from embodied.runs import write_json
+from policies.files import atomic_path
 
 
 def _flatten_optimizer(sd: dict[str, Any], prefix: str = "opt.") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -62,9 +63,8 @@ def save_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimi
         t, named_meta[name] = _flatten_optimizer(sd, prefix=f"opts.{name}.")
         tensors.update(t)
     tensors["rng.torch"] = torch.get_rng_state()
-    tmp = folder / ".state.safetensors.tmp"
-    save_file(tensors, str(tmp))
-    os.replace(tmp, folder / "state.safetensors")
+    with atomic_path(folder / "state.safetensors") as tmp:
+        save_file(tensors, str(tmp))
     np_state = np.random.get_state()
     meta = {
         "step": int(step),

@@ -9,12 +9,12 @@ absent, and ``config.json`` is written last.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from policies.files import sha256_file, write_atomic
 
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
@@ -32,28 +32,6 @@ class SpecMismatchError(ValueError):
     """A policy whose action or observation spec does not fit an environment."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save(policy: Any, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
     """Write ``policy`` as a bundle into folder ``path``; returns the folder."""
     from safetensors.torch import save as st_save
@@ -61,16 +39,16 @@ def save(policy: Any, path: str | os.PathLike, *, extra: dict[str, Any] | None =
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-    _atomic_write_bytes(folder / WEIGHTS, st_save(state, metadata={"family": policy.family}))
-    _atomic_write_bytes(folder / "stats.json", json.dumps(policy.processor.stats, indent=2).encode())
+    write_atomic(folder / WEIGHTS, st_save(state, metadata={"family": policy.family}))
+    write_atomic(folder / "stats.json", json.dumps(policy.processor.stats, indent=2).encode())
     meta = {
         "format_version": FORMAT_VERSION,
         "family": policy.family,
         "config": policy.config.to_dict(),
-        "files": {WEIGHTS: _sha256(folder / WEIGHTS)},
+        "files": {WEIGHTS: sha256_file(folder / WEIGHTS)},
         "extra": extra or {},
     }
-    _atomic_write_bytes(folder / "config.json", json.dumps(meta, indent=2).encode())
+    write_atomic(folder / "config.json", json.dumps(meta, indent=2).encode())
     return folder
 
 
@@ -107,7 +85,7 @@ def load(path: str | os.PathLike, *, device: str = "cpu") -> Any:
         hint = f" (found {pickled}: pickled checkpoints are never loaded)" if pickled else ""
         raise CheckpointError(f"{folder} has no {WEIGHTS}{hint}")
     expected = meta.get("files", {}).get(WEIGHTS)
-    if expected != _sha256(weights):
+    if expected != sha256_file(weights):
         raise CheckpointError(f"{weights} does not match the sha256 recorded in config.json: the file was modified "
                               "or belongs to another bundle; refusing to load it")
     try:

@@ -1,29 +1,43 @@
 """The policy families by name, and a fresh policy of one: :func:`make`.
 
-Families are imported lazily: importing this module loads no model code.
+One table, :data:`FAMILIES`: each family's policy class and config class as ``"module:attr"``
+strings, imported on use, so importing this module loads no model code.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import Any, NamedTuple
 
-_FAMILIES: dict[str, str] = {
-    "flow": "policies.flow.modeling_flow:FlowPolicy",
-    "autoregressive": "policies.autoregressive.modeling_autoregressive:AutoregressivePolicy",
-    "diffusion": "policies.diffusion.modeling_diffusion:DiffusionPolicy",
-}
+from sims.registry import Registry, load_attr
+
+
+class Family(NamedTuple):
+    """Where a policy family's code lives (``"module:attr"``, imported on use)."""
+
+    policy: str  # the :class:`policies.base.Policy` subclass
+    config: str  # its config dataclass, importable without the model code (the Hydra schemas need only it)
+
+
+FAMILIES: Registry[Family] = Registry("policy family", {
+    "flow": Family("policies.flow.modeling_flow:FlowPolicy", "policies.flow.configuration_flow:FlowConfig"),
+    "autoregressive": Family("policies.autoregressive.modeling_autoregressive:AutoregressivePolicy",
+                             "policies.autoregressive.configuration_autoregressive:AutoregressiveConfig"),
+    "diffusion": Family("policies.diffusion.modeling_diffusion:DiffusionPolicy",
+                        "policies.diffusion.configuration_diffusion:DiffusionConfig"),
+})
 
 
 def families() -> list[str]:
-    return list(_FAMILIES)
+    return FAMILIES.names()
 
 
 def policy_class(family: str) -> Any:
-    if family not in _FAMILIES:
-        raise ValueError(f"unknown policy family {family!r}; choose one of {families()}")
-    module, _, attr = _FAMILIES[family].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_attr(FAMILIES.lookup(family).policy)
+
+
+def config_class(family: str) -> Any:
+    """The config dataclass of ``family`` (imports no model code)."""
+    return load_attr(FAMILIES.lookup(family).config)
 
 
 def make(family: str, **overrides: Any) -> Any:

@@ -17,12 +17,13 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 from omegaconf import MISSING, OmegaConf
 
 from embodied.config import hydra_app, store
+from sims.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -115,18 +116,31 @@ def serve_main(cfg) -> None:
         raise SystemExit(f"embodied-serve: cannot listen on {c.host}:{c.port}: {err}") from None
 
 
-def _make_robot(c: DeployAppConfig):
-    if c.robot == "sim":
-        from real_robot.robots.sim_robot import SimRobot, SimRobotConfig
+def _sim_robot(c: DeployAppConfig) -> Any:
+    from real_robot.robots.sim_robot import SimRobot, SimRobotConfig
 
-        return SimRobot(SimRobotConfig(**asdict(c.sim)))
-    if c.robot == "network":
-        from real_robot.robots.network import NetworkRobot
+    return SimRobot(SimRobotConfig(**asdict(c.sim)))
 
-        if not c.robot_address:
-            raise SystemExit("embodied-deploy: robot=network needs robot_address=ws://ROBOT_PC:PORT")
-        return NetworkRobot(c.robot_address, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"))
-    raise SystemExit(f"embodied-deploy: unknown robot {c.robot!r}; choose sim or network")
+
+def _network_robot(c: DeployAppConfig) -> Any:
+    from real_robot.robots.network import NetworkRobot
+
+    if not c.robot_address:
+        raise SystemExit("embodied-deploy: robot=network needs robot_address=ws://ROBOT_PC:PORT")
+    return NetworkRobot(c.robot_address, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"))
+
+
+#: ``robot=`` of embodied-deploy: the robot each name builds from the app's config
+ROBOTS: Registry[Callable[[DeployAppConfig], Any]] = Registry("robot", {"sim": _sim_robot,
+                                                                        "network": _network_robot})
+
+
+def _make_robot(c: DeployAppConfig) -> Any:
+    try:
+        factory = ROBOTS.lookup(c.robot)
+    except ValueError as err:
+        raise SystemExit(f"embodied-deploy: {err}") from None
+    return factory(c)
 
 
 @hydra_app("embodied-deploy", "deploy")

@@ -18,11 +18,12 @@ Conventions
 from __future__ import annotations
 
 import abc
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+
+from sims.registry import Registry, load_attr
 
 Obs = dict[str, torch.Tensor]
 
@@ -222,26 +223,17 @@ def step_chunk(env: VecEnv, actions: torch.Tensor) -> ChunkResult:
 # --------------------------------------------------------------------------------------------
 # Registry of backends. Backends are imported lazily: ``import sims`` loads no simulator.
 
-_BACKENDS: dict[str, str] = {}
+_BACKENDS: Registry[str | Callable[..., VecEnv]] = Registry("simulation backend", sort=True)
 
 
 def register_backend(name: str, factory: str | Callable[..., VecEnv]) -> None:
     """Register a backend under ``name``: a callable, or ``"module:attr"`` imported on use."""
-    if name in _BACKENDS:
-        raise ValueError(f"backend {name!r} is already registered")
-    _BACKENDS[name] = factory  # type: ignore[assignment]
+    _BACKENDS.register(name, factory)
 
 
 def backends() -> list[str]:
     """Names of the registered backends."""
-    return sorted(_BACKENDS)
-
-
-def _resolve(factory: str | Callable[..., VecEnv]) -> Callable[..., VecEnv]:
-    if callable(factory):
-        return factory
-    module, _, attr = factory.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return _BACKENDS.names()
 
 
 def make(
@@ -266,10 +258,7 @@ def make(
         **kwargs: backend options (``cameras``, ``image_size``, ``num_threads``, ...), and
             ``state_obs`` (one of :data:`STATE_OBS`, default ``proprio``).
     """
-    if backend not in _BACKENDS:
-        raise ValueError(
-            f"unknown simulation backend {backend!r}; choose one of {backends()}"
-        )
+    factory = _BACKENDS.lookup(backend)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if (task is None) == (suite is None):
@@ -277,7 +266,7 @@ def make(
     state_obs = kwargs.pop("state_obs", "proprio")
     if state_obs not in STATE_OBS:
         raise ValueError(f"state_obs must be one of {STATE_OBS}, got {state_obs!r}")
-    env = _resolve(_BACKENDS[backend])(
+    env = load_attr(factory)(
         task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs
     )
     return PrivilegedStateEnv(env) if state_obs == "privileged" else env

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from embodied.runs import write_json
 from embodied.video import CODECS, VideoWriter
+from policies.files import atomic_path
 
 CODEBASE_VERSION = "v3.0"
 DATA_FILE = "data/chunk-000/file-000.parquet"
@@ -281,9 +282,8 @@ class DatasetWriter:
 
 def _write_table(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 class Dataset:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+from sims.registry import Registry
+
 
 class AlgoSpec(NamedTuple):
     family: str  # the policy family it trains (flow | autoregressive)
@@ -12,7 +14,7 @@ class AlgoSpec(NamedTuple):
     critic: bool  # True: PPO with a value function; False: group-relative advantages, no critic
 
 
-ALGORITHMS: dict[str, AlgoSpec] = {
+ALGORITHMS: Registry[AlgoSpec] = Registry("algo", {
     "flow_sde": AlgoSpec("flow", "sde", True),
     "flow_sde_full": AlgoSpec("flow", "sde_full", True),
     "flow_noise": AlgoSpec("flow", "noise", True),
@@ -22,7 +24,7 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "flow_fpo": AlgoSpec("flow", "fpo", False),
     "flow_dsrl": AlgoSpec("flow", "steer", True),
     "flow_dsrl_grpo": AlgoSpec("flow", "steer", False),
-}
+}, sort=True)
 
 #: the critic-free ones: group-relative advantages (whole episodes from shared initial states)
 GROUP_ALGORITHMS = tuple(name for name, spec in ALGORITHMS.items() if not spec.critic)

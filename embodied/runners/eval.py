@@ -18,7 +18,6 @@ finished episodes; the same command resumes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -31,6 +30,7 @@ from tqdm import tqdm
 
 from embodied.config import hydra_app, store
 from embodied.runs import machine_info, prepare_run_dir, same_config, write_json
+from policies.files import sha256_file
 
 VIDEO_CHOICES = ("failures", "all", "none")
 
@@ -79,10 +79,6 @@ store("eval_schema", EvalConfig)
 
 class EvalError(ValueError):
     """A configuration the harness cannot run; printed as one line."""
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str, list[str]]]:
@@ -202,7 +198,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         ckpt = Path(cfg.checkpoint)
         policy = policies.load(ckpt, device=cfg.device)
         agent_info = {"label": f"{policy.family} policy {ckpt}", "family": policy.family, "checkpoint": str(ckpt),
-                      "sha256": _sha256(ckpt / "model.safetensors"), "config": policy.config.to_dict()}
+                      "sha256": sha256_file(ckpt / "model.safetensors"), "config": policy.config.to_dict()}
     else:
         policy = None
         agent_info = {"label": "scripted experts", "family": "expert"}

@@ -10,7 +10,6 @@ and, with ``eval.suite`` set, ``eval.json``: success per task on the suite's fix
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
-from embodied.runs import machine_info, prepare_run_dir, read_complete_rows, write_json
+from embodied.metrics_log import MetricsLog
+from embodied.runs import machine_info, prepare_run_dir, write_json
 
 
 #: the columns of ``metrics.csv``
@@ -116,20 +116,8 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     if cfg.resume:
         meta = load_train_state(out / "train_state", optimizer=optimizer)
         start_step = int(meta["step"])
-    metrics_path = out / "metrics.csv"
-    # on resume: the complete rows up to the resumed step (rows logged after it, or torn by a crash, go)
-    kept = read_complete_rows(metrics_path, "step", start_step)[1] if cfg.resume else []
-    metrics = open(metrics_path, "w", newline="")
-    writer = csv.writer(metrics)
-    writer.writerow(METRIC_FIELDS)
-    writer.writerows([row.get(k, "") for k in METRIC_FIELDS] for row in kept)
-    metrics.flush()
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-
-        tb = SummaryWriter(str(out / "tb"))
-    except ImportError:  # tensorboard is optional: CSV metrics are always written
-        tb = None
+    metrics = MetricsLog(out, METRIC_FIELDS, "step", resume_upto=start_step if cfg.resume else None,
+                         tb_prefix="sft")
     gen = torch.Generator().manual_seed(cfg.seed + start_step)
     t0 = time.perf_counter()
     losses: list[float] = []
@@ -155,11 +143,9 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
                 losses.append(loss.item())
                 if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
                     mean = float(np.mean(losses[-cfg.log_every:]))
-                    writer.writerow([step + 1, f"{mean:.6f}", f"{lr:.3e}", f"{time.perf_counter() - t0:.1f}"])
-                    metrics.flush()
-                    if tb is not None:
-                        tb.add_scalar("sft/loss", mean, step + 1)
-                        tb.add_scalar("sft/lr", lr, step + 1)
+                    metrics.row({"step": step + 1, "loss": f"{mean:.6f}", "lr": f"{lr:.3e}",
+                                 "seconds": f"{time.perf_counter() - t0:.1f}"})
+                    metrics.scalars({"loss": mean, "lr": lr}, step + 1)
                     bar.set_postfix(loss=f"{mean:.4f}")
                 if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                     _checkpoint(policy, optimizer, step + 1, out, cfg)
@@ -167,8 +153,6 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
             step = cfg.steps
     finally:
         metrics.close()
-        if tb is not None:
-            tb.close()
     _checkpoint(policy, optimizer, step, out, cfg)
     summary = {
         "family": policy.family, "data": str(cfg.data), "episodes": int(demos.episode.unique().numel()),
@@ -177,7 +161,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
         "parameters": sum(p.numel() for p in policy.parameters()), "machine": machine_info(),
     }
     if cfg.eval.suite:
-        from embodied.evaluation import evaluate_suite
+        from embodied.eval.quick import evaluate_suite
 
         result = evaluate_suite(policy, cfg.eval.suite, tasks=cfg.eval.tasks,
                                 episodes_per_task=cfg.eval.episodes_per_task, num_envs=cfg.eval.num_envs,

@@ -24,7 +24,6 @@ learning / waiting), ``train.json``, ``ray/`` (Ray's session files when Ray is s
 
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import sys
@@ -38,10 +37,11 @@ from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
+from embodied.metrics_log import MetricsLog
 from embodied.rl.loss import LossConfig
 from embodied.rl.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for
 from embodied.rl.update import UpdateConfig
-from embodied.runs import machine_info, prepare_run_dir, read_complete_rows, write_json
+from embodied.runs import machine_info, prepare_run_dir, write_json
 
 #: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
 CRITIC_FILE = "critic.safetensors"
@@ -191,7 +191,7 @@ def check_config(cfg: TrainConfig) -> None:
 
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGORITHMS:
-        raise TrainError(f"unknown algo {a.name!r}; choose one of {sorted(ALGORITHMS)}")
+        raise TrainError(ALGORITHMS.unknown(a.name))
     if not a.lr >= 0 or (a.critic_lr is not None and not a.critic_lr >= 0):
         raise TrainError(f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
                          "(algo.lr=0 keeps the actor frozen: a control run)")
@@ -528,20 +528,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         raise
     algo = None
     placement: dict[str, Any] = {}
-    metrics_path = out / "metrics.csv"
-    # on resume: the complete rows up to the checkpoint (rows logged after it, or torn by a crash, go)
-    rows = read_complete_rows(metrics_path, "iteration", start_iter)[1] if resumed is not None else []
-    metrics_file = open(metrics_path, "w", newline="")
-    writer = csv.DictWriter(metrics_file, fieldnames=METRIC_FIELDS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    metrics_file.flush()
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-
-        tb = SummaryWriter(str(out / "tb"))
-    except ImportError:
-        tb = None
+    metrics = MetricsLog(out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None,
+                         tb_prefix="rl")
     history: list[dict[str, float]] = []
     t_start = time.perf_counter()
     try:
@@ -566,12 +554,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 env_steps += int(row["env_steps"])
                 row.update(iteration=it + 1, env_steps=env_steps,
                            env_steps_per_s=row["iteration_env_steps"] / max(row["iteration_s"], 1e-9))
-                writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
-                metrics_file.flush()
-                if tb is not None:
-                    for k in METRIC_FIELDS[1:]:
-                        if k in row and np.isfinite(row[k]):
-                            tb.add_scalar(f"rl/{k}", row[k], it + 1)
+                metrics.row({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+                metrics.scalars({k: row[k] for k in METRIC_FIELDS[1:] if k in row and np.isfinite(row[k])}, it + 1)
                 history.append(row)
                 bar.set_postfix(succ=f"{row['success_rate']:.2f}", kl=f"{row['approx_kl']:.3f}",
                                 sps=f"{row['env_steps_per_s']:.0f}")
@@ -579,9 +563,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 if (it + 1) % cfg.save_every == 0 or it + 1 == cfg.iterations:
                     save_checkpoint(out, algo, policy, iteration=it + 1, env_steps=env_steps, algo_name=a.name)
     finally:
-        metrics_file.close()
-        if tb is not None:
-            tb.close()
+        metrics.close()
         if algo is not None:
             algo.stop()
         if started_ray:

@@ -1,5 +1,6 @@
-"""Quick evaluation of a policy on a suite's fixed initial states (used after SFT); the full
-harness with intervals, videos, reports and resume is ``embodied-eval`` (:mod:`embodied.runners.eval`)."""
+"""Quick evaluation of a policy on a suite's fixed initial states (``embodied-sft eval.suite=...``);
+the full harness with intervals, videos, reports and resume is ``embodied-eval``
+(:mod:`embodied.runners.eval`)."""
 
 from __future__ import annotations
 
