@@ -61,6 +61,7 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.config import BenchConfig, BenchError
+from policies.files import atomic_path
 from policies.io import policy_inputs
 from embodied.runs import machine_info, write_json
 
@@ -393,13 +394,11 @@ def _report(cfg: PolicyBenchConfig, cases: list[_Case], info: dict[str, dict[str
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for r in rows:
             writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
-    os.replace(tmp, path)
 
 
 def format_table(payload: dict[str, Any], rows: list[dict[str, Any]]) -> str:

@@ -61,6 +61,7 @@ import torch
 import sims
 from benchmarks.config import BenchConfig, BenchError
 from embodied.runs import machine_info, write_json
+from policies.files import atomic_path
 
 # mujoco is imported inside the raw runners, never here: the process's OpenGL platform is fixed
 # when mujoco is first imported, and sims.mujoco (imported by validate() and by every env) must
@@ -619,8 +620,7 @@ def _write_csv(
 ) -> None:
     substeps = sizes["substeps"]
     scaling = {(r["num_envs"], r["threads"]): r for r in payload["thread_scaling"]}
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as fh:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         w.writeheader()
         for n, threads in plan:
@@ -650,7 +650,6 @@ def _write_csv(
                         "render_frac": _fmt(split.get("render_frac"), ".4f"),
                         "overhead_ms_per_step": _fmt(split.get("overhead_ms_per_step"), ".4f"),
                     })
-    os.replace(tmp, path)
 
 
 def format_table(payload: dict[str, Any]) -> str:
