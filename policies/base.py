@@ -12,7 +12,7 @@ RL needs exact log-probabilities: ``sample`` returns, in ``ChunkSample.extras``,
 
 The critic may also read ``obs["time_left"]`` (float ``[N]`` in [0, 1]: the fraction of the
 episode's step limit still left, see :func:`obs_time_left`). RL rollouts and training batches carry
-it (:func:`embodied.rl.rollout.collect_chunks`); everything else (serving, evaluation) may omit it:
+it (:func:`embodied.algorithms.rollout.collect_chunks`); everything else (serving, evaluation) may omit it:
 the value head then reads 1.0, the start of an episode. Actions never depend on it.
 """
 

@@ -1,4 +1,4 @@
-"""Sim-to-real deployment bridge (DESIGN.md, "Deployment").
+"""Sim-to-real deployment bridge (docs/design.md, "Deployment").
 
 - ``real_robot.server``: the policy server (``embodied-serve``), openpi's websocket + msgpack format;
 - ``real_robot.client``: the robot client's control loop (``embodied-deploy``): latency modes,

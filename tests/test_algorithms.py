@@ -1,5 +1,5 @@
-"""Chunk-level GAE, PPO and GRPO as pure functions (:mod:`embodied.rl.gae`, :mod:`embodied.rl.ppo`,
-:mod:`embodied.rl.grpo`) and the update schedule (:func:`embodied.rl.update.run_epochs`), checked on
+"""Chunk-level GAE, PPO and GRPO as pure functions (:mod:`embodied.algorithms.gae`, :mod:`embodied.algorithms.ppo`,
+:mod:`embodied.algorithms.grpo`) and the update schedule (:func:`embodied.algorithms.update.run_epochs`), checked on
 tiny tensors."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.rl.gae import chunk_gae, normalize_advantages
-from embodied.rl.grpo import episode_weighted_advantages, grpo_advantages, grpo_group_filter, grpo_return_filter
-from embodied.rl.ppo import ppo_loss
+from embodied.algorithms.gae import chunk_gae, normalize_advantages
+from embodied.algorithms.grpo import episode_weighted_advantages, grpo_advantages, grpo_group_filter, grpo_return_filter
+from embodied.algorithms.ppo import ppo_loss
 
-#: ppo_loss has no defaults (they live in embodied.rl.loss.LossConfig): the plain objective, spelled out
+#: ppo_loss has no defaults (they live in embodied.algorithms.loss.LossConfig): the plain objective, spelled out
 PLAIN = dict(clip=0.2, dual_clip=None, value_clip=None, vf_coef=0.5, ent_coef=0.0, kl_coef=0.0)
 
 
@@ -128,7 +128,7 @@ def test_advantage_normalisation():
 
 
 def test_first_episode_mask():
-    from embodied.rl.batch import first_episode_mask
+    from embodied.algorithms.batch import first_episode_mask
 
     done = torch.tensor([[False, True], [True, False], [False, True]])
     assert first_episode_mask(done).tolist() == [[True, True], [True, False], [False, False]]
@@ -149,7 +149,7 @@ def test_episode_weighting_makes_every_episode_count_once():
 
 
 def test_minibatches_are_even_disjoint_and_cover_the_batch():
-    from embodied.rl.batch import minibatch_indices
+    from embodied.algorithms.batch import minibatch_indices
 
     gen = torch.Generator().manual_seed(0)
     parts = minibatch_indices(80, 32, gen)
@@ -162,7 +162,7 @@ def test_minibatches_are_even_disjoint_and_cover_the_batch():
 
 
 def test_run_epochs_shuffles_every_epoch_and_stops_at_the_kl_target():
-    from embodied.rl.update import run_epochs
+    from embodied.algorithms.update import run_epochs
 
     seen: list[list[int]] = []
     kls = iter([0.001, 0.01, 0.02, 0.2, 0.3, 0.4])
@@ -187,7 +187,7 @@ def test_run_epochs_shuffles_every_epoch_and_stops_at_the_kl_target():
 
 
 def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_epoch():
-    from embodied.rl.update import run_epochs
+    from embodied.algorithms.update import run_epochs
 
     def recorder(kls: list[float]):
         seen: list[list[int]] = []

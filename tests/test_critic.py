@@ -8,11 +8,11 @@ import torch
 
 import policies
 import sims
-from embodied.rl.batch import ppo_batch
-from embodied.rl.critic import (CriticInputs, EpisodeClock, PrivilegedCritic, RunningNorm, build_critic,
+from embodied.algorithms.batch import ppo_batch
+from embodied.algorithms.critic import (CriticInputs, EpisodeClock, PrivilegedCritic, RunningNorm, build_critic,
                                 critic_features, critic_input_dim)
-from embodied.rl.params import split_parameters
-from embodied.rl.rollout import collect_chunks
+from embodied.algorithms.params import split_parameters
+from embodied.algorithms.rollout import collect_chunks
 from embodied.rllib.module import PolicyRLModule, module_config
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1)

@@ -83,7 +83,7 @@ def test_steering_starts_as_the_flow_and_trains_only_its_noise_policy(tmp_path):
     """DSRL: a fresh steering module reproduces the plain flow's ODE from the same noise; a PPO step
     on its log-probability changes the steering weights only; the bundle keeps them, and a once-steered
     policy's weights still load when another sampler is configured."""
-    from embodied.rl.params import split_parameters
+    from embodied.algorithms.params import split_parameters
 
     torch.manual_seed(0)
     policy = policies.make("flow", sampler="ode", **TINY)

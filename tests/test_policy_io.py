@@ -11,7 +11,7 @@ import torch
 import policies
 import sims
 from embodied.data.training import DemoTensors
-from embodied.rl.loss import policy_obs
+from embodied.algorithms.loss import policy_obs
 from policies.io import INPUT_KEYS, env_inputs, indexed_inputs, instruction_texts, policy_inputs, task_instructions
 from sims.core import obs_views
 
@@ -64,7 +64,7 @@ def test_indexed_inputs_are_the_batch_columns_dicts():
     _assert_same(indexed_inputs(rgb, state, ids, texts), old)
     assert instruction_texts(ids.numpy(), texts) == instruction_texts([2, 0, 2, 1], texts) == old["instruction"]
 
-    # the learner's minibatch (embodied.rl.loss.policy_obs), with and without time_left
+    # the learner's minibatch (embodied.algorithms.loss.policy_obs), with and without time_left
     minibatch = {"rgb": rgb, "state": state, "task_id": ids, "advantages": torch.zeros(4)}
     _assert_same(policy_obs(minibatch, texts), old)
     _assert_same(policy_obs({**minibatch, "time_left": tleft}, texts), {**old, "time_left": tleft})

@@ -39,7 +39,7 @@ def test_policy_families_are_one_table():
 
 def test_backends_and_algorithms_use_the_registry():
     import sims
-    from embodied.rl.registry import ALGORITHMS
+    from embodied.algorithms.registry import ALGORITHMS
 
     with pytest.raises(ValueError, match="unknown simulation backend 'mujoko'; did you mean 'mujoco'"):
         sims.make("mujoko", task="pick_cube")

@@ -8,9 +8,9 @@ import torch
 
 import policies
 import sims
-from embodied.rl.batch import grpo_batch, ppo_batch
-from embodied.rl.loss import LossConfig, chunk_ppo_loss, evaluate_minibatch, policy_obs
-from embodied.rl.rollout import collect_chunks
+from embodied.algorithms.batch import grpo_batch, ppo_batch
+from embodied.algorithms.loss import LossConfig, chunk_ppo_loss, evaluate_minibatch, policy_obs
+from embodied.algorithms.rollout import collect_chunks
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1)
 
@@ -66,7 +66,7 @@ def test_rollout_then_the_chunk_ppo_loss(family, extra):
 def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
     """Two groups of two envs: group 0 mixed (one success), group 1 all failures -> only group 0's
     first-episode chunks are kept, with advantages +-0.707 (normalised returns 1 and 0)."""
-    from embodied.rl.rollout import Rollout
+    from embodied.algorithms.rollout import Rollout
 
     t, n = 3, 4
     done = torch.tensor([[False, False, False, False], [True, True, True, True], [False, False, False, False]])
@@ -120,7 +120,7 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
 def test_per_dimension_ratio_is_the_geometric_mean():
     """logprob_scale=1/D turns a chunk's log-ratio of D dimensions into its per-dimension mean:
     a shift of 0.35 nats over 35 dimensions is a ratio of e^0.01, inside the clip range."""
-    from embodied.rl.loss import chunk_ppo_loss
+    from embodied.algorithms.loss import chunk_ppo_loss
 
     mb = {"old_logprob": torch.zeros(4), "advantages": torch.ones(4)}
     new = torch.full((4,), 0.35, requires_grad=True)
@@ -133,7 +133,7 @@ def test_per_dimension_ratio_is_the_geometric_mean():
 
 def test_negative_advantages_scaled():
     """neg_adv_scale multiplies negative advantages only: at 0 the failures give no gradient at all."""
-    from embodied.rl.loss import chunk_ppo_loss
+    from embodied.algorithms.loss import chunk_ppo_loss
 
     mb = {"old_logprob": torch.zeros(4), "advantages": torch.tensor([1.0, -1.0, -2.0, 0.5])}
     for scale, expected in ((1.0, -(1.0 - 1.0 - 2.0 + 0.5) / 4), (0.0, -(1.0 + 0.5) / 4),

@@ -307,7 +307,7 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
     import torch
 
     import sims
-    from embodied.rl.loss import LossConfig
+    from embodied.algorithms.loss import LossConfig
     from embodied.rllib import build_algorithm, make_env_config
     from embodied.runners.train import RuntimeConfig, start_ray
 
@@ -328,7 +328,7 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
     started = start_ray(RuntimeConfig(), tmp_path)
     algo = None
     try:
-        with pytest.raises(TypeError, match="must be an embodied.rl.loss.LossConfig"):
+        with pytest.raises(TypeError, match="must be an embodied.algorithms.loss.LossConfig"):
             build_algorithm(cases[0][0], instructions=instructions, env_config=env_config, rl=dict(loss={"clip": 0.1}))
         for policy, rl, minibatches in cases:
             algo = build_algorithm(policy, instructions=instructions, env_config=env_config, rl=rl)

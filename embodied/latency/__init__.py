@@ -1,4 +1,4 @@
-"""Latency-aware execution (DESIGN.md, "Latency"): an action queue indexed by control step,
+"""Latency-aware execution (docs/design.md, "Latency"): an action queue indexed by control step,
 sync / async / real-time chunking / latency-aware execution modes, measured delay statistics, and
 the delayed-env wrapper for latency-aware RL (ARLI)."""
 

@@ -1,4 +1,4 @@
-"""A batched action queue indexed by control step (DESIGN.md, "Latency").
+"""A batched action queue indexed by control step (docs/design.md, "Latency").
 
 Every queued action carries the control step it is meant for (its index) and an id (which chunk
 and which position in it). Slot ``j`` of the buffer holds the action for step ``now + j`` of each

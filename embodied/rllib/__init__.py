@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from embodied.rl.loss import LossConfig
+from embodied.algorithms.loss import LossConfig
 from embodied.rllib.algorithm import ChunkRL, ChunkRLConfig
 from embodied.rllib.env_runner import VecEnvRunner, chunk_spaces, make_env_config
 from embodied.rllib.learner import ChunkPPOLearner
 from embodied.rllib.module import PolicyRLModule, module_config
 
 #: fields of :class:`ChunkRLConfig` that :func:`build_algorithm` accepts in ``rl`` (``loss``: a
-#: :class:`embodied.rl.loss.LossConfig`)
+#: :class:`embodied.algorithms.loss.LossConfig`)
 RL_FIELDS = ("lr", "critic_lr", "loss", "freeze_prefix", "critic_warmup", "num_epochs", "minibatch_size", "target_kl",
              "grad_clip", "overlap")
 
@@ -33,7 +33,7 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     (with ``L = 0`` the driver's learner uses a GPU when ``num_gpus_per_learner > 0``). Remote runners
     get ``num_gpus_per_env_runner`` each (GPU simulators; Ray hides the GPUs from actors that ask for none).
     ``critic`` (``{"kind": "privileged", "input_dim", "hidden"}``) replaces the policy's value head by a
-    separate critic on privileged state (:mod:`embodied.rl.critic`).
+    separate critic on privileged state (:mod:`embodied.algorithms.critic`).
     """
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -41,7 +41,7 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     if unknown:
         raise ValueError(f"unknown RL field(s) {unknown}; known: {list(RL_FIELDS)}")
     if "loss" in rl and not isinstance(rl["loss"], LossConfig):
-        raise TypeError(f"rl['loss'] must be an embodied.rl.loss.LossConfig, got {type(rl['loss']).__name__}")
+        raise TypeError(f"rl['loss'] must be an embodied.algorithms.loss.LossConfig, got {type(rl['loss']).__name__}")
     obs_space, act_space = chunk_spaces(policy.config.state_dim, policy.chunk_size, policy.action_dim)
     env_config = dict(env_config, num_envs_total=int(env_config["num_envs"]) * max(num_env_runners, 1), seed=seed)
     config = (

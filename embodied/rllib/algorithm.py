@@ -4,7 +4,7 @@ Its ``training_step`` samples training batches from :class:`~embodied.rllib.env_
 (local, or remote Ray actors), updates the :class:`~embodied.rllib.learner.ChunkPPOLearner` (in the
 driver or on remote learner actors / GPUs) and syncs the weights back.
 
-The update of an iteration is :func:`embodied.rl.update.run_epochs`: ``num_epochs`` passes over
+The update of an iteration is :func:`embodied.algorithms.update.run_epochs`: ``num_epochs`` passes over
 the batch, each a fresh permutation cut into evenly sized minibatches, one ``learner_group.update``
 (one gradient step, data parallel over the learners) per minibatch, stopped early when a
 minibatch's approx KL exceeds ``target_kl``.
@@ -34,10 +34,10 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from embodied.rl.batch import batch_size, concat_batches
-from embodied.rl.gae import normalize_advantages
-from embodied.rl.loss import LossConfig
-from embodied.rl.update import UpdateConfig, explained_variance, run_epochs
+from embodied.algorithms.batch import batch_size, concat_batches
+from embodied.algorithms.gae import normalize_advantages
+from embodied.algorithms.loss import LossConfig
+from embodied.algorithms.update import UpdateConfig, explained_variance, run_epochs
 from embodied.rllib.env_runner import VecEnvRunner
 from embodied.rllib.learner import ChunkPPOLearner
 from embodied.rllib.module import PolicyRLModule
@@ -45,8 +45,8 @@ from embodied.rllib.module import PolicyRLModule
 
 class ChunkRLConfig(AlgorithmConfig):
     """RLlib config with the chunk-PPO fields: the loss hyper-parameters as one
-    :class:`~embodied.rl.loss.LossConfig` (``loss``), the schedule's defaults from
-    :class:`~embodied.rl.update.UpdateConfig` (under RLlib's names ``num_epochs``, ``grad_clip``)."""
+    :class:`~embodied.algorithms.loss.LossConfig` (``loss``), the schedule's defaults from
+    :class:`~embodied.algorithms.update.UpdateConfig` (under RLlib's names ``num_epochs``, ``grad_clip``)."""
 
     def __init__(self, algo_class: type | None = None):
         super().__init__(algo_class=algo_class or ChunkRL)

@@ -1,15 +1,15 @@
 """``VecEnvRunner``: an RLlib ``EnvRunner`` that owns one batched :class:`sims.VecEnv`.
 
 RLlib's stock ``SingleAgentEnvRunner`` loops in Python over gymnasium sub-envs and episodes; this
-runner instead steps all its envs as one batch of action chunks (:func:`embodied.rl.rollout.collect_chunks`)
+runner instead steps all its envs as one batch of action chunks (:func:`embodied.algorithms.rollout.collect_chunks`)
 and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 
 ``config.env_config`` keys: ``suite``, ``tasks`` (indices), ``num_envs`` (per runner), ``image_size``,
 ``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
-``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.rl.batch.ppo_batch`),
+``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.algorithms.batch.ppo_batch`),
 ``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
-``torch_threads``, ``grpo_weighting`` (:data:`embodied.rl.grpo.GRPO_WEIGHTING`), ``grpo_keep``
-(:data:`embodied.rl.grpo.GRPO_KEEP`), ``grpo_std_norm`` (divide by the group's std),
+``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`), ``grpo_keep``
+(:data:`embodied.algorithms.grpo.GRPO_KEEP`), ``grpo_std_norm`` (divide by the group's std),
 ``init_states`` (``grpo``: cycle the groups through the first N training initial states of each
 task; None: a new state for every group), ``init_pool`` (``random``: training states, never the
 evaluation protocol's; ``protocol``: the protocol's fixed initial states ``0..NUM_INIT_STATES-1``,
@@ -32,9 +32,9 @@ from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from embodied.rl.batch import grpo_batch, ppo_batch
-from embodied.rl.critic import CriticInputs
-from embodied.rl.rollout import collect_chunks
+from embodied.algorithms.batch import grpo_batch, ppo_batch
+from embodied.algorithms.critic import CriticInputs
+from embodied.algorithms.rollout import collect_chunks
 from sims.protocol import TRAIN_INIT_OFFSET
 
 #: where training episodes start: ``random`` training states (evaluation's are held out) or the protocol's

@@ -1,5 +1,5 @@
 """``ChunkPPOLearner``: an RLlib ``TorchLearner`` whose loss is the chunk PPO loss of
-:mod:`embodied.rl.loss` (Flow-SDE / Flow-Noise log-probabilities for flow VLAs, token log-prob sums
+:mod:`embodied.algorithms.loss` (Flow-SDE / Flow-Noise log-probabilities for flow VLAs, token log-prob sums
 for token VLAs; GRPO is the same loss without the critic)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
-from embodied.rl.loss import chunk_ppo_loss
-from embodied.rl.params import split_parameters
-from embodied.rl.update import STAT_KEYS
+from embodied.algorithms.loss import chunk_ppo_loss
+from embodied.algorithms.params import split_parameters
+from embodied.algorithms.update import STAT_KEYS
 
 __all__ = ["ChunkPPOLearner", "split_parameters"]
 
@@ -20,7 +20,7 @@ __all__ = ["ChunkPPOLearner", "split_parameters"]
 class ChunkPPOLearner(TorchLearner):
     """Two optimizers (actor at ``config.lr``, critic at ``config.critic_lr``), global-norm gradient
     clipping from ``config.grad_clip``, the loss of ``config.loss`` (a
-    :class:`~embodied.rl.loss.LossConfig`); per-minibatch statistics kept until :meth:`pop_stats`."""
+    :class:`~embodied.algorithms.loss.LossConfig`); per-minibatch statistics kept until :meth:`pop_stats`."""
 
     def build(self) -> None:
         self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS}

@@ -12,13 +12,13 @@ from typing import Any
 import torch
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from embodied.rl.critic import build_critic
-from embodied.rl.loss import evaluate_minibatch, policy_obs
+from embodied.algorithms.critic import build_critic
+from embodied.algorithms.loss import evaluate_minibatch, policy_obs
 
 
 def module_config(policy: Any, instructions: list[str], critic: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``model_config`` that rebuilds ``policy``'s architecture in another process; ``critic``
-    (``{"kind": "privileged", "input_dim", "hidden"}``) adds a separate critic (:mod:`embodied.rl.critic`)."""
+    (``{"kind": "privileged", "input_dim", "hidden"}``) adds a separate critic (:mod:`embodied.algorithms.critic`)."""
     return {"family": policy.family, "policy_config": policy.config.to_dict(),
             "stats": policy.processor.stats, "instructions": list(instructions), "critic": critic}
 
@@ -35,7 +35,7 @@ def build_policy(model_config: dict[str, Any]) -> Any:
 
 
 class PolicyRLModule(TorchRLModule):
-    """Batches are dicts of columns (see :mod:`embodied.rl.batch`): ``rgb [B, V, H, W, 3]``,
+    """Batches are dicts of columns (see :mod:`embodied.algorithms.batch`): ``rgb [B, V, H, W, 3]``,
     ``state [B, S]``, ``task_id [B]`` and the policy's sampling extras ``x.<name>``.
 
     Forward passes: exploration/inference sample a chunk (``actions [B, H, A]``, ``action_logp [B]``,

@@ -150,8 +150,8 @@ def _tasks(cfg: PipelineConfig) -> list[int]:
 def check_config(cfg: PipelineConfig) -> None:
     import sims
     from embodied.data.collect import check_action_noise
-    from embodied.rl.batch import TRUNCATION
-    from embodied.rl.critic import CRITICS
+    from embodied.algorithms.batch import TRUNCATION
+    from embodied.algorithms.critic import CRITICS
 
     if cfg.sim.suite is None or cfg.sim.suite not in sims.suites.names():
         raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {sims.suites.names()}")

@@ -38,9 +38,9 @@ from tqdm import tqdm
 
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
 from embodied.metrics_log import MetricsLog
-from embodied.rl.loss import LossConfig
-from embodied.rl.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for
-from embodied.rl.update import UpdateConfig
+from embodied.algorithms.loss import LossConfig
+from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for
+from embodied.algorithms.update import UpdateConfig
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
 #: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
@@ -56,7 +56,7 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
 @dataclass
 class AlgoConfig:
     """Config group ``algo/``: the RL algorithm and its hyper-parameters. The defaults of the loss come from
-    :class:`embodied.rl.loss.LossConfig`, those of the update schedule from :class:`embodied.rl.update.UpdateConfig`
+    :class:`embodied.algorithms.loss.LossConfig`, those of the update schedule from :class:`embodied.algorithms.update.UpdateConfig`
     (pi_RL's where published)."""
 
     # flow_sde | flow_sde_full | flow_noise | flow_grpo | flow_fpo | flow_dsrl | flow_dsrl_grpo (flow VLA) |
@@ -185,9 +185,9 @@ class TrainError(ValueError):
 def check_config(cfg: TrainConfig) -> None:
     """Stop impossible combinations before anything starts."""
     import sims
-    from embodied.rl.batch import TRUNCATION
-    from embodied.rl.critic import CRITICS
-    from embodied.rl.grpo import GRPO_KEEP, GRPO_WEIGHTING
+    from embodied.algorithms.batch import TRUNCATION
+    from embodied.algorithms.critic import CRITICS
+    from embodied.algorithms.grpo import GRPO_KEEP, GRPO_WEIGHTING
 
     a, r = cfg.algo, cfg.runtime
     if a.name not in ALGORITHMS:
@@ -368,8 +368,8 @@ def _latency_aware(cfg: TrainConfig, policy: Any) -> Any:
 def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
     """Fail before Ray starts if the policy cannot drive the env (action space, cameras, ...) or if
     GRPO's episodes cannot finish inside one iteration; returns the width of a privileged critic's
-    input (:func:`embodied.rl.critic.critic_input_dim`) for this env."""
-    from embodied.rl.critic import critic_input_dim
+    input (:func:`embodied.algorithms.critic.critic_input_dim`) for this env."""
+    from embodied.algorithms.critic import critic_input_dim
 
     import sims
 

@@ -1,4 +1,4 @@
-"""Samplers of the flow policy as pure functions on tensors (DESIGN.md, "Reinforcement learning").
+"""Samplers of the flow policy as pure functions on tensors (docs/design.md, "Reinforcement learning").
 
 Time runs from t=1 (noise) to t=0 (action) in K steps of size d = 1/K. ``v`` is the predicted
 velocity ``noise - action`` at ``(x_t, t)``.

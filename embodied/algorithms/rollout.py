@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from embodied.rl.critic import CriticInputs, EpisodeClock, step_limits, time_left
+from embodied.algorithms.critic import CriticInputs, EpisodeClock, step_limits, time_left
 from policies.io import env_inputs, indexed_inputs, task_instructions
 from sims.core import obs_views
 
@@ -92,11 +92,11 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
     With ``critic`` the values come from that separate critic (its clock is advanced here, so pass
     the same object on every call that continues the episodes) instead of the policy's value head.
 
-    The policy reads ``obs["time_left"]`` (float ``[N]``, :func:`embodied.rl.critic.time_left`): the
+    The policy reads ``obs["time_left"]`` (float ``[N]``, :func:`embodied.algorithms.critic.time_left`): the
     fraction of each episode's step limit (``env.tasks[i].max_steps``; the critic's limits with
     ``critic``) still left, 0 for the final observation of an episode cut at its limit; the rollout
     keeps it (``Rollout.time_left``) so training evaluates the value on the same input. It comes from
-    an :class:`~embodied.rl.critic.EpisodeClock`: ``critic.clock`` with ``critic``, else one started
+    an :class:`~embodied.algorithms.critic.EpisodeClock`: ``critic.clock`` with ``critic``, else one started
     from ``obs["elapsed"]`` (int64 ``[N]`` steps since each episode began; absent: 0, fresh episodes,
     as after ``env.reset``). The returned obs carries ``"elapsed"``, so passing it to the next call
     continues the episodes' clocks.

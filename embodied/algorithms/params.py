@@ -9,7 +9,7 @@ import torch
 def split_parameters(module: torch.nn.Module, freeze_prefix: bool = False
                      ) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
     """``(actor, critic)`` parameters: the critic is the policy's value head (``value_mlp``), or the
-    separate critic (``critic.*``, see :mod:`embodied.rl.critic`) when the module has one; the
+    separate critic (``critic.*``, see :mod:`embodied.algorithms.critic`) when the module has one; the
     value head then takes no part and stops requiring gradients. With ``freeze_prefix`` the
     observation encoder (``prefix``: vision, language, state, fusion) is left out of both and stops
     requiring gradients. A policy whose ``rl_trainable`` names a submodule (a steered flow policy:

@@ -5,7 +5,7 @@ Columns: ``rgb [B, V, H, W, 3]`` uint8, ``state [B, S]``, ``task_id [B]``, ``tim
 fraction of the episode's step limit left, which the policy's value head reads; absent for rollouts
 without it), the policy's sampling extras as ``x.<name> [B, ...]``, ``old_logprob [B]``,
 ``advantages [B]`` (normalised over the batch); with a critic also ``old_values [B]`` and
-``value_targets [B]``, and with a separate critic (:mod:`embodied.rl.critic`) its inputs
+``value_targets [B]``, and with a separate critic (:mod:`embodied.algorithms.critic`) its inputs
 ``critic_obs [B, C]``.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from embodied.rl.gae import chunk_gae, normalize_advantages
-from embodied.rl.grpo import (GRPO_KEEP, GRPO_WEIGHTING, episode_weighted_advantages, grpo_advantages,
+from embodied.algorithms.gae import chunk_gae, normalize_advantages
+from embodied.algorithms.grpo import (GRPO_KEEP, GRPO_WEIGHTING, episode_weighted_advantages, grpo_advantages,
                               grpo_group_filter, grpo_return_filter)
-from embodied.rl.rollout import Rollout
+from embodied.algorithms.rollout import Rollout
 
 EXTRA_PREFIX = "x."
 
@@ -71,10 +71,10 @@ def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk", keep
     """GRPO rows: envs ``[g * G, (g + 1) * G)`` form group ``g`` (same initial state); each env's first
     episode is one rollout whose group-normalised return is the advantage of all its chunks (scaled
     by mean length / its length with ``weighting="episode"``, so each kept episode weighs the same:
-    see :func:`embodied.rl.grpo.episode_weighted_advantages`). Groups that are unfinished are
+    see :func:`embodied.algorithms.grpo.episode_weighted_advantages`). Groups that are unfinished are
     dropped, and (dynamic sampling) with ``keep="success"`` the all-success / all-failure ones, with
     ``keep="return"`` those whose returns are all equal. ``std_norm=False``: advantages ``R - mean``
-    (see :func:`embodied.rl.grpo.grpo_advantages`)."""
+    (see :func:`embodied.algorithms.grpo.grpo_advantages`)."""
     t_len, n = rollout.shape
     if group_size < 2 or n % group_size:
         raise ValueError(f"{n} envs do not split into groups of {group_size} (>= 2)")

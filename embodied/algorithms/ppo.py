@@ -1,6 +1,6 @@
 """The PPO loss on chunk log-probabilities: ratio clipping, optional dual clip, value clipping,
 entropy bonus, optional approx-KL penalty. Its hyper-parameters have no defaults here: they come
-from :class:`embodied.rl.loss.LossConfig`, the one place that sets them.
+from :class:`embodied.algorithms.loss.LossConfig`, the one place that sets them.
 """
 
 from __future__ import annotations

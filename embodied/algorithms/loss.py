@@ -1,4 +1,4 @@
-"""The chunk PPO loss of a policy on one minibatch of a training batch (see :mod:`embodied.rl.batch`),
+"""The chunk PPO loss of a policy on one minibatch of a training batch (see :mod:`embodied.algorithms.batch`),
 which the RLlib Learner (:class:`embodied.rllib.learner.ChunkPPOLearner`) optimises, and its one
 typed config :class:`LossConfig`: the only place the loss hyper-parameters have defaults (the YAML
 schema ``AlgoConfig`` of ``embodied-train`` and the RLlib config read them from here).
@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 import torch
 
-from embodied.rl.batch import EXTRA_PREFIX
-from embodied.rl.ppo import PPOStats, ppo_loss
+from embodied.algorithms.batch import EXTRA_PREFIX
+from embodied.algorithms.ppo import PPOStats, ppo_loss
 from policies.base import TIME_LEFT
 from policies.io import indexed_inputs
 

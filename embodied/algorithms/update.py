@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from embodied.rl.batch import minibatch_indices
+from embodied.algorithms.batch import minibatch_indices
 
 
 @dataclass
@@ -50,7 +50,7 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
                minibatch_size: int | None, target_kl: float | None = None,
                generator: torch.Generator | None = None) -> dict[str, float]:
     """Call ``step(rows)`` once per minibatch: ``epochs`` passes, each over a fresh permutation of the
-    ``total`` rows cut evenly (:func:`embodied.rl.batch.minibatch_indices`). ``step`` takes one
+    ``total`` rows cut evenly (:func:`embodied.algorithms.batch.minibatch_indices`). ``step`` takes one
     gradient step and returns that minibatch's statistics (:data:`STAT_KEYS`, ``approx_kl``
     measured before its step). When a minibatch's approx KL exceeds ``target_kl`` the iteration's
     remaining minibatches and epochs are skipped.

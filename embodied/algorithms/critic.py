@@ -8,7 +8,7 @@ limit already used. Only training uses it; deployment runs the policy alone.
 The time input matters when a step limit ends an episode as a failure (``truncation=fail``): the
 same state is worth less with fewer steps left, which a critic without it cannot represent. The
 policy's own (detached) value head reads it too, as ``obs["time_left"]`` (:func:`time_left`), from
-the same :class:`EpisodeClock` (see :func:`embodied.rl.rollout.collect_chunks`).
+the same :class:`EpisodeClock` (see :func:`embodied.algorithms.rollout.collect_chunks`).
 """
 
 from __future__ import annotations
