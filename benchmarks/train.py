@@ -109,7 +109,8 @@ def run(cfg: TrainBenchConfig, out: Path) -> dict[str, Any]:
     import torch
 
     import sims
-    from embodied.runners.train import RuntimeConfig, start_ray
+    from embodied.rllib.startup import start_ray
+    from embodied.runners.train import RuntimeConfig
 
     unknown = [c for c in cfg.runtimes if c not in CASES]
     if unknown or not cfg.runtimes:

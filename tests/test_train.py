@@ -309,7 +309,8 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
     import sims
     from embodied.algorithms.loss import LossConfig
     from embodied.rllib import build_algorithm, make_env_config
-    from embodied.runners.train import RuntimeConfig, start_ray
+    from embodied.rllib.startup import start_ray
+    from embodied.runners.train import RuntimeConfig
 
     torch.manual_seed(0)
     instructions = [t.instruction for t in sims.suites.tasks("goal")]

@@ -1,6 +1,7 @@
 """Ray RLlib integration: the policy as a ``TorchRLModule`` (:mod:`.module`), a batched-VecEnv
 ``EnvRunner`` (:mod:`.env_runner`), the chunk-PPO ``TorchLearner`` (:mod:`.learner`) and the
-``Algorithm`` tying them together with optional overlap of sampling and learning (:mod:`.algorithm`).
+``Algorithm`` tying them together with optional overlap of sampling and learning (:mod:`.algorithm`);
+Ray start-up for a run (:mod:`.startup`) and the run's checkpoint folder (:mod:`.checkpoint`).
 
 Ray is pinned exactly in ``pyproject.toml``: the runner and learner override RLlib internals.
 """

@@ -25,7 +25,6 @@ learning / waiting), ``train.json``, ``ray/`` (Ray's session files when Ray is s
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,9 +41,6 @@ from embodied.algorithms.loss import LossConfig
 from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for
 from embodied.algorithms.update import UpdateConfig
 from embodied.runs import machine_info, prepare_run_dir, write_json
-
-#: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
-CRITIC_FILE = "critic.safetensors"
 
 METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
@@ -290,24 +286,19 @@ def check_config(cfg: TrainConfig) -> None:
 def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     """The policy to train and, on resume, the checkpoint folder it came from."""
     import policies
-    from embodied.train_state import resolve_folder
+    from embodied.rllib.checkpoint import holds_checkpoint, load_init_policy, load_resumed_policy, resumable
 
     family, sampler, _ = ALGORITHMS[cfg.algo.name]
     resumed = None
     if cfg.resume:
-        resumed = resolve_folder(out / "checkpoint")
-        if resumed is None or not (resumed / "policy" / "config.json").is_file():
+        resumed = resumable(out)
+        if resumed is None:
             raise TrainError(f"resume=true but {out / 'checkpoint'} holds no checkpoint")
-        policy = policies.load(resumed / "policy", device="cpu")
+        policy = load_resumed_policy(resumed)
     elif cfg.init is not None:
-        if resolve_folder(out / "checkpoint") is not None:
+        if holds_checkpoint(out):
             raise TrainError(f"{out} already holds a run: pass resume=true to continue it, or a new out=...")
-        policy = policies.load(cfg.init, device="cpu")
-        meta = policies.checkpoint.read_meta(cfg.init)
-        if "value_features" not in meta.get("config", {}) and hasattr(policy, "use_value_features"):
-            # a bundle from before the detached, time-aware critic: SFT never trained its value head,
-            # so RL starts the new one fresh (a resumed run keeps the head it was trained with)
-            policy.use_value_features("detached")
+        policy = load_init_policy(cfg.init)
     else:
         if cfg.policy is None:
             raise TrainError("give init=CKPT (an SFT bundle) or policy=flow|autoregressive")
@@ -395,87 +386,13 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
     return critic_dim
 
 
-def start_ray(runtime: RuntimeConfig, out: Path) -> bool:
-    """Start (or join) Ray with the dashboard off and the session files in the run folder; True if
-    this process started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    env_vars = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    if runtime.address:
-        ray.init(address=runtime.address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
-        return True
-    temp = (out / "ray").resolve()
-    temp.mkdir(parents=True, exist_ok=True)
-    ray_dir = temp
-    if len(str(temp)) > 40:  # Ray's unix socket paths (temp dir + ~65 bytes) must stay under 108 bytes
-        import hashlib
-        import tempfile
-
-        ray_dir = Path(tempfile.gettempdir()) / f"ray-{hashlib.sha1(str(temp).encode()).hexdigest()[:10]}"
-        if ray_dir.is_symlink() or ray_dir.exists():
-            ray_dir.unlink()
-        ray_dir.symlink_to(temp, target_is_directory=True)  # a short name for the folder in the run folder
-    num_cpus = runtime.num_cpus or runtime.num_env_runners + runtime.num_learners + 1
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(ray_dir), log_to_driver=False,
-             runtime_env={"env_vars": env_vars}, configure_logging=False)
-    return True
-
-
-def describe_placement(placement: dict[str, Any]) -> str:
-    """One line on where the env runners and learners run (Ray nodes by IP and short node id)."""
-
-    def node(where: dict[str, Any]) -> str:
-        return f"{where['ip']}/{where['node_id'][:8]}"
-
-    parts = placement["env_runners"] + placement["learners"] + [placement["driver"]]
-    nodes = {p["node_id"] for p in parts}
-    return (f"placement on {len(nodes)} Ray node(s): env runners on "
-            f"{', '.join(node(w) for w in placement['env_runners'])}; learners on "
-            f"{', '.join(node(w) for w in placement['learners'])}; driver on {node(placement['driver'])}")
-
-
-def check_gpus(runtime: RuntimeConfig, gpus_per_learner: float) -> None:
-    """Stop with a clear message when the Ray cluster cannot hold the GPUs asked for (Ray would
-    otherwise wait for them forever)."""
-    import ray
-
-    need = gpus_per_learner * max(runtime.num_learners, 1) + runtime.num_gpus_per_env_runner * runtime.num_env_runners
-    have = float(ray.cluster_resources().get("GPU", 0.0))
-    if need > have + 1e-9:
-        raise TrainError(f"the run asks for {need:g} GPUs (learners {gpus_per_learner:g} x "
-                         f"{max(runtime.num_learners, 1)}, env runners {runtime.num_gpus_per_env_runner:g} x "
-                         f"{runtime.num_env_runners}) but the Ray cluster has {have:g}: lower "
-                         "runtime.num_gpus_per_learner / runtime.num_gpus_per_env_runner, or use device=cpu")
-
-
-def save_checkpoint(out: Path, algo: Any, policy: Any, *, iteration: int, env_steps: int, algo_name: str) -> Path:
-    """Bundle + training state into ``out/checkpoint`` (written aside, then swapped in)."""
-    import policies
-    from embodied.train_state import save_train_state, swap_in_folder
-
-    tmp = out / ".checkpoint.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    policy.load_state_dict(algo.policy_state())
-    policies.save(policy, tmp / "policy", extra={"iteration": iteration, "env_steps": env_steps, "algo": algo_name})
-    save_train_state(tmp / "train_state", optimizer_states=algo.optimizer_states(), step=iteration,
-                     extra={"env_steps": env_steps})
-    critic = algo.critic_state()
-    if critic:
-        from safetensors.torch import save_file
-
-        save_file({k: v.contiguous() for k, v in critic.items()}, str(tmp / CRITIC_FILE))
-    return swap_in_folder(tmp, out / "checkpoint")
-
-
 def train(cfg: TrainConfig) -> dict[str, Any]:
     import torch
 
     import sims
     from embodied.rllib import build_algorithm, make_env_config
-    from embodied.train_state import load_train_state
+    from embodied.rllib.checkpoint import holds_critic, load_progress, restore_checkpoint, save_checkpoint
+    from embodied.rllib.startup import GPUShortageError, check_gpus, describe_placement, start_ray
 
     check_config(cfg)
     out = prepare_run_dir(cfg.out)
@@ -486,14 +403,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     a, r = cfg.algo, cfg.runtime
     critic = {"kind": "privileged", "input_dim": critic_dim, "hidden": list(a.critic_hidden)} \
         if a.critic == "privileged" else None
-    if resumed is not None and (resumed / CRITIC_FILE).is_file() != (critic is not None):
+    if resumed is not None and holds_critic(resumed) != (critic is not None):
         raise TrainError(f"{resumed} was trained with algo.critic="
                          f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic")
     torch.set_num_threads(1)
     start_iter, env_steps = 0, 0
     meta: dict[str, Any] = {}
     if resumed is not None:
-        meta = load_train_state(resumed / "train_state")
+        meta = load_progress(resumed)
         start_iter, env_steps = int(meta["step"]), int(meta["extra"].get("env_steps", 0))
     else:
         torch.manual_seed(cfg.seed)
@@ -520,12 +437,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     gpus_per_learner = r.num_gpus_per_learner or (1.0 if cfg.device == "cuda" else 0.0)
     try:
         check_gpus(r, gpus_per_learner)
-    except TrainError:
+    except GPUShortageError as err:
         if started_ray:
             import ray
 
             ray.shutdown()
-        raise
+        raise TrainError(str(err)) from None
     algo = None
     placement: dict[str, Any] = {}
     metrics = MetricsLog(out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None,
@@ -538,12 +455,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                num_gpus_per_learner=gpus_per_learner,
                                num_gpus_per_env_runner=r.num_gpus_per_env_runner, seed=cfg.seed,
                                critic=critic)
-        if resumed is not None and critic is not None:
-            from safetensors.torch import load_file
-
-            algo.load_critic_state(load_file(str(resumed / CRITIC_FILE)))
-        if meta.get("optimizer_states"):
-            algo.load_optimizer_states(meta["optimizer_states"])
+        if resumed is not None:
+            restore_checkpoint(algo, resumed, meta)
         algo.stop_iteration = cfg.iterations
         placement = algo.placement()
         print(describe_placement(placement), file=sys.stderr, flush=True)
