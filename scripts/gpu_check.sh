@@ -60,7 +60,7 @@ for s in $sections; do
         run policy_bench 150 "$py" -m benchmarks.cli bench=policy "out=$out/policy_bench" device=cuda \
             "batch_sizes=[1,256]" repeats=5 ;;
     warp)
-        run warp 480 "$py" -m pytest -q tests/test_warp_backend.py tests/test_warp_render.py \
+        run warp 480 "$py" -m pytest -q tests/sims/test_warp_backend.py tests/sims/test_warp_render.py \
             -k "not embodied_train and not bench" --junitxml="$out/warp.xml" ;;
     bench)
         # every size twice: task logic on the device, then on host mirrors (the earlier path)

@@ -1,7 +1,10 @@
 """Test session set-up: pick MuJoCo's offscreen GL platform before any test module imports
-mujoco (MuJoCo fixes its GL backend at import time)."""
+mujoco (MuJoCo fixes its GL backend at import time). The helpers tests import (``from conftest
+import compose``) and the fixtures of more than one test file live here, the only conftest.py."""
 
 import os
+
+import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -18,3 +21,34 @@ def compose(config_name: str, *overrides: str):
 
     with initialize_config_module(config_module="configs", version_base="1.3"):
         return OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+
+
+# The real_robot tests (tests/real_robot/): a tiny flow policy behind a live websocket server, and the
+# openpi-style observation its clients send. Shared here rather than in a tests/real_robot/conftest.py:
+# a second conftest module would shadow this one for ``from conftest import compose``.
+
+#: the tiny flow policy those tests serve (their ``TINY``)
+SERVED_TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1, expert_layers=1)
+
+
+def openpi_obs(size: int = 32) -> dict:
+    """One request as an openpi client sends it: state, two camera images of ``size``, prompt."""
+    import numpy as np
+
+    return {"observation/state": np.zeros(15, np.float32),
+            "observation/images/agentview": np.zeros((size, size, 3), np.uint8),
+            "observation/images/wrist": np.zeros((size, size, 3), np.uint8), "prompt": "lift the can"}
+
+
+@pytest.fixture(scope="module")
+def tiny_server():
+    import torch
+
+    import policies
+    from real_robot.server import PolicyServer, ServerThread
+
+    torch.manual_seed(0)
+    server = PolicyServer(policies.make("flow", chunk_size=6, **SERVED_TINY), api_key="s3cret",
+                          max_message_bytes=1 << 20)
+    with ServerThread(server) as port:
+        yield server, port

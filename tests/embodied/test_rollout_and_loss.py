@@ -1,5 +1,5 @@
 """Chunk rollouts from a real VecEnv, training batches and the learner's chunk PPO loss on them (tiny
-sizes). The update itself runs through the RLlib algorithm: tests/test_train.py."""
+sizes). The update itself runs through the RLlib algorithm: tests/embodied/test_train.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Random-shift augmentation and the spatial-softmax keypoint readout of the CNN."""
+"""The CNN view encoder and its spatial-softmax keypoint readout (policies/encoders/vision.py). The
+random-shift augmentation: tests/embodied/test_augment.py."""
 
 from __future__ import annotations
 
@@ -6,35 +7,7 @@ import pytest
 import torch
 
 import policies
-from embodied.data.augment import random_shift
 from policies.encoders.vision import SpatialKeypoints, ViewEncoder
-
-
-def test_random_shift_is_a_translation_with_repeated_borders():
-    s = 12
-    rgb = torch.arange(3 * 2 * s * s * 3, dtype=torch.int64).reshape(3, 2, s, s, 3)
-    gen = torch.Generator().manual_seed(1)
-    out = random_shift(rgb, 3, gen)
-    assert out.shape == rgb.shape and out.dtype == rgb.dtype
-    for b in range(3):
-        for v in range(2):
-            img, shifted = rgb[b, v], out[b, v]
-            # the shifted image equals the original translated by one (dy, dx) in [-3, 3]^2,
-            # indices past the border clamped (replicate padding then crop)
-            matches = []
-            for dy in range(-3, 4):
-                for dx in range(-3, 4):
-                    rows = (torch.arange(s) + dy).clamp(0, s - 1)
-                    cols = (torch.arange(s) + dx).clamp(0, s - 1)
-                    if torch.equal(img[rows][:, cols], shifted):
-                        matches.append((dy, dx))
-            assert len(matches) == 1
-    # views and samples get their own offsets; the same generator state gives the same result
-    assert not all(torch.equal(out[b, v], out[0, 0] - rgb[0, 0] + rgb[b, v]) for b in range(3) for v in range(2))
-    assert torch.equal(out, random_shift(rgb, 3, torch.Generator().manual_seed(1)))
-    assert random_shift(rgb, 0, gen) is rgb
-    with pytest.raises(ValueError, match="pad must be >= 0"):
-        random_shift(rgb, -1, gen)
 
 
 def test_keypoints_locate_a_bright_spot():

@@ -1,4 +1,5 @@
-"""What the policy server guarantees: no reply carries a bad action, every connection has a deadline."""
+"""The policy server (real_robot/server.py) and what it guarantees: openpi-client gets actions behind
+the API key, no reply carries a bad action, every connection has a deadline."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from conftest import SERVED_TINY as TINY
+from conftest import openpi_obs as _obs
 
 import policies
 from real_robot import protocol
@@ -19,14 +22,7 @@ from real_robot.policy_client import PolicyClient, ServerError
 from real_robot.server import PolicyServer, ServerThread
 from real_robot.spec import RTC_FROZEN_KEY, RTC_PREV_KEY, PolicySpec, RequestError
 
-TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1, expert_layers=1)
 H, A = 6, 7
-
-
-def _obs(size: int = 32) -> dict:
-    return {"observation/state": np.zeros(15, np.float32),
-            "observation/images/agentview": np.zeros((size, size, 3), np.uint8),
-            "observation/images/wrist": np.zeros((size, size, 3), np.uint8), "prompt": "lift the can"}
 
 
 def _health(port: int) -> dict:
@@ -251,3 +247,22 @@ def test_healthz_reports_the_deadlines(server):
     assert health["deadlines_s"]["idle"] > 0 and health["max_connections"] >= 1
     assert {"idle", "message", "reply"} <= set(health["timeouts"]) and "unsafe_replies" in health
 
+
+def test_openpi_client_gets_actions_and_the_api_key_is_checked(tiny_server):
+    from openpi_client.websocket_client_policy import WebsocketClientPolicy
+
+    server, port = tiny_server
+    health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())
+    assert health["status"] == "ok" and health["spec"]["chunk_size"] == 6
+    client = WebsocketClientPolicy("127.0.0.1", port, api_key="s3cret")
+    meta = client.get_server_metadata()
+    assert meta["action_dim"] == 7 and "observation/images/wrist" in meta["request_keys"]
+    reply = client.infer(_obs(48))
+    assert reply["actions"].shape == (6, 7) and reply["actions"].dtype == np.float32
+    assert {"decode_ms", "preprocess_ms", "infer_ms", "queue_ms"} <= set(reply["server_timing"])
+    with pytest.raises(RuntimeError, match="NaN"):
+        client.infer({**_obs(), "observation/state": np.full(15, np.nan, np.float32)})
+    assert client.infer(_obs())["actions"].shape == (6, 7)  # still serving this connection
+    for key in (None, "wrong"):
+        with pytest.raises(Exception, match="401"):
+            WebsocketClientPolicy("127.0.0.1", port, api_key=key)
