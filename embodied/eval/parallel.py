@@ -113,7 +113,7 @@ def run_suite_parallel(spec: WorkerSpec, workers: int, *, on_episode: Callable[[
     start = time.perf_counter()
     for p in procs:
         p.start()
-    finished: dict[int, Any] = {}
+    finished: list[dict[str, Any]] = []
     error: tuple[BaseException, str] | None = None
     stopped = False
     ended = 0
@@ -140,7 +140,7 @@ def run_suite_parallel(spec: WorkerSpec, workers: int, *, on_episode: Callable[[
             else:
                 ended += 1
                 if kind == "done":
-                    finished[len(finished)] = payload
+                    finished.append(payload)
                 elif kind == "stopped":
                     stopped = True
                 elif error is None:
@@ -157,9 +157,8 @@ def run_suite_parallel(spec: WorkerSpec, workers: int, *, on_episode: Callable[[
         raise err from RuntimeError(f"in an eval worker:\n{tb}")
     if stopped:
         raise KeyboardInterrupt
-    parts = list(finished.values())
-    return {"env_steps": sum(p["env_steps"] for p in parts), "seconds": time.perf_counter() - start,
-            "latency": pooled_latency(parts)}
+    return {"env_steps": sum(p["env_steps"] for p in finished), "seconds": time.perf_counter() - start,
+            "latency": pooled_latency(finished)}
 
 
 def pooled_latency(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
