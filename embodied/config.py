@@ -264,11 +264,33 @@ def check_command_line(command: str, config_name: str, argv: list[str]) -> None:
         _refuse(command, problems)
 
 
-def hydra_app(command: str, config_name: str) -> Callable[[Callable[[Any], Any]], Callable[..., Any]]:
+def rewrite_moved_keys(command: str, argv: list[str], moved: dict[str, str],
+                       rewrite: Callable[[str, str], list[str]]) -> list[str]:
+    """``argv`` with every ``key=value`` whose key (without ``+`` / ``++``) is an old key of ``moved``
+    (old key -> its new place) replaced by ``rewrite(key, value)``, each with a deprecation message on
+    stderr naming the new form. Other arguments pass unchanged."""
+    out: list[str] = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        bare = key.lstrip("+")
+        if not sep or bare not in moved:
+            out.append(arg)
+            continue
+        new = rewrite(bare, value)
+        print(f"{command}: {bare}= is deprecated and will be removed in the next release; use "
+              f"{' '.join(new)}", file=sys.stderr, flush=True)
+        out += new
+    return out
+
+
+def hydra_app(command: str, config_name: str,
+              moved: Optional[tuple[dict[str, str], Callable[[str, str], list[str]]]] = None,
+              ) -> Callable[[Callable[[Any], Any]], Callable[..., Any]]:
     """``hydra.main`` of the ``embodied-*`` command ``command`` on ``configs/<config_name>.yaml``,
     refusing unknown keys: the command line is checked before Hydra starts (exit status 2, the
     closest valid key named, nothing created), and the composed config once more against its
-    schemas before the app runs."""
+    schemas before the app runs. ``moved``: ``(old key -> new place, rewrite)`` for keys that moved;
+    the old ones keep working through :func:`rewrite_moved_keys`."""
     import functools
 
     import hydra
@@ -286,6 +308,8 @@ def hydra_app(command: str, config_name: str) -> Callable[[Callable[[Any], Any]]
         @functools.wraps(task)
         def main(cfg_passthrough: Any = None) -> Any:
             if cfg_passthrough is None:
+                if moved is not None:
+                    sys.argv[1:] = rewrite_moved_keys(command, sys.argv[1:], *moved)
                 check_command_line(command, config_name, sys.argv[1:])
             return run(cfg_passthrough)
 

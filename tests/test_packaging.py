@@ -91,7 +91,7 @@ def test_valid_overrides_pass_the_key_check():
         ("eval", ["policy=expert", "num_envs=4", "suite=goal", "out=o"]),
         ("collect", ["num_envs=2", "suite=goal", "out=o"]),
         ("pipeline", ["sim=mujoco", "sim.num_envs=2", "policy=flow", "policy.d_model=32", "sft.steps=3",
-                      "rl.algo=flow_noise", "eval.attempts=1"]),
+                      "algo@rl.algo=flow_noise", "rl.algo.lr=1e-5", "runtime@rl.runtime=local", "eval.attempts=1"]),
         ("bench", ["bench=sim", "num_envs=[1,2]", "repeats=1", "out=o", *hydra_keys]),
         ("bench", ["bench=policy", "families=[flow]", "+policy_overrides.d_model=64", "out=o"]),
         ("bench", ["bench=train", "num_envs=2", "out=o"]),

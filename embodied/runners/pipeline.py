@@ -35,6 +35,7 @@ import numpy as np
 from omegaconf import MISSING, OmegaConf
 
 from embodied.config import SimConfig, hydra_app, register_policy_schemas, store
+from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig
 from embodied.runs import cpu_summary, machine_info, prepare_run_dir, same_config, write_json
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
@@ -62,33 +63,62 @@ class PipelineSFTConfig:
 
 @dataclass
 class PipelineRLConfig:
-    """Stage ``rl`` (see ``embodied-train``; the rest of the algorithm's fields keep their defaults)."""
+    """Stage ``rl``: ``embodied-train`` from the SFT bundle. ``algo`` and ``runtime`` are embodied-train's
+    config groups, composed from the same YAML (``algo@rl.algo=flow_noise``, ``rl.algo.lr=...``,
+    ``runtime@rl.runtime=local``); the other fields are embodied-train's of the same name, except
+    ``num_envs`` (here the envs in total) and ``init_states`` (embodied-train's ``init_pool``). The
+    main job's values are in ``configs/pipeline.yaml``."""
 
-    algo: str = "flow_sde"  # flow_sde | flow_sde_full | flow_noise
-    iterations: int = 30
-    num_envs: int = 20
-    chunks_per_iter: int = 16  # chunks per env per iteration (num_envs * chunks_per_iter chunks per update)
-    max_episode_steps: Optional[int] = 60  # training step limit (evaluation keeps the task's own)
-    # an episode ended by that limit: fail (it ends there: no success, no return) | bootstrap (see embodied-train)
-    truncation: str = "fail"
-    # the actor (the action expert and noise head; the observation encoder stays frozen). Above embodied-train's
-    # 5e-6 (pi_RL's, for batches of thousands of chunks over hundreds of iterations): 30 iterations of 320 chunks
-    # stay well inside algo.target_kl with it (docs/results/main-job.md)
-    lr: float = 1e-5
-    critic_warmup: int = 4  # first iterations that update only the value head (see embodied-train's algo)
-    critic: str = "policy"  # policy: the policy's value head | privileged: a separate critic on simulator state
-    reward_type: str = "sparse"
-    overlap: bool = False  # sample the next batch while learning (one update of policy lag)
-    # Ray actors that sample in parallel, rl.num_envs split evenly between them (renders run one per
-    # process, so 2 runners use both cores of a laptop while the learner waits); 0: sample in the driver
-    env_runners: int = 2
-    save_every: int = 10
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    iterations: int = TrainConfig.iterations
+    # envs in total, split evenly between runtime.num_env_runners (renders run one per process, so 2
+    # runners use both cores of a laptop while the learner waits)
+    num_envs: int = TrainConfig.num_envs
+    chunks_per_iter: int = TrainConfig.chunks_per_iter  # chunks per env per iteration
+    max_episode_steps: Optional[int] = TrainConfig.max_episode_steps  # training step limit (evaluation keeps the task's)
+    truncation: str = TrainConfig.truncation  # an episode ended by that limit: fail | bootstrap (see embodied-train)
+    reward_type: str = TrainConfig.reward_type
+    save_every: int = TrainConfig.save_every
     # where training episodes start: random (training states: the evaluation's 50 protocol states stay held out) |
     # protocol (on the 50 protocol states the evaluation scores, the LIBERO RL works' protocol)
-    init_states: str = "random"
+    init_states: str = TrainConfig.init_pool
     # the frozen-actor control: also run the same RL stage with algo.lr=0 and evaluate it (stages rl_control,
     # eval_control); the report compares RL with it
     control: bool = False
+
+
+#: ``rl.*`` keys of the layout before ``rl.algo`` / ``rl.runtime`` were embodied-train's groups, and where
+#: each went; the old keys still work for one release, with a deprecation message
+MOVED_RL_KEYS = {"rl.lr": "rl.algo.lr", "rl.critic_warmup": "rl.algo.critic_warmup", "rl.critic": "rl.algo.critic",
+                 "rl.overlap": "rl.runtime.overlap", "rl.env_runners": "rl.runtime.num_env_runners",
+                 "rl.algo": "algo@rl.algo"}
+
+
+def moved_rl_override(key: str, value: str) -> list[str]:
+    """The overrides that replace ``key=value`` of the old ``rl`` layout (:data:`MOVED_RL_KEYS`):
+    ``rl.env_runners=0`` also selects ``runtime@rl.runtime=local``, as the old key meant."""
+    new = [f"{MOVED_RL_KEYS[key]}={value}"]
+    if key == "rl.env_runners":
+        new.insert(0, f"runtime@rl.runtime={'local' if value.strip() == '0' else 'cluster'}")
+    return new
+
+
+def upgrade_config(c: dict[str, Any]) -> dict[str, Any]:
+    """A ``results.json`` config of the old ``rl`` layout (``rl.lr``, ``rl.algo`` a name, ...) in the
+    current one, so that run folders made before still resume: the old pipeline built the algorithm
+    from :class:`AlgoConfig`'s defaults plus those keys and the runtime from ``rl.env_runners``."""
+    rl = c.get("rl")
+    if not isinstance(rl, dict) or isinstance(rl.get("algo"), dict):
+        return c
+    rl = dict(rl)
+    algo = AlgoConfig(name=rl.pop("algo", AlgoConfig.name), lr=rl.pop("lr", AlgoConfig.lr),
+                      critic_warmup=rl.pop("critic_warmup", AlgoConfig.critic_warmup),
+                      critic=rl.pop("critic", AlgoConfig.critic))
+    runners = rl.pop("env_runners", 0)
+    runtime = RuntimeConfig(name="cluster" if runners else "local", num_env_runners=runners,
+                            overlap=rl.pop("overlap", False))
+    return {**c, "rl": {"algo": asdict(algo), "runtime": asdict(runtime), **rl}}
 
 
 @dataclass
@@ -168,9 +198,9 @@ def check_config(cfg: PipelineConfig) -> None:
     if any(s in cfg.stages for s in ("sft", "rl")) and family != "flow":
         raise PipelineError(f"the pipeline fine-tunes a flow VLA with Flow-SDE/Flow-Noise: use policy=flow "
                             f"(got {family}); token VLAs train with embodied-sft + embodied-train algo=ppo|grpo")
-    if cfg.rl.algo not in ("flow_sde", "flow_sde_full", "flow_noise"):
-        raise PipelineError(f"rl.algo={cfg.rl.algo!r}: the pipeline's flow VLA trains with flow_sde, flow_sde_full "
-                            "or flow_noise")
+    if cfg.rl.algo.name not in ("flow_sde", "flow_sde_full", "flow_noise"):
+        raise PipelineError(f"rl.algo.name={cfg.rl.algo.name!r}: the pipeline's flow VLA trains with "
+                            "algo@rl.algo=flow_sde, flow_sde_full or flow_noise")
     if cfg.eval.attempts < 1:
         raise PipelineError(f"eval.attempts={cfg.eval.attempts}: every initial state needs at least 1 episode")
     if cfg.rl.truncation not in TRUNCATION:
@@ -179,18 +209,25 @@ def check_config(cfg: PipelineConfig) -> None:
 
     if cfg.rl.init_states not in INIT_POOLS:
         raise PipelineError(f"rl.init_states={cfg.rl.init_states!r}: choose {' or '.join(INIT_POOLS)}")
-    if cfg.rl.critic not in CRITICS:
-        raise PipelineError(f"rl.critic={cfg.rl.critic!r}: choose one of {', '.join(CRITICS)}")
+    if cfg.rl.algo.critic not in CRITICS:
+        raise PipelineError(f"rl.algo.critic={cfg.rl.algo.critic!r}: choose one of {', '.join(CRITICS)}")
     if cfg.eval.workers < 1:
         raise PipelineError(f"eval.workers={cfg.eval.workers} must be >= 1 (processes sharing the evaluation)")
     if cfg.eval.heldout_episodes < 0:
         raise PipelineError(f"eval.heldout_episodes={cfg.eval.heldout_episodes} must be >= 0 (0: no held-out "
                             "evaluation)")
-    if cfg.rl.env_runners < 0 or (cfg.rl.env_runners and cfg.rl.num_envs % cfg.rl.env_runners):
-        raise PipelineError(f"rl.num_envs={cfg.rl.num_envs} is split evenly between rl.env_runners="
-                            f"{cfg.rl.env_runners}: choose a runner count >= 0 that divides it")
-    if not 0 <= cfg.rl.critic_warmup < cfg.rl.iterations:
-        raise PipelineError(f"rl.critic_warmup={cfg.rl.critic_warmup} must lie in 0..rl.iterations-1 "
+    runtime = cfg.rl.runtime
+    if runtime.name == "local" and runtime.num_env_runners:
+        raise PipelineError(f"rl.runtime.num_env_runners={runtime.num_env_runners} with runtime=local (one process): "
+                            "select runtime@rl.runtime=cluster for remote env runners")
+    if runtime.name == "cluster" and runtime.num_env_runners < 1:
+        raise PipelineError("runtime@rl.runtime=cluster needs rl.runtime.num_env_runners >= 1 (or select "
+                            "runtime@rl.runtime=local: sampling in the driver)")
+    if runtime.num_env_runners and cfg.rl.num_envs % runtime.num_env_runners:
+        raise PipelineError(f"rl.num_envs={cfg.rl.num_envs} is split evenly between rl.runtime.num_env_runners="
+                            f"{runtime.num_env_runners}: choose a runner count that divides it")
+    if not 0 <= cfg.rl.algo.critic_warmup < cfg.rl.iterations:
+        raise PipelineError(f"rl.algo.critic_warmup={cfg.rl.algo.critic_warmup} must lie in 0..rl.iterations-1 "
                             f"({cfg.rl.iterations - 1}): the actor learns after the warm-up")
     _tasks(cfg)
 
@@ -281,18 +318,17 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
 
 def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = False) -> dict[str, Any]:
     """The RL stage in ``out/name``; ``control``: the frozen-actor control (``algo.lr=0``, all else equal)."""
-    from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig
+    from dataclasses import replace
+
     from embodied.runners.train import train as rl_train
     from embodied.train_state import resolve_folder
 
     r = cfg.rl
     resume = resolve_folder(out / name / "checkpoint") is not None
-    algo = AlgoConfig(name=r.algo, lr=0.0 if control else r.lr, critic_warmup=r.critic_warmup, critic=r.critic)
-    runtime = RuntimeConfig(name="cluster" if r.env_runners else "local", num_env_runners=r.env_runners,
-                            overlap=r.overlap)
+    algo = replace(r.algo, lr=0.0) if control else r.algo
     summary = rl_train(TrainConfig(
-        out=str(out / name), init=str(out / "sft" / "ckpt"), algo=algo, runtime=runtime,
-        suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs // max(r.env_runners, 1),
+        out=str(out / name), init=str(out / "sft" / "ckpt"), algo=algo, runtime=r.runtime,
+        suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs // max(r.runtime.num_env_runners, 1),
         image_size=cfg.sim.image_size,
         iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
         truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume,
@@ -555,7 +591,9 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
         return {**c, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
                 "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
 
-    if done and not same_config(identity(results.get("config")), identity(config), PipelineConfig):
+    stored = results.get("config")
+    if done and not same_config(identity(upgrade_config(stored) if stored else None), identity(config),
+                                PipelineConfig):
         raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
                             "repeat the original command to resume it")
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)
@@ -604,7 +642,7 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     return results
 
 
-@hydra_app("embodied-pipeline", "pipeline")
+@hydra_app("embodied-pipeline", "pipeline", moved=(MOVED_RL_KEYS, moved_rl_override))
 def main(cfg: Any) -> None:
     from policies import CheckpointError, SpecMismatchError
 

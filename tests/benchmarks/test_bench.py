@@ -128,14 +128,18 @@ def test_bench_train_times_sequential_overlap_and_cluster(tmp_path):
                 "iterations=2", "rounds=1", "warmup=0", "max_episode_steps=5")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "train.json").read_text())
-    assert set(result["cases"]) == {"local-sequential", "local-overlap", "cluster-overlap"}
-    for case in result["cases"].values():
+    assert set(result["cases"]) == {"local-sequential", "local-overlap", "cluster-sequential", "cluster-overlap"}
+    for name, case in result["cases"].items():
         # 2 envs x (3 + 2) steps: the 5-step limit ends each episode inside its second chunk
         assert case["iterations"] == 2 and case["env_steps_per_iteration"] == 2 * 5
         assert set(case["time_split_s"]) == {"sim_s", "inference_s", "learn_s", "wait_s", "iteration_s"}
         assert case["env_steps_per_s"] > 0 and "vs_local_sequential" in case
-    assert result["overlap_speedup"] > 0 and isinstance(result["target"]["met"], bool)
+        # an overlapped batch is trained one update after it was sampled (the first one is not)
+        assert case["policy_lag"] == (1.0 if name.endswith("overlap") else 0.0), (name, case["policy_lag"])
+    assert set(result["overlap_speedup_by_runtime"]) == {"local", "cluster"}
+    assert result["overlap_speedup"] == result["overlap_speedup_by_runtime"]["local"] > 0
+    assert isinstance(result["target"]["met"], bool)
     rows = list(csv.DictReader(open(out / "train.csv")))
-    assert [r["case"] for r in rows] == ["local-sequential", "local-overlap", "cluster-overlap"]
+    assert [r["case"] for r in rows] == ["local-sequential", "local-overlap", "cluster-sequential", "cluster-overlap"]
     proc = _run("bench=train", f"out={tmp_path / 'c'}", "runtimes=[warp]")
     assert proc.returncode != 0 and "runtimes" in proc.stderr

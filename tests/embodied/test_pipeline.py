@@ -25,16 +25,20 @@ TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.nu
                  "video_tasks=2", "policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]",
                  "policy.chunk_size=3", "policy.prefix_layers=1", "policy.expert_layers=1", "sft.steps=3",
                  "sft.batch_size=4", "sft.warmup_steps=1", "rl.iterations=2", "rl.num_envs=2", "rl.chunks_per_iter=2",
-                 "rl.critic_warmup=1", "rl.truncation=fail", "rl.max_episode_steps=6", "eval.episodes=2",
+                 "rl.algo.critic_warmup=1", "rl.truncation=fail", "rl.max_episode_steps=6", "eval.episodes=2",
                  "eval.num_envs=4", "eval.video_max=1", "eval.attempts=2"]
 
 
 def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     """collect -> SFT -> eval -> Flow-SDE PPO on RLlib -> eval -> report, then a rerun skips every stage."""
     out = tmp_path / "run"
-    proc = _run("embodied-pipeline", f"out={out}", *TINY_PIPELINE)
+    # the key of the old rl layout still works, with a deprecation message naming the new one
+    old_keys = ["rl.critic_warmup=1" if a == "rl.algo.critic_warmup=1" else a for a in TINY_PIPELINE]
+    proc = _run("embodied-pipeline", f"out={out}", *old_keys)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rl.critic_warmup= is deprecated" in proc.stderr and "use rl.algo.critic_warmup=1" in proc.stderr
     results = json.loads((out / "results.json").read_text())
+    assert results["config"]["rl"]["algo"]["critic_warmup"] == 1
     assert results["stages_done"] == ["collect", "sft", "eval_sft", "rl", "eval_rl"]
     collect = results["collect"]
     assert collect["episodes"] == 2 and [t["task"] for t in collect["tasks"]] == [2, 8]
@@ -94,18 +98,57 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "action_noise=0.1"))
     with pytest.raises(PipelineError, match="use policy=flow"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "policy=autoregressive"))
-    with pytest.raises(PipelineError, match="rl.critic_warmup=2 must lie in 0..rl.iterations-1"):
-        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.iterations=2", "rl.critic_warmup=2"))
+    with pytest.raises(PipelineError, match="rl.algo.critic_warmup=2 must lie in 0..rl.iterations-1"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.iterations=2", "rl.algo.critic_warmup=2"))
     with pytest.raises(PipelineError, match="rl.truncation='never'"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.truncation=never"))
     with pytest.raises(PipelineError, match="rl.init_states='held': choose random or protocol"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.init_states=held"))
-    with pytest.raises(PipelineError, match="rl.critic='oracle': choose one of policy, privileged"):
-        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.critic=oracle"))
+    with pytest.raises(PipelineError, match="rl.algo.critic='oracle': choose one of policy, privileged"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.algo.critic=oracle"))
+    with pytest.raises(PipelineError, match="rl.algo.name='ppo': the pipeline's flow VLA trains with"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "algo@rl.algo=ppo"))
+    with pytest.raises(PipelineError, match="runtime=local"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "runtime@rl.runtime=local", "rl.runtime.num_env_runners=2"))
     with pytest.raises(PipelineError, match="action_noise=-0.1"):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "action_noise=-0.1"))
-    with pytest.raises(PipelineError, match="split evenly between rl.env_runners=3"):
-        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.num_envs=4", "rl.env_runners=3"))
+    with pytest.raises(PipelineError, match="split evenly between rl.runtime.num_env_runners=3"):
+        run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.num_envs=4", "rl.runtime.num_env_runners=3"))
+
+
+def test_rl_stage_composes_embodied_train_groups_and_old_keys_still_work(capsys):
+    """rl.algo / rl.runtime are embodied-train's config groups (an algo's YAML values arrive); the old
+    layout's keys are rewritten with a deprecation message, and a results.json config of the old layout
+    reads as the same run as today's default."""
+    from dataclasses import asdict
+
+    from conftest import compose
+    from embodied.config import rewrite_moved_keys
+    from embodied.runners.pipeline import MOVED_RL_KEYS, PipelineConfig, moved_rl_override, upgrade_config
+    from embodied.runs import same_config
+
+    cfg = compose("pipeline")
+    assert cfg.rl.algo.name == "flow_sde" and cfg.rl.algo.lr == 1e-5 and cfg.rl.algo.epochs == 2
+    assert cfg.rl.runtime.name == "cluster" and cfg.rl.runtime.num_env_runners == 2
+    local = compose("pipeline", "algo@rl.algo=flow_noise", "runtime@rl.runtime=local")
+    assert local.rl.algo.name == "flow_noise" and local.rl.algo.lr == 1e-5  # the pipeline's lr for every algo
+    assert local.rl.runtime.name == "local" and local.rl.runtime.num_env_runners == 0
+    argv = ["out=o", "rl.algo=flow_noise", "rl.lr=3e-6", "rl.env_runners=0", "++rl.overlap=true", "rl.iterations=5"]
+    new = rewrite_moved_keys("embodied-pipeline", argv, MOVED_RL_KEYS, moved_rl_override)
+    assert new == ["out=o", "algo@rl.algo=flow_noise", "rl.algo.lr=3e-6", "runtime@rl.runtime=local",
+                   "rl.runtime.num_env_runners=0", "rl.runtime.overlap=true", "rl.iterations=5"]
+    err = capsys.readouterr().err
+    assert err.count("is deprecated") == 4 and "rl.lr= is deprecated" in err and "use rl.algo.lr=3e-6" in err
+    moved = compose("pipeline", *new[1:])
+    assert (moved.rl.algo.name, moved.rl.algo.lr, moved.rl.runtime.name, moved.rl.runtime.overlap) == (
+        "flow_noise", 3e-6, "local", True)
+    old = {k: v for k, v in asdict(cfg).items() if k != "rl"} | {"rl": {
+        "algo": "flow_sde", "iterations": 30, "num_envs": 20, "chunks_per_iter": 16, "max_episode_steps": 60,
+        "truncation": "fail", "lr": 1e-05, "critic_warmup": 4, "critic": "policy", "reward_type": "sparse",
+        "overlap": False, "env_runners": 2, "save_every": 10, "init_states": "random", "control": False}}
+    assert same_config(upgrade_config(old), asdict(cfg), PipelineConfig)
+    assert not same_config(upgrade_config(old | {"rl": old["rl"] | {"lr": 3e-6}}), asdict(cfg), PipelineConfig)
+    assert upgrade_config(asdict(cfg)) == asdict(cfg)
 
 
 def test_protocol_training_is_also_scored_on_held_out_states(tmp_path):
@@ -116,7 +159,7 @@ def test_protocol_training_is_also_scored_on_held_out_states(tmp_path):
 
     out = tmp_path / "proto"
     res = run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "tasks=[8]", "rl.init_states=protocol",
-                      "eval.heldout_episodes=3", "rl.env_runners=0", "video_tasks=0", "eval.videos=none",
+                      "eval.heldout_episodes=3", "runtime@rl.runtime=local", "video_tasks=0", "eval.videos=none",
                       "eval.workers=1"))
     assert res["stages_done"] == ["collect", "sft", "eval_sft", "eval_sft_heldout", "rl", "eval_rl", "eval_rl_heldout"]
 
