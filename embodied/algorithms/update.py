@@ -26,6 +26,10 @@ class UpdateConfig:
             step) exceeds it (None: never).
         max_grad_norm: global gradient-norm clip.
         freeze_prefix: train the action expert / decoder and heads only, not the observation encoder.
+        kl_rollback: with ``target_kl``, the stop also undoes the actor's last two steps (the minibatch
+            beyond the target still stepped, and the one before it crossed it), so the iteration ends
+            on weights whose approx KL was measured within the target. Early stopping alone keeps the
+            step that crossed it, however far it went.
     """
 
     lr: float = 5e-6
@@ -35,6 +39,7 @@ class UpdateConfig:
     target_kl: float | None = 0.05
     max_grad_norm: float = 1.0
     freeze_prefix: bool = True
+    kl_rollback: bool = False
 
 
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
@@ -48,16 +53,19 @@ STAT_KEYS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl
 
 def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, epochs: int,
                minibatch_size: int | None, target_kl: float | None = None,
-               generator: torch.Generator | None = None) -> dict[str, float]:
+               generator: torch.Generator | None = None,
+               undo: Callable[[], None] | None = None) -> dict[str, float]:
     """Call ``step(rows)`` once per minibatch: ``epochs`` passes, each over a fresh permutation of the
     ``total`` rows cut evenly (:func:`embodied.algorithms.batch.minibatch_indices`). ``step`` takes one
     gradient step and returns that minibatch's statistics (:data:`STAT_KEYS`, ``approx_kl``
     measured before its step). When a minibatch's approx KL exceeds ``target_kl`` the iteration's
-    remaining minibatches and epochs are skipped.
+    remaining minibatches and epochs are skipped, and ``undo()`` (when given) takes the actor back to
+    its weights before the previous minibatch's step (:attr:`UpdateConfig.kl_rollback`).
 
     Returns the means over the minibatches run, ``approx_kl_first`` / ``clip_fraction_first`` (the
     first minibatch: how far the weights that sampled the batch already are from the ones that
-    train on it), ``minibatches``, ``epochs_run`` and ``kl_stop`` (1 when the target stopped it).
+    train on it), ``minibatches``, ``epochs_run``, ``kl_stop`` (1 when the target stopped it) and
+    ``kl_rollback`` (1 when ``undo`` was called).
     """
     per: list[dict[str, float]] = []
     epochs_run, stop = 0, False
@@ -70,8 +78,11 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
                 break
         if stop:
             break
+    if stop and undo is not None:
+        undo()
     out = {k: float(np.mean([p[k] for p in per])) if per else 0.0 for k in STAT_KEYS}
     out["approx_kl_first"] = float(per[0]["approx_kl"]) if per else 0.0
     out["clip_fraction_first"] = float(per[0]["clip_fraction"]) if per else 0.0
-    out.update(minibatches=float(len(per)), epochs_run=float(epochs_run), kl_stop=float(stop))
+    out.update(minibatches=float(len(per)), epochs_run=float(epochs_run), kl_stop=float(stop),
+               kl_rollback=float(stop and undo is not None))
     return out

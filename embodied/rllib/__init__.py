@@ -19,7 +19,7 @@ from embodied.rllib.module import PolicyRLModule, module_config
 #: fields of :class:`ChunkRLConfig` that :func:`build_algorithm` accepts in ``rl`` (``loss``: a
 #: :class:`embodied.algorithms.loss.LossConfig`)
 RL_FIELDS = ("lr", "critic_lr", "loss", "freeze_prefix", "critic_warmup", "num_epochs", "minibatch_size", "target_kl",
-             "grad_clip", "overlap")
+             "kl_rollback", "grad_clip", "overlap")
 
 
 def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],

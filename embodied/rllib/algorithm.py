@@ -7,7 +7,8 @@ driver or on remote learner actors / GPUs) and syncs the weights back.
 The update of an iteration is :func:`embodied.algorithms.update.run_epochs`: ``num_epochs`` passes over
 the batch, each a fresh permutation cut into evenly sized minibatches, one ``learner_group.update``
 (one gradient step, data parallel over the learners) per minibatch, stopped early when a
-minibatch's approx KL exceeds ``target_kl``.
+minibatch's approx KL exceeds ``target_kl`` (with ``kl_rollback`` the stop also takes the actor back
+to its weights before the step that crossed the target, on every learner alike).
 
 By default (``overlap=False``) every batch is trained on by the weights that sampled it: the
 metric ``policy_lag`` (actor updates between sampling a batch and training on it) is 0. With
@@ -58,6 +59,7 @@ class ChunkRLConfig(AlgorithmConfig):
         self.num_epochs = UpdateConfig.epochs
         self.minibatch_size: int | None = UpdateConfig.minibatch_size  # None: the whole batch (split over the learners)
         self.target_kl: float | None = UpdateConfig.target_kl  # stop once a minibatch's approx KL exceeds it
+        self.kl_rollback: bool = UpdateConfig.kl_rollback  # the stop also undoes the actor's last two steps
         self.grad_clip = UpdateConfig.max_grad_norm
         self.grad_clip_by = "global_norm"
         self.overlap = False
@@ -184,9 +186,12 @@ class ChunkRL(Algorithm):
             seed = int(self.config.seed or 0) * 1_000_003 + it
             critic_obs = batch.get("critic_obs")  # the separate critic's inputs, for its running statistics
 
+            rollback = bool(self.config.kl_rollback and self.config.target_kl is not None and not frozen)
+
             def prepare(learner: Any) -> None:
                 learner.seed_update(seed)
                 learner.set_actor_frozen(frozen)
+                learner.keep_undo(rollback)
                 if critic_obs is not None:
                     learner.update_critic_norm(DEFAULT_MODULE_ID, critic_obs)
 
@@ -200,8 +205,12 @@ class ChunkRL(Algorithm):
                     timesteps=steps, num_epochs=1, minibatch_size=None, shuffle_batch_per_epoch=False)
                 return self._on_learners(lambda learner: learner.pop_stats())[0]
 
+            def undo() -> None:
+                self._on_learners(lambda learner: learner.undo_actor_steps())
+
             stats = run_epochs(step, rows, epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
-                               target_kl=self.config.target_kl, generator=torch.Generator().manual_seed(seed))
+                               target_kl=self.config.target_kl, generator=torch.Generator().manual_seed(seed),
+                               undo=undo if rollback else None)
             self._weights_dirty = True
             if not frozen and self.config.lr > 0:
                 self._actor_version += 1
@@ -231,7 +240,7 @@ class ChunkRL(Algorithm):
             "iteration_s": time.perf_counter() - t0,
         }
         for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "minibatches",
-                    "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop"):
+                    "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop", "kl_rollback"):
             out[key] = float(stats.get(key, 0.0))
         if "groups" in results[0]:
             out["groups"] = float(sum(r["groups"] for r in results))

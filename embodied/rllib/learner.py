@@ -4,6 +4,7 @@ for token VLAs; GRPO is the same loss without the critic)."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,16 @@ class ChunkPPOLearner(TorchLearner):
         self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS}
         self._actor_frozen = False
         self._actor_refs: set[Any] = set()
+        self._actor_ref_list: list[Any] = []  # the same, in a fixed order (the weights' undo copies follow it)
+        # actor weights before each of the last two actor steps (kept only with rollback enabled)
+        self._before_steps: deque[list[torch.Tensor]] = deque(maxlen=2)
+        self._keep_undo = False
         super().build()
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         actor, critic = split_parameters(self._module[module_id], freeze_prefix=config.freeze_prefix)
         self._actor_refs |= {self.get_param_ref(p) for p in actor}
+        self._actor_ref_list += [self.get_param_ref(p) for p in actor]
         self.register_optimizer(module_id=module_id, optimizer_name="actor",
                                 optimizer=torch.optim.AdamW(actor, weight_decay=0.0), params=actor,
                                 lr_or_lr_schedule=config.lr)
@@ -57,7 +63,28 @@ class ChunkPPOLearner(TorchLearner):
             for ref in self._actor_refs:
                 self._params[ref].grad = None
             grads = {ref: g for ref, g in grads.items() if ref not in self._actor_refs}
+        elif self._keep_undo:  # the weights this step starts from, before the optimizer moves them
+            self._before_steps.append([self._params[ref].detach().clone() for ref in self._actor_ref_list])
         return grads
+
+    def keep_undo(self, enabled: bool) -> None:
+        """Start an iteration's update: with ``enabled`` keep the actor's weights before each of its next
+        steps, so that :meth:`undo_actor_steps` can take the last two back."""
+        self._keep_undo = bool(enabled)
+        self._before_steps.clear()
+
+    def undo_actor_steps(self) -> int:
+        """Put the actor back to its weights before the last two steps of this iteration (or before the
+        only one); returns how many steps were undone. The optimizers' moments keep those steps'
+        gradients: only the weights go back."""
+        if not self._before_steps:
+            return 0
+        undone = len(self._before_steps)
+        with torch.no_grad():
+            for ref, weights in zip(self._actor_ref_list, self._before_steps[0]):
+                self._params[ref].copy_(weights)
+        self._before_steps.clear()
+        return undone
 
     def pop_stats(self) -> dict[str, float]:
         """Means of the statistics since the last call (0 where no minibatch ran)."""

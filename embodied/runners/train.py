@@ -46,7 +46,7 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
                  "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
                  "advantage_std", "minibatches", "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop",
-                 "policy_lag"]
+                 "policy_lag", "kl_rollback"]
 
 
 @dataclass
@@ -81,6 +81,9 @@ class AlgoConfig:
     # stop an iteration's remaining minibatches once one's approx KL (measured before its step) exceeds this
     # (null: never); the update stays near the weights that sampled the batch
     target_kl: Optional[float] = UpdateConfig.target_kl
+    # with target_kl: the stop also undoes the actor's last two steps (the one beyond the target and the one
+    # that crossed it), so the iteration ends on weights measured within the target; false keeps them
+    kl_rollback: bool = UpdateConfig.kl_rollback
     max_grad_norm: float = UpdateConfig.max_grad_norm  # global gradient-norm clip
     # RL trains the action expert / decoder and heads, not the observation encoder (vision, language, state,
     # fusion: about half the weights); false trains the whole model
@@ -431,7 +434,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                       logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
                       neg_adv_scale=a.neg_adv_scale)
     rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, loss=loss, num_epochs=a.epochs, minibatch_size=a.minibatch_size,
-              target_kl=a.target_kl, freeze_prefix=a.freeze_prefix, critic_warmup=a.critic_warmup,
+              target_kl=a.target_kl, kl_rollback=a.kl_rollback, freeze_prefix=a.freeze_prefix,
+              critic_warmup=a.critic_warmup,
               grad_clip=a.max_grad_norm, overlap=r.overlap)
     started_ray = start_ray(r, out)
     gpus_per_learner = r.num_gpus_per_learner or (1.0 if cfg.device == "cuda" else 0.0)

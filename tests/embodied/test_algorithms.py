@@ -222,3 +222,13 @@ def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_e
     seen, step = recorder([0.1, 0.1, 0.1, 0.1])
     out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0))
     assert (out["minibatches"], out["epochs_run"], out["kl_stop"]) == (4, 2, 0)
+    # with undo (kl_rollback) the stop calls it once; a run that never stops never does
+    undone: list[int] = []
+    seen, step = recorder([0.0, 0.01, 0.3, 0.0])
+    out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0),
+                     undo=lambda: undone.append(len(seen)))
+    assert undone == [3] and (out["minibatches"], out["kl_stop"], out["kl_rollback"]) == (3, 1, 1)
+    seen, step = recorder([0.0] * 4)
+    out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0),
+                     undo=lambda: undone.append(len(seen)))
+    assert undone == [3] and (out["kl_stop"], out["kl_rollback"]) == (0, 0)

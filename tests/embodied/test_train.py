@@ -362,3 +362,47 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
             algo.stop()
         if started:
             ray.shutdown()
+
+
+def test_kl_rollback_ends_the_iteration_on_weights_measured_within_the_target(tmp_path):
+    """``kl_rollback``: a step so large that the next minibatch measures its approx KL beyond
+    ``target_kl`` is undone with the one after it, so the actor ends the iteration on the weights
+    that sampled the batch (the only ones measured within the target); the critic keeps its steps.
+    Without it, the early stop keeps both steps."""
+    import ray
+    import torch
+
+    import sims
+    from embodied.rllib import build_algorithm, make_env_config
+    from embodied.rllib.startup import start_ray
+    from embodied.runners.train import RuntimeConfig
+
+    instructions = [t.instruction for t in sims.suites.tasks("goal")]
+    env_config = make_env_config(suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=4,
+                                 reward_type="dense")
+    with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
+        width = int(env.observation_spec["state"].shape[0])
+    started = start_ray(RuntimeConfig(), tmp_path)
+    try:
+        for rollback in (True, False):
+            torch.manual_seed(0)
+            policy = policies.make("flow", **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
+                                   sampler="sde", expert_layers=1)
+            algo = build_algorithm(policy, instructions=instructions, env_config=env_config,
+                                   rl=dict(lr=3e-2, critic_warmup=0, minibatch_size=4, num_epochs=2, target_kl=1e-6,
+                                           kl_rollback=rollback))
+            try:
+                before = {k: v.clone() for k, v in algo.policy_state().items()}
+                row = algo.run_iteration(0)
+                after = algo.policy_state()
+            finally:
+                algo.stop()
+            # the first minibatch is on-policy (KL ~0), its lr 3e-2 step throws the second one far beyond 1e-6
+            assert (row["minibatches"], row["kl_stop"], row["kl_rollback"]) == (2.0, 1.0, float(rollback))
+            moved = {k for k in before if not torch.equal(before[k], after[k])}
+            assert any(k.startswith("value_mlp.") for k in moved)
+            actor_moved = [k for k in moved if not k.startswith("value_mlp.")]
+            assert (not actor_moved) if rollback else actor_moved, actor_moved[:5]
+    finally:
+        if started:
+            ray.shutdown()
