@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOW_START = 0.85
 FIELDS = ["demos", "seed", "sft", "rl", "control", "rl_minus_sft", "rl_minus_sft_lo", "rl_minus_sft_hi",
           "rl_minus_control", "rl_minus_control_lo", "rl_minus_control_hi", "control_minus_sft",
-          "sft_protocol", "rl_protocol", "approx_kl_first", "approx_kl", "clip_fraction", "explained_variance", "main_minutes",
+          "sft_protocol", "rl_protocol", "approx_kl_first", "approx_kl", "approx_kl_max", "clip_fraction", "explained_variance", "main_minutes",
           "minutes"]
 #: the main job's own stages (the cell adds the control's)
 MAIN_STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
@@ -45,9 +45,20 @@ def pipeline_command(out: Path, demos: int, seed: int, extra: list[str]) -> list
     return [str(exe), f"out={out}", f"seed={seed}", f"episodes_per_task={demos}", "rl.control=true", *extra]
 
 
-def cell_row(results: dict[str, Any], demos: int, seed: int) -> dict[str, Any]:
-    """One table row from a finished cell's ``results.json``: success over every attempt (the paired
-    comparisons' ``before``/``now``), the paired differences and the update diagnostics."""
+def largest_kl(metrics: Path) -> float | None:
+    """The largest per-iteration approx KL of the iterations that trained the actor, in an RL stage's
+    ``metrics.csv`` (None without one): a single update far beyond the target hides in the median."""
+    from embodied.runs import read_complete_rows
+
+    _, rows = read_complete_rows(metrics, "iteration")
+    kls = [float(r["approx_kl"]) for r in rows if r.get("actor_updated") == "1" and r.get("approx_kl")]
+    return max(kls) if kls else None
+
+
+def cell_row(results: dict[str, Any], demos: int, seed: int, cell: Path | None = None) -> dict[str, Any]:
+    """One table row from a finished cell's ``results.json`` (and, with its folder ``cell``, the RL
+    stage's ``metrics.csv``): success over every attempt (the paired comparisons' ``before``/``now``),
+    the paired differences and the update diagnostics."""
     vs_sft = results["eval_rl"]["comparison"]["paired"]
     vs_control = results["rl_vs_control"]["paired"]
     control_vs_sft = results["eval_control"]["comparison"]["paired"]
@@ -59,6 +70,7 @@ def cell_row(results: dict[str, Any], demos: int, seed: int) -> dict[str, Any]:
         "rl_minus_control_hi": vs_control["ci95"][1], "control_minus_sft": control_vs_sft["difference"],
         "sft_protocol": results["eval_sft"]["success_rate"], "rl_protocol": results["eval_rl"]["success_rate"],
         "approx_kl_first": upd.get("approx_kl_first"), "approx_kl": upd.get("approx_kl"),
+        "approx_kl_max": largest_kl(cell / "rl" / "metrics.csv") if cell is not None else None,
         "clip_fraction": upd.get("clip_fraction"),
         "explained_variance": upd.get("explained_variance"),
         "main_minutes": round(sum(v for k, v in results.get("stage_seconds", {}).items() if k in MAIN_STAGES) / 60, 1),
@@ -89,6 +101,14 @@ def verdicts(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
     return out
 
 
+def _kl(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+#: a heading in the docs file from which on the text is kept when the table is written again
+NOTES_HEADING = "## Notes"
+
+
 def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None
              ) -> str:
     pct = lambda x: f"{x:.1%}"  # noqa: E731
@@ -97,7 +117,8 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
              "demonstration counts; each RL run against its frozen-actor control (the same run with `algo.lr=0`: "
              "the same seeds, envs, sampling and critic updates). Success is over every attempt (4 episodes per "
              "protocol state with other sampling noise); differences are paired over the 50 states (95% intervals); "
-             "approx KL and clip fraction are medians over the iterations that trained the actor.",
+             "approx KL (median / largest) and clip fraction (median) are over the iterations that trained the "
+             "actor.",
              "", f"Command: `{command}`", ""]
     if planned is not None and len(rows) < planned:
         lines += [f"Cells measured: {len(rows)} of {planned} (the same command resumes the missing ones); the "
@@ -107,13 +128,14 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
                   f"torch {machine.get('torch')}, mujoco {machine.get('mujoco')}; "
                   f"{time.strftime('%Y-%m-%d')}.", ""]
     lines += ["| demos | seed | SFT | SFT + RL | control | RL - SFT [95% CI] | RL - control [95% CI] | "
-              "approx KL | clip fraction | main job / cell minutes |",
+              "approx KL median / max | clip fraction | main job / cell minutes |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["demos"], r["seed"])):
         lines.append(f"| {r['demos']} | {r['seed']} | {pct(r['sft'])} | {pct(r['rl'])} | {pct(r['control'])} | "
                      f"{r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}] | "
                      f"{r['rl_minus_control']:+.3f} [{r['rl_minus_control_lo']:+.3f}, {r['rl_minus_control_hi']:+.3f}] | "
-                     f"{(r['approx_kl'] or 0):.4f} | {(r['clip_fraction'] or 0):.3f} | {r['main_minutes']} / {r['minutes']} |")
+                     f"{(r['approx_kl'] or 0):.4f} / {_kl(r.get('approx_kl_max'))} | {(r['clip_fraction'] or 0):.3f} | "
+                     f"{r['main_minutes']} / {r['minutes']} |")
     lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
     lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in verdicts(rows)]
     return "\n".join(lines) + "\n"
@@ -151,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             finished = True
         if finished:
             results = json.loads(done.read_text())
-            rows.append(cell_row(results, demos, seed))
+            rows.append(cell_row(results, demos, seed, cell))
             machine = results.get("machine", machine)
             r = rows[-1]
             print(f"[rl_lift] d{demos} s{seed}: SFT {r['sft']:.1%} -> RL {r['rl']:.1%} (control {r['control']:.1%}), "
@@ -167,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         command = "python benchmarks/rl_lift.py " + " ".join(
             [f"--out {args.out}", "--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
             + (["--", *extra] if extra else []))
-        args.docs.write_text(markdown(rows, command, machine, planned=len(cells)))
+        old = args.docs.read_text() if args.docs.is_file() else ""
+        notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
+        args.docs.write_text(markdown(rows, command, machine, planned=len(cells)) + ("\n" + notes if notes else ""))
         print(f"[rl_lift] table written to {args.docs}")
     for c, ok, ev in verdicts(rows) if rows else []:
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")

@@ -82,7 +82,8 @@ class AlgoConfig:
     # (null: never); the update stays near the weights that sampled the batch
     target_kl: Optional[float] = UpdateConfig.target_kl
     # with target_kl: the stop also undoes the actor's last two steps (the one beyond the target and the one
-    # that crossed it), so the iteration ends on weights measured within the target; false keeps them
+    # that crossed it), so the iteration ends on weights measured within the target; false keeps them (the
+    # plain early stop, which keeps a step however far beyond the target it went)
     kl_rollback: bool = UpdateConfig.kl_rollback
     max_grad_norm: float = UpdateConfig.max_grad_norm  # global gradient-norm clip
     # RL trains the action expert / decoder and heads, not the observation encoder (vision, language, state,

@@ -46,3 +46,26 @@ def test_a_start_above_the_bar_needs_no_interval_above_zero():
     rows = [m.cell_row(_results(0.9, 0.92, -0.02, 0.9), 20, s) for s in range(2)]
     first = m.verdicts(rows)[0]
     assert first[1] is True and first[2].startswith("0 of 0")
+
+
+def test_table_shows_the_largest_kl_and_a_rewrite_keeps_the_notes(tmp_path):
+    """The largest approx KL of the actor's iterations comes from the cell's metrics.csv (warm-up rows and
+    a torn last line left out); writing the table again keeps the docs file's notes section."""
+    import json
+
+    m = _module()
+    cell = tmp_path / "cells" / "d5_s0"
+    (cell / "rl").mkdir(parents=True)
+    (cell / "results.json").write_text(json.dumps(
+        _results(0.5, 0.7, 0.05, 0.5) | {"stages_done": ["eval_rl", "eval_control"]}))
+    (cell / "rl" / "metrics.csv").write_text(
+        "iteration,approx_kl,actor_updated\n1,9.0,0\n2,0.2281,1\n3,0.012,1\n4,5.0")
+    docs = tmp_path / "rl-lift.md"
+    docs.write_text("# old table\n\n## Notes\n\nkept by hand\n")
+    assert m.main(["--out", str(tmp_path / "cells"), "--seeds", "0", "--demos", "5", "--docs", str(docs),
+                   "--table-only"]) == 0
+    text = docs.read_text()
+    assert "old table" not in text and "| 0.2281 [" not in text and " / 0.228 |" in text
+    assert text.endswith("## Notes\n\nkept by hand\n") and text.count("## Notes") == 1
+    row = json.loads((tmp_path / "cells" / "rl_lift.json").read_text())["rows"][0]
+    assert row["approx_kl_max"] == 0.2281
