@@ -39,7 +39,7 @@ class UpdateConfig:
     target_kl: float | None = 0.05
     max_grad_norm: float = 1.0
     freeze_prefix: bool = True
-    kl_rollback: bool = True
+    kl_rollback: bool = False
 
 
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
