@@ -26,8 +26,7 @@ class ChunkPPOLearner(TorchLearner):
     def build(self) -> None:
         self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS}
         self._actor_frozen = False
-        self._actor_refs: set[Any] = set()
-        self._actor_ref_list: list[Any] = []  # the same, in a fixed order (the weights' undo copies follow it)
+        self._actor_refs: dict[Any, None] = {}  # ordered: the weights' undo copies follow it
         # actor weights before each of the last two actor steps (kept only with rollback enabled)
         self._before_steps: deque[list[torch.Tensor]] = deque(maxlen=2)
         self._keep_undo = False
@@ -35,8 +34,7 @@ class ChunkPPOLearner(TorchLearner):
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         actor, critic = split_parameters(self._module[module_id], freeze_prefix=config.freeze_prefix)
-        self._actor_refs |= {self.get_param_ref(p) for p in actor}
-        self._actor_ref_list += [self.get_param_ref(p) for p in actor]
+        self._actor_refs.update(dict.fromkeys(self.get_param_ref(p) for p in actor))
         self.register_optimizer(module_id=module_id, optimizer_name="actor",
                                 optimizer=torch.optim.AdamW(actor, weight_decay=0.0), params=actor,
                                 lr_or_lr_schedule=config.lr)
@@ -64,7 +62,7 @@ class ChunkPPOLearner(TorchLearner):
                 self._params[ref].grad = None
             grads = {ref: g for ref, g in grads.items() if ref not in self._actor_refs}
         elif self._keep_undo:  # the weights this step starts from, before the optimizer moves them
-            self._before_steps.append([self._params[ref].detach().clone() for ref in self._actor_ref_list])
+            self._before_steps.append([self._params[ref].detach().clone() for ref in self._actor_refs])
         return grads
 
     def keep_undo(self, enabled: bool) -> None:
@@ -81,7 +79,7 @@ class ChunkPPOLearner(TorchLearner):
             return 0
         undone = len(self._before_steps)
         with torch.no_grad():
-            for ref, weights in zip(self._actor_ref_list, self._before_steps[0]):
+            for ref, weights in zip(self._actor_refs, self._before_steps[0]):
                 self._params[ref].copy_(weights)
         self._before_steps.clear()
         return undone

@@ -35,7 +35,7 @@ import numpy as np
 from omegaconf import MISSING, OmegaConf
 
 from embodied.config import SimConfig, hydra_app, register_policy_schemas, store
-from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig
+from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig, runtime_problem
 from embodied.runs import cpu_summary, machine_info, prepare_run_dir, same_config, write_json
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
@@ -217,12 +217,9 @@ def check_config(cfg: PipelineConfig) -> None:
         raise PipelineError(f"eval.heldout_episodes={cfg.eval.heldout_episodes} must be >= 0 (0: no held-out "
                             "evaluation)")
     runtime = cfg.rl.runtime
-    if runtime.name == "local" and runtime.num_env_runners:
-        raise PipelineError(f"rl.runtime.num_env_runners={runtime.num_env_runners} with runtime=local (one process): "
-                            "select runtime@rl.runtime=cluster for remote env runners")
-    if runtime.name == "cluster" and runtime.num_env_runners < 1:
-        raise PipelineError("runtime@rl.runtime=cluster needs rl.runtime.num_env_runners >= 1 (or select "
-                            "runtime@rl.runtime=local: sampling in the driver)")
+    problem = runtime_problem(runtime, "rl.runtime")
+    if problem:
+        raise PipelineError(problem)
     if runtime.num_env_runners and cfg.rl.num_envs % runtime.num_env_runners:
         raise PipelineError(f"rl.num_envs={cfg.rl.num_envs} is split evenly between rl.runtime.num_env_runners="
                             f"{runtime.num_env_runners}: choose a runner count that divides it")

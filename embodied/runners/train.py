@@ -178,6 +178,19 @@ store("runtime_schema", RuntimeConfig)
 register_policy_schemas()
 
 
+def runtime_problem(r: RuntimeConfig, group: str = "runtime") -> Optional[str]:
+    """What is wrong with a ``runtime`` config (None: nothing), its keys named under ``group`` (the
+    pipeline's is ``rl.runtime``)."""
+    if r.name not in ("local", "cluster"):
+        return f"unknown runtime {r.name!r}; choose {group}=local or {group}=cluster"
+    if r.name == "local" and (r.num_env_runners or r.num_learners):
+        return (f"{group}=local runs in one process: use {group}=cluster for {group}.num_env_runners/"
+                f"{group}.num_learners > 0")
+    if r.name == "cluster" and r.num_env_runners < 1:
+        return f"{group}=cluster needs {group}.num_env_runners >= 1"
+    return None
+
+
 class TrainError(ValueError):
     """A configuration that cannot work; printed as one line at start-up."""
 
@@ -249,12 +262,9 @@ def check_config(cfg: TrainConfig) -> None:
         raise TrainError(f"truncation={cfg.truncation!r}: choose {' or '.join(TRUNCATION)}")
     if a.ratio not in ("chunk", "per_dim"):
         raise TrainError(f"algo.ratio={a.ratio!r}: choose chunk or per_dim")
-    if r.name not in ("local", "cluster"):
-        raise TrainError(f"unknown runtime {r.name!r}; choose local or cluster")
-    if r.name == "local" and (r.num_env_runners or r.num_learners):
-        raise TrainError("runtime=local runs in one process: use runtime=cluster for num_env_runners/num_learners > 0")
-    if r.name == "cluster" and r.num_env_runners < 1:
-        raise TrainError("runtime=cluster needs runtime.num_env_runners >= 1")
+    problem = runtime_problem(r)
+    if problem:
+        raise TrainError(problem)
     if cfg.suite not in sims.suites.all_names():
         raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.all_names()}")
     n_tasks = len(sims.suites.tasks(cfg.suite))
