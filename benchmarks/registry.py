@@ -21,6 +21,7 @@ _BENCHES: dict[str, str] = {
     "train": "benchmarks.train",
     "latency": "benchmarks.latency",
     "serve": "benchmarks.serve",
+    "libero": "benchmarks.libero",
 }
 #: named by the design, not built yet.
 PLANNED: tuple[str, ...] = ()

@@ -71,10 +71,11 @@ def _deadline_connection_class() -> type:
                 self.pending_since = self.loop.time()  # a frame's tail after the finished ones
 
         def process_event(self, event: Any) -> None:
-            if isinstance(event, Frame):
-                # a finished frame ends what was pending, except a fragment of a longer message
-                if not (event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT) and not event.fin):
-                    self.pending_since = None
+            # a finished frame ends what was pending, except a fragment of a longer message; so does the
+            # handshake's request (not a frame): until the first message, only the idle deadline counts
+            if not isinstance(event, Frame) or not (event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+                                                    and not event.fin):
+                self.pending_since = None
             super().process_event(event)
 
     return DeadlineConnection

@@ -47,3 +47,32 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+
+# The reference LIBERO environment (.venv-libero): LIBERO's own robosuite env pins mujoco 2.3.7, which
+# cannot share .venv (mujoco 4), and needs CPython 3.10 or 3.11. It talks to our policy server over the
+# wire format only (sims/libero). Hash-checked on Linux x86_64 with CPython 3.11, pinned elsewhere.
+libero_python=""
+for py in python3.11 python3.10 python3; do
+  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))'; then
+    libero_python="$py"; break
+  fi
+done
+if [ -z "$libero_python" ]; then
+  echo "[setup] WARNING: no CPython 3.10/3.11 found; real LIBERO (.venv-libero, simulator=robosuite) is not set up" >&2
+else
+  libero_req=requirements/libero.txt
+  if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ] && "$libero_python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    libero_req=requirements/libero-hash.txt
+  fi
+  libero_stamp=".venv-libero/.installed-$(cat "$libero_req" | sha256sum | cut -c1-16)"
+  if [ ! -f "$libero_stamp" ]; then
+    echo "[setup] creating .venv-libero (real LIBERO: robosuite 1.4, mujoco 2.3.7) from $libero_req"
+    [ -x .venv-libero/bin/python ] || "$libero_python" -m venv .venv-libero
+    .venv-libero/bin/python -m pip install -q --upgrade pip
+    hashes=()
+    [ "$libero_req" = requirements/libero-hash.txt ] && hashes=(--require-hashes)
+    .venv-libero/bin/python -m pip install -q "${hashes[@]}" --no-deps -r "$libero_req"
+    rm -f .venv-libero/.installed-*
+    touch "$libero_stamp"
+  fi
+fi

@@ -170,11 +170,12 @@ def markdown(results: dict[str, Any]) -> str:
     cfg = results["config"]
     first = cfg.get("first_state", 0)
     states = f" (states {first}..{first + cfg['episodes'] - 1}: held out from the protocol's)" if first else ""
-    lines += [f"Protocol: {cfg['episodes']} fixed initial states per task{states}, one episode each, "
-              f"{cfg['mode']} policy, execution `{cfg['execution']}` with an inference delay of "
-              f"{cfg.get('delay', 0)} control steps ({cfg.get('delay_source', 'steps')}), "
-              f"{cfg['num_envs']} parallel envs, seed {cfg['seed']}.",
-              f"Wall time {results['wall_s']:.1f} s, {results['env_steps_per_s']:.0f} env-steps/s.", ""]
+    protocol = results.get("protocol") or (
+        f"Protocol: {cfg['episodes']} fixed initial states per task{states}, one episode each, "
+        f"{cfg['mode']} policy, execution `{cfg['execution']}` with an inference delay of "
+        f"{cfg.get('delay', 0)} control steps ({cfg.get('delay_source', 'steps')}), "
+        f"{cfg['num_envs']} parallel envs, seed {cfg['seed']}.")
+    lines += [protocol, f"Wall time {results['wall_s']:.1f} s, {results['env_steps_per_s']:.1f} env-steps/s.", ""]
     for suite, lat in (results.get("latency") or {}).items():
         inf = lat.get("inference")
         if inf:

@@ -3,6 +3,10 @@
     embodied-eval checkpoint=CKPT suite=spatial out=DIR [tasks=[0,3]] [episodes=5] [videos=failures]
     embodied-eval policy=expert suites=[spatial,goal] out=DIR
     embodied-eval checkpoint=CKPT suite=spatial out=DIR compare=runs/previous_eval
+    embodied-eval checkpoint=CKPT suite=libero_spatial simulator=robosuite out=DIR [max_steps=M]
+
+``simulator=robosuite`` plays real LIBERO's official protocol in its own env (the reference venv
+``.venv-libero``) against the policy behind ``embodied-serve``: :mod:`embodied.eval.reference`.
 
 Protocol: every task's fixed initial states (50 by default), one episode each, in parallel envs,
 each env stopping at success or at its task's step limit; the policy acts greedily unless
@@ -33,6 +37,7 @@ from embodied.runs import machine_info, prepare_run_dir, same_config, write_json
 from policies.files import sha256_file
 
 VIDEO_CHOICES = ("failures", "all", "none")
+SIMULATORS = ("mujoco", "robosuite")
 
 
 @dataclass
@@ -72,6 +77,12 @@ class EvalConfig:
     videos: str = "failures"  # failures | all | none
     video_max: int = 10  # videos per suite at most
     compare: Optional[str] = None  # a previous run folder or results.json to compare with
+    # mujoco: our batched simulator (our suites); robosuite: real LIBERO's reference env in .venv-libero
+    # (suite=libero_spatial|libero_object|libero_goal|libero_10|libero_90 or a LIBERO-PRO variant)
+    simulator: str = "mujoco"
+    server: Optional[str] = None  # robosuite: HOST:PORT of a running openpi-compatible server instead of checkpoint
+    max_steps: Optional[int] = None  # robosuite: policy steps per episode (default: the suite's official limit)
+    hard_reset: bool = False  # robosuite: rebuild the model at every reset (robosuite's default; slow)
 
 
 store("eval_schema", EvalConfig)
@@ -83,11 +94,16 @@ class EvalError(ValueError):
 
 def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str, list[str]]]:
     import sims
+    import sims.libero
 
     suites = ([cfg.suite] if cfg.suite else []) + [s for s in cfg.suites if s != cfg.suite]
     if not suites:
         raise EvalError("no suite given: add suite=spatial (or suites=[spatial,goal])")
     unknown = [s for s in suites if s not in sims.suites.all_names()]
+    libero = [s for s in unknown if s in sims.libero.suite_names()]
+    if libero:
+        raise EvalError(f"{libero[0]} is a real LIBERO suite: add simulator=robosuite (LIBERO's own env in "
+                        ".venv-libero); our batched simulator runs our suites " + str(sims.suites.all_names()))
     if unknown:
         raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.all_names()}")
     if not 1 <= cfg.episodes <= sims.suites.NUM_INIT_STATES:
@@ -176,12 +192,86 @@ class _StopOnInterrupt:
             self._installed = False
 
 
+def _check_identity(out: Path, identity: dict[str, Any]) -> None:
+    """Store the run's identity, or refuse an ``out`` that holds another evaluation."""
+    cfg_path = out / "eval_config.json"
+    if cfg_path.is_file():
+        stored = json.loads(cfg_path.read_text())
+        current = json.loads(json.dumps(identity))
+        if not same_config(stored, current, EvalConfig):
+            diff = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
+            raise EvalError(f"{out} holds an evaluation with a different configuration ({', '.join(diff)}): "
+                            "choose a new out=..., or repeat the original command to resume it")
+    else:
+        write_json(cfg_path, identity)
+
+
+def _write_outputs(out: Path, results: dict[str, Any], previous: dict[str, Any] | None) -> None:
+    from embodied.eval.report import compare, markdown, plot_suite, write_csv
+
+    results["videos"] = sorted(str(p.relative_to(out)) for p in (out / "videos").rglob("*.mp4"))
+    results["machine"] = machine_info()
+    if previous is not None:
+        results["comparison"] = compare(results["suites"], previous)
+        results["compare_with"] = str(results["config"]["compare"])
+    write_json(out / "results.json", results)
+    write_csv(out / "results.csv", results["suites"])
+    for suite, res in results["suites"].items():
+        plot_suite(out / "plots" / f"{suite}.png", suite, res, results["agent"]["label"])
+    (out / "report.md").write_text(markdown(results))
+
+
+def _run_reference(cfg: EvalConfig) -> dict[str, Any]:
+    """``simulator=robosuite``: real LIBERO's own env against the policy server (embodied/eval/reference.py)."""
+    import policies
+    from embodied.eval.reference import ReferenceEvalError, check_config, run_reference
+    from embodied.eval.report import load_previous
+
+    try:
+        check_config(cfg)
+    except ReferenceEvalError as err:
+        raise EvalError(str(err)) from None
+    previous = load_previous(cfg.compare) if cfg.compare else None
+    if cfg.checkpoint is not None:
+        ckpt = Path(cfg.checkpoint)
+        policy = policies.load(ckpt, device="cpu")
+        c = policy.config
+        if c.state_dim != 8 or c.action_dim != 7:
+            raise EvalError(f"{ckpt} reads a {c.state_dim}-D state and acts in {c.action_dim} dimensions; LIBERO's "
+                            "protocol gives the 8-D state (eef position, axis-angle, gripper) and takes 7-D OSC_POSE "
+                            "actions: evaluate a policy made for LIBERO")
+        agent_info = {"label": f"{policy.family} policy {ckpt}", "family": policy.family, "checkpoint": str(ckpt),
+                      "sha256": sha256_file(ckpt / "model.safetensors"), "config": c.to_dict()}
+        del policy
+    else:
+        agent_info = {"label": f"policy server {cfg.server}", "family": "server", "server": cfg.server}
+    out = prepare_run_dir(cfg.out)
+    identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare", "workers")}
+    identity["sha256"] = agent_info.get("sha256")
+    episodes = (len(cfg.tasks) if cfg.tasks is not None else None)
+    with tqdm(total=None if episodes is None else episodes * cfg.episodes, desc="eval (robosuite)", unit="ep") as bar:
+        try:
+            results = run_reference(cfg, out, agent_info, lambda: _check_identity(out, identity), bar)
+        except ReferenceEvalError as err:
+            raise EvalError(str(err)) from None
+    results["config"] = {**asdict(cfg), "suites": [cfg.suite or cfg.suites[0]]}
+    _write_outputs(out, results, previous)
+    return results
+
+
 def run(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
+    if cfg.simulator not in SIMULATORS:
+        raise EvalError(f"simulator must be one of {SIMULATORS}, got {cfg.simulator!r}")
+    if cfg.simulator == "robosuite":
+        return _run_reference(cfg)
+    if cfg.server is not None or cfg.max_steps is not None or cfg.hard_reset:
+        raise EvalError("server=, max_steps= and hard_reset= belong to simulator=robosuite (real LIBERO's "
+                        "reference env); our suites' step limits are the tasks' own")
     import policies
     from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, plan_waves, run_suite
     from embodied.eval.parallel import WorkerSpec, default_threads, run_suite_parallel
-    from embodied.eval.report import aggregate, compare, load_previous, markdown, plot_suite, write_csv
+    from embodied.eval.report import aggregate, load_previous
     from embodied.video import VideoWriter, annotate_frame
 
     suites, tasks_of, names = _resolve(cfg)
@@ -212,16 +302,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare", "workers")}
     identity["suites"], identity["tasks_of"] = suites, tasks_of
     identity["sha256"] = agent_info.get("sha256")
-    cfg_path = out / "eval_config.json"
-    if cfg_path.is_file():
-        stored = json.loads(cfg_path.read_text())
-        current = json.loads(json.dumps(identity))
-        if not same_config(stored, current, EvalConfig):
-            diff = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
-            raise EvalError(f"{out} holds an evaluation with a different configuration ({', '.join(diff)}): "
-                            "choose a new out=..., or repeat the original command to resume it")
-    else:
-        write_json(cfg_path, identity)
+    _check_identity(out, identity)
     episodes_path = out / "episodes.jsonl"
     records = load_records(episodes_path)
     log = open(episodes_path, "a")
@@ -299,17 +380,8 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         "latency": latency_stats,
         "env_steps_per_s": round(env_steps / seconds, 1) if seconds > 0 else 0.0,
         "interrupted": interrupted,
-        "videos": sorted(str(p.relative_to(out)) for p in (out / "videos").rglob("*.mp4")),
-        "machine": machine_info(),
     }
-    if previous is not None:
-        results["comparison"] = compare(suites_res, previous)
-        results["compare_with"] = str(cfg.compare)
-    write_json(out / "results.json", results)
-    write_csv(out / "results.csv", suites_res)
-    for suite, res in suites_res.items():
-        plot_suite(out / "plots" / f"{suite}.png", suite, res, agent_info["label"])
-    (out / "report.md").write_text(markdown(results))
+    _write_outputs(out, results, previous)
     return results
 
 

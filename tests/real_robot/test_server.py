@@ -170,6 +170,22 @@ def test_an_idle_connection_is_closed(server):
         srv.idle_timeout = 300.0
 
 
+def test_a_client_that_waits_before_its_first_request_is_served(server):
+    """Only the idle deadline governs the time between the handshake and the first message (a client
+    may connect, then build its simulator): the message deadline starts with a message's first byte."""
+    srv, port = server
+    srv.message_timeout = 0.3
+    try:
+        before = dict(srv.timeouts)
+        ws = _connect(port)
+        time.sleep(1.0)  # > the message deadline, < the idle one
+        assert isinstance(_ask(ws, _obs()), np.ndarray)
+        assert srv.timeouts == before
+        ws.close()
+    finally:
+        srv.message_timeout = 10.0
+
+
 @pytest.mark.parametrize("trickle", [False, True])
 def test_half_a_frame_or_a_trickle_is_cut_off(server, trickle):
     from websockets.exceptions import ConnectionClosed

@@ -1,0 +1,97 @@
+"""``bench=libero``: the reference LIBERO env's speed here, and what one official evaluation costs.
+
+Runs :mod:`sims.libero.reference.bench` in ``.venv-libero``: env steps/s with two cameras at each
+of ``image_sizes`` and without rendering (random actions; the median of ``repeats`` runs of
+``steps`` steps), and the seconds of a reset with and without ``hard_reset``. From them, the time of
+one full official evaluation of each suite on this machine (10 tasks, 90 for libero_90, x 50
+initial states; every episode at its step limit plus the 10 wait steps, the worst case, and a reset
+each) at the protocol's 256 px, env time only (the policy's inference comes on top). Writes
+``libero.json`` and ``libero.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.config import BenchConfig, BenchError
+from embodied.runs import machine_info, write_json
+
+TASKS = {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10, "libero_90": 90}
+
+
+@dataclass
+class LiberoBenchConfig(BenchConfig):
+    """``bench=libero``: the reference env's steps/s and reset times, and an official evaluation's cost."""
+
+    suite: str = "libero_spatial"  # the suite and task whose scene is measured
+    task: int = 0
+    image_sizes: list[int] = field(default_factory=lambda: [128, 256])  # two cameras at each size
+    steps: int = 20  # env steps per run
+    repeats: int = 3  # runs per case (the median is reported)
+    resets: int = 3  # resets timed per reset mode (the median is reported)
+
+
+SCHEMA = LiberoBenchConfig
+
+
+def evaluation_cost(steps_per_s: float, reset_s: float) -> dict[str, float]:
+    """Hours of one official evaluation per suite at ``steps_per_s``, every episode at its limit."""
+    import sims.libero as libero
+
+    out = {}
+    for suite, tasks in TASKS.items():
+        episodes = tasks * libero.NUM_INIT_STATES
+        seconds = episodes * ((libero.MAX_STEPS[suite] + libero.NUM_WAIT_STEPS) / steps_per_s + reset_s)
+        out[suite] = round(seconds / 3600, 2)
+    return out
+
+
+def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
+    import sims.libero as libero
+
+    if not cfg.image_sizes or any(s < 16 for s in cfg.image_sizes):
+        raise BenchError(f"image_sizes must be sizes >= 16 px, got {cfg.image_sizes}")
+    try:
+        libero.base_suite(cfg.suite)
+        argv, env = libero.reference_command("bench", [
+            "--suite", cfg.suite, "--task", str(cfg.task), "--image-sizes", *map(str, cfg.image_sizes),
+            "--steps", str(cfg.steps), "--repeats", str(cfg.repeats), "--resets", str(cfg.resets),
+            "--seed", str(cfg.seed)])
+    except (ValueError, libero.LiberoSetupError) as err:
+        raise BenchError(str(err)) from None
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    result, tail = None, []
+    for line in proc.stdout:
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+        else:
+            tail = (tail + [line.rstrip()])[-20:]
+            if line.startswith("[libero bench]"):
+                print(line.rstrip(), flush=True)
+    if proc.wait() != 0 or result is None:
+        raise BenchError(f"the reference env benchmark failed (status {proc.returncode}): " + "\n".join(tail[-5:]))
+    by_size = {c["image_size"]: c for c in result["cases"]}
+    protocol = by_size.get(256) or by_size[max(cfg.image_sizes)]
+    soft = protocol["soft_reset_s"]
+    result["official_evaluation_hours"] = {
+        "image_size": protocol["image_size"],
+        "soft_reset": evaluation_cost(protocol["steps_per_s"], soft),
+        "hard_reset": evaluation_cost(protocol["steps_per_s"], result["hard_reset_s"]),
+    }
+    result["hard_over_soft_reset"] = round(result["hard_reset_s"] / max(soft, 1e-9), 1)
+    result["machine"] = machine_info()
+    result["config"] = {k: getattr(cfg, k) for k in ("suite", "task", "image_sizes", "steps", "repeats", "resets")}
+    write_json(out / "libero.json", result)
+    with open(out / "libero.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "image_size", "steps_per_s", "soft_reset_s", "build_s"])
+        for c in result["cases"]:
+            w.writerow([c["case"], c["image_size"], c["steps_per_s"], c["soft_reset_s"], c["build_s"]])
+        w.writerow(["hard reset", "", "", result["hard_reset_s"], ""])
+    return result

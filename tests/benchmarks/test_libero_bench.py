@@ -1,0 +1,47 @@
+"""``embodied-bench bench=libero`` at tiny sizes: the reference env's speed cases and the cost table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sims.libero as libero
+from benchmarks.libero import evaluation_cost
+
+BIN = Path(sys.executable).parent
+
+
+def test_evaluation_cost_counts_every_episode_at_its_limit():
+    hours = evaluation_cost(steps_per_s=10.0, reset_s=1.0)
+    # libero_spatial: 10 tasks x 50 states x ((220 + 10) / 10 s + 1 s) = 12000 s
+    assert hours["libero_spatial"] == round(12000 / 3600, 2)
+    assert hours["libero_90"] == round(90 * 50 * (41 + 1) / 3600, 2)
+
+
+@pytest.mark.skipif(not libero.VENV.joinpath("bin", "python").is_file(),
+                    reason="the reference LIBERO venv is missing: run bash scripts/setup.sh")
+def test_bench_libero_writes_its_cases(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([str(BIN / "embodied-bench"), "bench=libero", f"out={out}", "image_sizes=[32]", "steps=2",
+                           "repeats=1", "resets=1"], capture_output=True, text=True, timeout=400, cwd=tmp_path,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out / "libero.json").read_text())
+    assert [c["case"] for c in res["cases"]] == ["two cameras 32 px", "no rendering"]
+    assert all(c["steps_per_s"] > 0 and len(c["steps_per_s_runs"]) == 1 for c in res["cases"])
+    assert res["hard_reset_s"] > 0 and set(res["official_evaluation_hours"]["soft_reset"]) == set(libero.MAX_STEPS)
+    rows = list(csv.reader((out / "libero.csv").open()))
+    assert rows[0][:3] == ["case", "image_size", "steps_per_s"] and len(rows) == 4
+
+
+def test_bench_libero_refuses_an_unknown_suite(tmp_path):
+    proc = subprocess.run([str(BIN / "embodied-bench"), "bench=libero", f"out={tmp_path / 'run'}",
+                           "suite=libero_spacial"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode != 0 and "unknown LIBERO suite 'libero_spacial'" in proc.stderr, proc.stderr[-2000:]
