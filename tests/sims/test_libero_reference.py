@@ -44,6 +44,9 @@ with ReferenceTask("libero_spatial", 0, image_size=32) as task:
     openpi = request_builder({})(obs, task.language)
     out["ours"] = {k: list(getattr(v, "shape", [])) for k, v in ours.items()}
     out["openpi"] = {k: list(getattr(v, "shape", [])) for k, v in openpi.items()}
+from reference.env import instruction, load_suite
+out["pro_instruction"] = instruction("libero_goal_lan", load_suite("libero_goal_lan").get_task(1))
+out["standard_instruction"] = instruction("libero_goal", load_suite("libero_goal").get_task(1))
 out["axis_angle_identity"] = quat2axisangle(np.array([0.0, 0.0, 0.0, 1.0])).tolist()
 out["axis_angle_half_turn_z"] = quat2axisangle(np.array([0.0, 0.0, 1.0, 0.0])).tolist()
 print("RESULT " + json.dumps(out))
@@ -86,6 +89,13 @@ def test_requests_follow_the_server(probe):
                              "observation/images/wrist": [32, 32, 3]}
     assert probe["openpi"] == {"observation/image": [224, 224, 3], "observation/wrist_image": [224, 224, 3],
                                "observation/state": [8], "prompt": []}
+
+
+@needs_venv
+def test_a_language_perturbation_reaches_the_policy(probe):
+    """LIBERO-PRO's ``_lan`` variant keeps the task, with its BDDL file's reworded instruction."""
+    assert probe["standard_instruction"] == "put the bowl on the stove"
+    assert probe["pro_instruction"] == "place the bowl on the stove"
 
 
 def test_suite_names_and_limits():

@@ -128,13 +128,14 @@ def main(argv: list[str] | None = None) -> None:
 
     from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
-    from .env import load_suite
+    from .env import instruction, load_suite
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     suite = load_suite(args.suite)
     n_tasks = suite.n_tasks
-    listing = {"suite": args.suite, "tasks": [{"name": suite.get_task(i).name, "language": suite.get_task(i).language}
+    listing = {"suite": args.suite, "tasks": [{"name": suite.get_task(i).name,
+                                               "language": instruction(args.suite, suite.get_task(i))}
                                               for i in range(n_tasks)]}
     (out / "tasks.json.tmp").write_text(json.dumps(listing, indent=1))
     os.replace(out / "tasks.json.tmp", out / "tasks.json")

@@ -50,6 +50,19 @@ def protocol_state(obs: dict[str, np.ndarray]) -> np.ndarray:
                            obs["robot0_gripper_qpos"]]).astype(np.float32)
 
 
+def instruction(suite: str, task: Any) -> str:
+    """The instruction the policy gets: the task's ``language`` on the standard suites (what openpi's
+    LIBERO example sends, the datasets' text); on a LIBERO-PRO variant its BDDL file's, where the
+    perturbation lives (``libero_goal_lan``'s "place the bowl on the stove" for "put the bowl on the stove")."""
+    if suite in MAX_STEPS:
+        return task.language
+    from libero.libero import get_libero_path
+    from libero.libero.envs.bddl_utils import get_problem_info
+
+    return get_problem_info(str(Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file))[
+        "language_instruction"]
+
+
 def load_suite(suite: str) -> Any:
     from libero.libero import benchmark
 
@@ -81,7 +94,7 @@ class ReferenceTask:
         self.task_id = task_id
         self.task = self.suite.get_task(task_id)
         self.name: str = self.task.name
-        self.language: str = self.task.language
+        self.language: str = instruction(suite, self.task)
         self.init_states: np.ndarray = np.asarray(self.suite.get_task_init_states(task_id))
         self.max_steps = MAX_STEPS[base_suite(suite)]
         self.image_size = image_size
