@@ -19,6 +19,9 @@ class PPOStats:
     entropy: float
     clip_fraction: float
     approx_kl: float
+    #: the largest ``|log ratio|`` of one row: the k3 approx KL is a mean, and one row with a log ratio
+    #: of 4 (a ratio of 55) adds 50 / B to it, however little the others moved
+    log_ratio_max: float = 0.0
 
 
 def ppo_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, *,
@@ -60,5 +63,6 @@ def ppo_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch
         total = total + kl_coef * approx_kl
     with torch.no_grad():
         clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
+        log_ratio_max = log_ratio.abs().max() if log_ratio.numel() else torch.zeros(())
     return total, PPOStats(float(policy_loss.detach()), float(value_loss.detach()), float(ent.detach()),
-                           float(clip_fraction), float(approx_kl.detach()))
+                           float(clip_fraction), float(approx_kl.detach()), float(log_ratio_max))

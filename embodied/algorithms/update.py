@@ -49,6 +49,8 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
 
 
 STAT_KEYS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
+#: statistics a minibatch may also return whose largest value over the iteration is reported
+MAX_KEYS = ("log_ratio_max",)
 
 
 def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, epochs: int,
@@ -64,7 +66,9 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
 
     Returns the means over the minibatches run, ``approx_kl_first`` / ``clip_fraction_first`` (the
     first minibatch: how far the weights that sampled the batch already are from the ones that
-    train on it), ``minibatches``, ``epochs_run``, ``kl_stop`` (1 when the target stopped it) and
+    train on it), ``approx_kl_max`` (the largest minibatch's) and ``log_ratio_max`` (the largest
+    ``|log ratio|`` of one row, when ``step`` reports it: a KL beyond the target that comes from one
+    row shows here), ``minibatches``, ``epochs_run``, ``kl_stop`` (1 when the target stopped it) and
     ``kl_rollback`` (1 when ``undo`` was called).
     """
     per: list[dict[str, float]] = []
@@ -82,6 +86,9 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
         undo()
     out = {k: float(np.mean([p[k] for p in per])) if per else 0.0 for k in STAT_KEYS}
     out["approx_kl_first"] = float(per[0]["approx_kl"]) if per else 0.0
+    out["approx_kl_max"] = float(max(p["approx_kl"] for p in per)) if per else 0.0
+    for key in MAX_KEYS:
+        out[key] = float(max(p.get(key, 0.0) for p in per)) if per else 0.0
     out["clip_fraction_first"] = float(per[0]["clip_fraction"]) if per else 0.0
     out.update(minibatches=float(len(per)), epochs_run=float(epochs_run), kl_stop=float(stop),
                kl_rollback=float(stop and undo is not None))

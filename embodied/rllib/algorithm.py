@@ -240,7 +240,8 @@ class ChunkRL(Algorithm):
             "iteration_s": time.perf_counter() - t0,
         }
         for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "minibatches",
-                    "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop", "kl_rollback"):
+                    "approx_kl_first", "clip_fraction_first", "approx_kl_max", "log_ratio_max", "epochs_run",
+                    "kl_stop", "kl_rollback"):
             out[key] = float(stats.get(key, 0.0))
         if "groups" in results[0]:
             out["groups"] = float(sum(r["groups"] for r in results))

@@ -13,7 +13,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from embodied.algorithms.loss import chunk_ppo_loss
 from embodied.algorithms.params import split_parameters
-from embodied.algorithms.update import STAT_KEYS
+from embodied.algorithms.update import MAX_KEYS, STAT_KEYS
 
 __all__ = ["ChunkPPOLearner", "split_parameters"]
 
@@ -24,7 +24,7 @@ class ChunkPPOLearner(TorchLearner):
     :class:`~embodied.algorithms.loss.LossConfig`); per-minibatch statistics kept until :meth:`pop_stats`."""
 
     def build(self) -> None:
-        self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS}
+        self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS + MAX_KEYS}
         self._actor_frozen = False
         self._actor_refs: dict[Any, None] = {}  # ordered: the weights' undo copies follow it
         # actor weights before each of the last two actor steps (kept only with rollback enabled)
@@ -46,7 +46,7 @@ class ChunkPPOLearner(TorchLearner):
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict[str, Any],
                                 fwd_out: dict[str, torch.Tensor]) -> torch.Tensor:
         loss, st = chunk_ppo_loss(fwd_out["logprob"], fwd_out["entropy"], fwd_out["value"], batch, config.loss)
-        for k in STAT_KEYS:
+        for k in STAT_KEYS + MAX_KEYS:
             self._stats[k].append(getattr(st, k))
         return loss
 
@@ -88,7 +88,7 @@ class ChunkPPOLearner(TorchLearner):
         """Means of the statistics since the last call (0 where no minibatch ran)."""
         out = {k: float(np.mean(v)) if v else 0.0 for k, v in self._stats.items()}
         out["minibatches"] = float(len(self._stats["approx_kl"]))
-        self._stats = {k: [] for k in STAT_KEYS}
+        self._stats = {k: [] for k in STAT_KEYS + MAX_KEYS}
         return out
 
     def optimizer_states(self) -> dict[str, dict[str, Any]]:

@@ -4,6 +4,8 @@ tiny tensors."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -97,6 +99,14 @@ def test_ppo_approx_kl_and_entropy_bonus():
     assert loss1.item() == pytest.approx(loss0.item() - 0.01)
     expected_kl = ((torch.tensor([1.1, 0.9]) - 1) - lp).mean().item()
     assert s0.approx_kl == pytest.approx(expected_kl)
+    assert s0.log_ratio_max == pytest.approx(abs(float(lp[1])))
+    # one row far off dominates the mean: 63 rows at log ratio 0.01 and one at 4.4 (ratio 81)
+    lp = torch.full((64,), 0.01)
+    lp[7] = 4.4
+    _, s = _ppo(lp, torch.zeros(64), torch.zeros(64))
+    k3 = lambda r: math.exp(r) - 1 - r  # noqa: E731
+    assert s.approx_kl == pytest.approx((63 * k3(0.01) + k3(4.4)) / 64, rel=1e-5)
+    assert s.approx_kl > 1.0 and s.log_ratio_max == pytest.approx(4.4)
 
 
 def test_grpo_advantages_and_dynamic_sampling():
@@ -228,6 +238,7 @@ def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_e
     out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0),
                      undo=lambda: undone.append(len(seen)))
     assert undone == [3] and (out["minibatches"], out["kl_stop"], out["kl_rollback"]) == (3, 1, 1)
+    assert out["approx_kl_max"] == 0.3 and out["approx_kl"] == pytest.approx(0.31 / 3)
     seen, step = recorder([0.0] * 4)
     out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0),
                      undo=lambda: undone.append(len(seen)))
