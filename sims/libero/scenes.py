@@ -14,9 +14,11 @@ docstring describes each file): ``<root>/<CACHE_VERSION>/<suite>/<index>_<task n
 poses with the ones recorded in mujoco 2.3.7, after ``mj_forward`` and after 200 substeps at rest
 (:func:`rest_rollout`, the same protocol as the exporter's); it prints one line per task and the
 maxima per suite, and exits 1 if a scene fails to load or exceeds ``--tol-loaded`` /
-``--tol-rest``. (It does on 20 of the 130 tasks, at rest only: mujoco 2.3.7's box-box collision
-reports half the penetration depth that MuJoCo 4 does, and objects that start inside a box or
-fall onto one come out differently; docs/results/libero-scenes.md.)
+``--tol-rest``. mujoco 2.3.7's box-box collision reports half the penetration depth that MuJoCo 4
+does, and LIBERO's objects are built from boxes: ``--box-contacts reference`` (``load_scene(...,
+box_contacts="reference")``) makes MuJoCo 4's box-box contacts respond as 2.3.7's
+(:mod:`sims.libero.contacts`); with ``native`` contacts, objects that start inside a box or fall
+onto one come out differently (docs/results/libero-scenes.md).
 
 Asset paths in ``scene.xml`` are relative to the reference venv's ``site-packages`` (LIBERO's and
 robosuite's asset trees); :func:`load_scene` resolves them against ``assets_root``, else
@@ -39,6 +41,7 @@ import mujoco
 import numpy as np
 
 from sims.libero import MAX_STEPS, VENV, reference_command
+from sims.libero.contacts import add_reference_box_pairs
 from sims.libero.reference.physics import REST_SUBSTEPS, apply_state, rest_rollout
 
 #: the 79-D flattened robosuite state applied to a model (``env.set_init_state``)
@@ -48,10 +51,13 @@ CACHE_VERSION = "v1"  # must match sims/libero/reference/export.py
 CACHE_ENV = "EMBODIED_LIBERO_CACHE"
 ASSETS_ENV = "EMBODIED_LIBERO_ASSETS"
 #: tolerances of ``check`` (metres, max abs body position error); measured figures in
-#: docs/results/libero-scenes.md (after loading <= 8.9e-16; at rest <= 1.9e-4 on 110 of the 130
-#: tasks, the other 20 diverge through mujoco 2.3.7's box-box contacts, see there)
+#: docs/results/libero-scenes.md (after loading <= 8.9e-16; at rest with native box contacts
+#: <= 1.9e-4 on 110 of the 130 tasks, the other 20 diverge through mujoco 2.3.7's box-box contacts;
+#: with reference box contacts <= 2e-5 on 39 of the 40 tasks of the four main suites)
 TOL_LOADED = 1e-9
 TOL_REST = 1e-3
+#: how box-box contacts respond to their depth: MuJoCo 4's own, or as mujoco 2.3.7's (the reference's)
+BOX_CONTACTS = ("native", "reference")
 _FILE_ATTRS = ("file", "fileback", "filedown", "filefront", "fileleft", "fileright", "fileup")
 
 
@@ -149,9 +155,21 @@ def scene_xml(task_dir: str | Path, assets_root: str | Path | None = None) -> st
     return ET.tostring(tree, encoding="unicode")
 
 
-def load_scene(task_dir: str | Path, assets_root: str | Path | None = None) -> mujoco.MjModel:
-    """The exported task's model, compiled by this MuJoCo (asset paths resolved, see the module doc)."""
-    return mujoco.MjModel.from_xml_string(scene_xml(task_dir, assets_root))
+def load_scene(task_dir: str | Path, assets_root: str | Path | None = None,
+               box_contacts: str = "native") -> mujoco.MjModel:
+    """The exported task's model, compiled by this MuJoCo (asset paths resolved, see the module doc).
+
+    ``box_contacts="reference"`` adds one explicit contact pair per box-box geom pair so that these
+    contacts respond to their depth as mujoco 2.3.7's do (:mod:`sims.libero.contacts`; ~13k pairs
+    in a libero_spatial scene, about 2.5x the cost of a physics step)."""
+    if box_contacts not in BOX_CONTACTS:
+        raise ValueError(f"box_contacts={box_contacts!r}: choose one of {BOX_CONTACTS}")
+    xml = scene_xml(task_dir, assets_root)
+    if box_contacts == "native":
+        return mujoco.MjModel.from_xml_string(xml)
+    spec = mujoco.MjSpec.from_string(xml)
+    add_reference_box_pairs(spec)
+    return spec.compile()
 
 
 def load_init_states(task_dir: str | Path) -> np.ndarray:
@@ -164,19 +182,20 @@ def _quat_err(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def compare_poses(task_dir: str | Path, model: mujoco.MjModel | None = None,
-                  assets_root: str | Path | None = None) -> dict:
+                  assets_root: str | Path | None = None, box_contacts: str = "native") -> dict:
     """Body poses of the scene in this MuJoCo against the ones recorded in mujoco 2.3.7.
 
     Returns ``states``; ``loaded`` / ``rest``: max abs body position error (m) per init state after
     ``apply_init_state`` and after the rest rollout; ``loaded_quat`` / ``rest_quat``: the same for
     the body quaternions (sign-invariant); ``rest_worst_body``: the body of the largest rest error
     per state; ``max_loaded``, ``max_rest``; ``mass_rel``: the max
-    relative difference of the compiled body masses (a compiler check); ``load_s``."""
+    relative difference of the compiled body masses (a compiler check); ``load_s``. Without ``model``
+    the scene is loaded with ``box_contacts`` (:func:`load_scene`)."""
     task_dir = Path(task_dir)
     meta = read_meta(task_dir)
     ref = np.load(task_dir / "reference_poses.npz")
     t0 = time.perf_counter()
-    model = model if model is not None else load_scene(task_dir, assets_root)
+    model = model if model is not None else load_scene(task_dir, assets_root, box_contacts)
     load_s = time.perf_counter() - t0
     sizes = meta["sizes"]
     if (model.nbody, model.nq, model.nv) != (sizes["nbody"], sizes["nq"], sizes["nv"]):
@@ -204,12 +223,12 @@ def compare_poses(task_dir: str | Path, model: mujoco.MjModel | None = None,
 
 
 def check(root: str | Path | None = None, suites: Sequence[str] | None = None, tol_loaded: float = TOL_LOADED,
-          tol_rest: float = TOL_REST, log=print) -> dict:
+          tol_rest: float = TOL_REST, log=print, box_contacts: str = "native") -> dict:
     """:func:`compare_poses` for every task of the cache; ``{"tasks": [...], "suites": {...}, "failed": [...]}``."""
     results, failed = [], []
     for folder in task_dirs(root, suites):
         try:
-            r = compare_poses(folder)
+            r = compare_poses(folder, box_contacts=box_contacts)
         except Exception as exc:  # noqa: BLE001 - a scene that fails to load is reported, the others go on
             failed.append(f"{folder.parent.name}/{folder.name}: {type(exc).__name__}: {exc}")
             log(f"FAILED {folder.parent.name}/{folder.name}: {type(exc).__name__}: {exc}")
@@ -238,7 +257,7 @@ def check(root: str | Path | None = None, suites: Sequence[str] | None = None, t
             f"quat {s['max_loaded_quat']:.1e} / {s['max_rest_quat']:.1e}  mass {s['max_mass_rel']:.1e}")
     log(f"{len(results)} scenes checked, {len(failed)} failed" + "".join(f"\n  {f}" for f in failed))
     return {"tasks": results, "suites": per_suite, "failed": failed, "tol_loaded": tol_loaded, "tol_rest": tol_rest,
-            "mujoco": mujoco.__version__}
+            "box_contacts": box_contacts, "mujoco": mujoco.__version__}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,13 +273,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ch.add_argument("--suites", nargs="*", default=None)
     ch.add_argument("--tol-loaded", type=float, default=TOL_LOADED)
     ch.add_argument("--tol-rest", type=float, default=TOL_REST)
+    ch.add_argument("--box-contacts", choices=BOX_CONTACTS, default="native",
+                    help="reference: box-box contacts respond to their depth as mujoco 2.3.7's do")
     ch.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
     root = args.cache if args.cache is not None else cache_root()
     if args.cmd == "export":
         cmd, env = export_command(root, args.suites, args.tasks)
         return subprocess.run(cmd, env=env).returncode
-    result = check(root, args.suites, args.tol_loaded, args.tol_rest)
+    result = check(root, args.suites, args.tol_loaded, args.tol_rest, box_contacts=args.box_contacts)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
