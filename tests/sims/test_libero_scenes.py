@@ -56,13 +56,18 @@ def test_export_writes_a_portable_complete_task(exported):
     assert not list(folder.parent.glob(".tmp-*"))
 
 
-@needs_venv
-def test_scene_loads_in_mujoco4_with_the_reference_poses(exported):
-    root, _ = exported
-    folder = scenes.task_dir("libero_spatial", 0, root)
+@pytest.fixture(scope="module")
+def native(exported):
+    """Task 0 loaded with MuJoCo 4's own box contacts: ``(folder, model, compare_poses result)``."""
+    folder = scenes.task_dir("libero_spatial", 0, exported[0])
     model = scenes.load_scene(folder)
+    return folder, model, scenes.compare_poses(folder, model=model)
+
+
+@needs_venv
+def test_scene_loads_in_mujoco4_with_the_reference_poses(native):
+    folder, model, result = native
     assert mujoco.__version__.startswith("4.")
-    result = scenes.compare_poses(folder, model=model)
     assert result["states"] == [0, 1]
     assert result["max_loaded"] <= TOL_LOADED and max(result["loaded_quat"]) <= TOL_LOADED, result
     assert result["max_rest"] <= TOL_REST, result
@@ -77,12 +82,10 @@ def test_scene_loads_in_mujoco4_with_the_reference_poses(exported):
 
 
 @needs_venv
-def test_reference_box_contacts_reproduce_the_rest_poses(exported):
+def test_reference_box_contacts_reproduce_the_rest_poses(native):
     """With box-box contacts that respond to their depth as mujoco 2.3.7's (which reports half of it),
     the objects land where the reference's do: 5e-8 m after 200 substeps here, against 1.8e-5 m."""
-    root, _ = exported
-    folder = scenes.task_dir("libero_spatial", 0, root)
-    native = scenes.compare_poses(folder)
+    folder, _, native = native
     reference = scenes.compare_poses(folder, box_contacts="reference")
     assert reference["max_loaded"] <= TOL_LOADED
     assert reference["max_rest"] <= 1e-6 and reference["max_rest"] < native["max_rest"] / 10, (native, reference)
