@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA checks of the project on a machine with an NVIDIA GPU, section by section:
 #
-#   bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train]    (no section named: all four)
+#   bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train] [sft]    (none named: the first four)
 #
 #   policies  the tests marked gpu (tests/test_gpu.py: every policy family samples, scores and
 #             fine-tunes on CUDA; bundles move between devices), then bench=policy on CUDA
@@ -12,6 +12,10 @@
 #             on this machine's cores
 #   train     a short embodied-train run with the worlds (256 MuJoCo Warp envs, cameras ray-traced)
 #             and the learner on the GPU (a fresh flow VLA, Flow-SDE PPO, 3 iterations)
+#   sft       the main job's SFT stage (flow VLA, 700 steps of 32) on CUDA from the dataset
+#             GPU_CHECK_DATA (the main job's data/, collected on any machine); then 100 steps of
+#             the same on CUDA and on this machine's CPU cores (one thread per core), for the
+#             step-time ratio. Needs no simulator and no Ray.
 #
 # The first CUDA use of MuJoCo Warp compiles its kernels (about 4 minutes on an H200 machine with
 # an empty ~/.cache/warp), inside whichever of warp / bench / train runs first.
@@ -71,8 +75,14 @@ for s in $sections; do
         run train 400 "$py" -m embodied.runners.train "out=$out/train" policy=flow suite=goal "tasks=[8]" \
             backend=mujoco_gpu device=cuda num_envs=256 image_size=64 chunks_per_iter=8 max_episode_steps=40 \
             iterations=3 algo=flow_sde algo.minibatch_size=512 runtime.overlap=false ;;
+    sft)
+        data=${GPU_CHECK_DATA:?section sft: set GPU_CHECK_DATA to a dataset folder, e.g. the main job OUT/data}
+        sft=("$py" -m embodied.runners.sft "data=$data" policy=flow batch_size=32 lr=3e-4 warmup_steps=100 seed=0)
+        run sft_cuda 200 "${sft[@]}" "out=$out/sft_cuda" steps=700 save_every=250 device=cuda
+        run sft_cuda_100 120 "${sft[@]}" "out=$out/sft_cuda_100" steps=100 save_every=100 device=cuda
+        run sft_cpu_100 200 env OMP_NUM_THREADS="$(nproc --all)" "${sft[@]}" "out=$out/sft_cpu_100" steps=100 save_every=100 device=cpu ;;
     *)
-        echo "unknown section $s (policies warp bench train)"; failed=$((failed + 1)) ;;
+        echo "unknown section $s (policies warp bench train sft)"; failed=$((failed + 1)) ;;
     esac
 done
 echo "== failed sections: $failed"

@@ -52,3 +52,18 @@ def tiny_server():
                           max_message_bytes=1 << 20)
     with ServerThread(server) as port:
         yield server, port
+
+
+@pytest.fixture(scope="session")
+def libero_exported(tmp_path_factory):
+    """Task 0 of libero_spatial exported by the reference venv into a fresh cache: ``(root, stdout)``
+    (the LIBERO scene and controller tests; they skip without ``.venv-libero``)."""
+    import subprocess
+
+    from sims.libero import scenes
+
+    root = tmp_path_factory.mktemp("libero_cache")
+    argv, env = scenes.export_command(root, ["libero_spatial"], [0])
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return root, proc.stdout

@@ -28,12 +28,8 @@ TOL_REST = 1e-3
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("libero_cache")
-    argv, env = scenes.export_command(root, ["libero_spatial"], [0])
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return root, proc.stdout
+def exported(libero_exported):
+    return libero_exported
 
 
 @needs_venv

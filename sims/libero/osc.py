@@ -1,0 +1,240 @@
+"""LIBERO's action space: robosuite 1.4's OSC_POSE controller and Panda gripper, batched over envs.
+
+A LIBERO action ``[7]`` in [-1, 1] is a delta end-effector pose and a gripper command. Per control
+step (20 Hz) robosuite sets a goal once, then for each of the 25 physics substeps (2 ms) computes
+operational-space torques toward it. This module is that controller, written from robosuite's
+``OperationalSpaceController`` (``controllers/osc.py``, ``utils/control_utils.py``) and
+``PandaGripper.format_action``, with its defaults as LIBERO configures them:
+
+- the action is clipped to [-1, 1] and scaled to 0.05 m and 0.5 rad per step;
+- the position goal is the current end-effector position plus the delta; the orientation goal is the
+  delta rotation (axis-angle, world frame) applied to the current orientation, and is left unchanged
+  when all three rotation deltas are exactly zero (so the goal of an earlier step is kept);
+- torques ``J^T [Lambda_pos F, Lambda_ori T] + qfrc_bias + N^T M (kp_null (q_null - q) - kd_null qd)``
+  with ``F = kp (goal_pos - pos) - kd v``, ``T = kp e_ori - kd w`` (kp 150, kd = 2 sqrt(kp),
+  null-space kp 10, kd 2 sqrt(10)), clipped to the motors' range;
+- the gripper command moves by 0.01 per substep toward +1 (close) or -1 (open) by the sign of the
+  action, and drives the two finger position servos across their control ranges.
+
+The maths are pure functions over ``[N, ...]`` numpy arrays; :class:`OSCArm` gathers what they need
+from a batch of ``MjData`` of one LIBERO scene and plays control steps on them, with the hidden state
+robosuite keeps outside the simulator state (orientation goal, null-space posture, gripper command).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import mujoco
+import numpy as np
+
+#: the Panda of LIBERO's scenes (robosuite's ``MountedPanda`` with its ``PandaGripper``)
+EEF_SITE = "gripper0_grip_site"
+ARM_JOINTS = tuple(f"robot0_joint{i}" for i in range(1, 8))
+GRIPPER_JOINTS = ("gripper0_finger_joint1", "gripper0_finger_joint2")
+#: ``MountedPanda.init_qpos``: the posture the null-space torques pull toward (robosuite adds its
+#: initialisation noise to it at a reset; LIBERO's env, measured, does not)
+INIT_QPOS = (0.0, -0.161037389, 0.0, -2.44459747, 0.0, 2.22675220, np.pi / 4)
+
+
+@dataclass(frozen=True)
+class OSCConfig:
+    """OSC_POSE as LIBERO configures it (robosuite's ``osc_pose.json``, ``control_freq=20``)."""
+
+    kp: float = 150.0
+    damping_ratio: float = 1.0
+    output_max: tuple[float, ...] = (0.05, 0.05, 0.05, 0.5, 0.5, 0.5)  # metres, radians per step at |a| = 1
+    nullspace_kp: float = 10.0
+    substeps: int = 25  # physics steps per control step (0.05 s / 0.002 s)
+    gripper_speed: float = 0.01  # gripper command change per substep
+    init_qpos: tuple[float, ...] = field(default=INIT_QPOS)
+
+    @property
+    def kd(self) -> float:
+        return 2.0 * float(np.sqrt(self.kp)) * self.damping_ratio
+
+
+# -- pure maths over [N, ...] arrays -----------------------------------------------------------------
+
+def scale_action(action: np.ndarray, cfg: OSCConfig = OSCConfig()) -> np.ndarray:
+    """Arm actions ``[N, 6]`` clipped to [-1, 1] and scaled to metres / radians ``[N, 6]``."""
+    return np.clip(action, -1.0, 1.0) * np.asarray(cfg.output_max)
+
+
+def axisangle_to_matrix(vec: np.ndarray) -> np.ndarray:
+    """Rotation matrices ``[N, 3, 3]`` of axis-angle vectors ``[N, 3]`` (identity for a zero vector)."""
+    vec = np.asarray(vec, dtype=np.float64)
+    angle = np.linalg.norm(vec, axis=-1)
+    small = np.isclose(angle, 0.0)
+    axis = vec / np.where(small, 1.0, angle)[:, None]
+    x, y, z = axis[:, 0], axis[:, 1], axis[:, 2]
+    c, s = np.cos(angle), np.sin(angle)
+    t = 1.0 - c
+    mat = np.stack([
+        np.stack([t * x * x + c, t * x * y - s * z, t * x * z + s * y], -1),
+        np.stack([t * x * y + s * z, t * y * y + c, t * y * z - s * x], -1),
+        np.stack([t * x * z - s * y, t * y * z + s * x, t * z * z + c], -1),
+    ], -2)
+    mat[small] = np.eye(3)
+    return mat
+
+
+def orientation_error(desired: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """robosuite's orientation error ``[N, 3]`` between rotation matrices ``[N, 3, 3]``:
+    ``0.5 * sum_i current[:, i] x desired[:, i]``."""
+    return 0.5 * np.cross(np.swapaxes(current, -1, -2), np.swapaxes(desired, -1, -2)).sum(axis=-2)
+
+
+def update_goal(scaled: np.ndarray, ee_pos: np.ndarray, ee_mat: np.ndarray,
+                goal_mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The goal of a control step: position ``[N, 3]`` = current + delta; orientation ``[N, 3, 3]`` =
+    delta rotation times current, or ``goal_mat`` (the earlier goal) where the rotation delta is all zero.
+
+    Args:
+        scaled: scaled arm actions ``[N, 6]`` (:func:`scale_action`).
+        ee_pos, ee_mat: the end effector's position ``[N, 3]`` and orientation ``[N, 3, 3]`` now.
+        goal_mat: the orientation goal so far ``[N, 3, 3]``.
+    """
+    rotate = (scaled[:, 3:] != 0.0).any(axis=-1)
+    new_mat = np.where(rotate[:, None, None], axisangle_to_matrix(scaled[:, 3:]) @ ee_mat, goal_mat)
+    return ee_pos + scaled[:, :3], new_mat
+
+
+def osc_torques(mass: np.ndarray, jac: np.ndarray, pos_err: np.ndarray, ori_err: np.ndarray,
+                ee_vel: np.ndarray, q: np.ndarray, qd: np.ndarray, q_null: np.ndarray, bias: np.ndarray,
+                cfg: OSCConfig = OSCConfig()) -> np.ndarray:
+    """Operational-space torques ``[N, 7]`` with decoupled position and orientation, gravity and
+    Coriolis compensation and a null-space pull toward ``q_null`` (before clipping to the motors).
+
+    Args:
+        mass: the arm's joint-space inertia ``[N, 7, 7]``.
+        jac: the end-effector Jacobian ``[N, 6, 7]`` (translation rows, then rotation rows).
+        pos_err, ori_err: goal minus current position ``[N, 3]``; :func:`orientation_error` ``[N, 3]``.
+        ee_vel: the end effector's linear and angular velocity ``[N, 6]``.
+        q, qd: the arm's joint positions and velocities ``[N, 7]``.
+        q_null: the null-space posture ``[N, 7]``.
+        bias: the arm dofs' ``qfrc_bias`` ``[N, 7]``.
+    """
+    force = cfg.kp * pos_err - cfg.kd * ee_vel[:, :3]
+    torque = cfg.kp * ori_err - cfg.kd * ee_vel[:, 3:]
+    m_inv = np.linalg.inv(mass)
+    jt = np.swapaxes(jac, -1, -2)
+    lam_full = np.linalg.pinv(jac @ m_inv @ jt)
+    lam_pos = np.linalg.pinv(jac[:, :3] @ m_inv @ jt[:, :, :3])
+    lam_ori = np.linalg.pinv(jac[:, 3:] @ m_inv @ jt[:, :, 3:])
+    wrench = np.concatenate([(lam_pos @ force[..., None])[..., 0], (lam_ori @ torque[..., None])[..., 0]], -1)
+    tau = (jt @ wrench[..., None])[..., 0] + bias
+    jbar = m_inv @ jt @ lam_full
+    null = np.eye(jac.shape[-1]) - jbar @ jac
+    kv = 2.0 * np.sqrt(cfg.nullspace_kp)
+    pose = (mass @ (cfg.nullspace_kp * (q_null - q) - kv * qd)[..., None])[..., 0]
+    return tau + (np.swapaxes(null, -1, -2) @ pose[..., None])[..., 0]
+
+
+def gripper_command(command: np.ndarray, action: np.ndarray, cfg: OSCConfig = OSCConfig()) -> np.ndarray:
+    """The gripper command ``[N, 2]`` after one substep of gripper actions ``[N]`` (robosuite's
+    ``PandaGripper.format_action``: -1 open, +1 closed, by the action's sign)."""
+    step = np.array([-1.0, 1.0]) * cfg.gripper_speed * np.sign(action)[:, None]
+    return np.clip(command + step, -1.0, 1.0)
+
+
+# -- the arm of a LIBERO scene ----------------------------------------------------------------------
+
+class OSCArm:
+    """OSC_POSE on the Panda of one LIBERO scene, for a batch of ``MjData`` of that model.
+
+    Hidden state per env (robosuite keeps it in the controller, not the simulator): the orientation
+    goal ``goal_mat [N, 3, 3]``, the null-space posture ``q_null [N, 7]`` and the gripper command
+    ``gripper [N, 2]``; :meth:`reset` sets it.
+    """
+
+    def __init__(self, model: mujoco.MjModel, cfg: OSCConfig = OSCConfig()) -> None:
+        self.model, self.cfg = model, cfg
+
+        def ident(kind: mujoco.mjtObj, name: str) -> int:
+            i = mujoco.mj_name2id(model, kind, name)
+            if i < 0:
+                raise ValueError(f"this model has no {kind.name[6:].lower()} {name!r}: not a LIBERO scene with "
+                                 "robosuite's Panda (load one with sims.libero.scenes.load_scene)")
+            return i
+
+        self.site = ident(mujoco.mjtObj.mjOBJ_SITE, EEF_SITE)
+        joints = [ident(mujoco.mjtObj.mjOBJ_JOINT, j) for j in ARM_JOINTS]
+        self.qpos_idx = np.array([model.jnt_qposadr[j] for j in joints])
+        self.dof_idx = np.array([model.jnt_dofadr[j] for j in joints])
+        by_joint = {int(model.actuator_trnid[a, 0]): a for a in range(model.nu)}
+        self.arm_act = np.array([by_joint[j] for j in joints])
+        self.grip_act = np.array([by_joint[ident(mujoco.mjtObj.mjOBJ_JOINT, j)] for j in GRIPPER_JOINTS])
+        lo, hi = model.actuator_ctrlrange[self.arm_act].T
+        self.torque_lo, self.torque_hi = lo.copy(), hi.copy()
+        g_lo, g_hi = model.actuator_ctrlrange[self.grip_act].T
+        self.grip_bias, self.grip_weight = 0.5 * (g_hi + g_lo), 0.5 * (g_hi - g_lo)
+        self.goal_mat = np.zeros((0, 3, 3))
+        self.q_null = np.zeros((0, 7))
+        self.gripper = np.zeros((0, 2))
+        self._jacp = np.zeros((3, model.nv))
+        self._jacr = np.zeros((3, model.nv))
+        self._full = np.zeros((model.nv, model.nv))
+
+    def reset(self, datas: Sequence[mujoco.MjData], goal_mat: np.ndarray | None = None,
+              q_null: np.ndarray | None = None, gripper: np.ndarray | None = None) -> None:
+        """Set the hidden state of ``len(datas)`` envs as robosuite leaves it after LIBERO's reset: the
+        orientation goal (default: :meth:`home_orientation`, where the controller was made, before the
+        init state was applied), the null-space posture (default: ``cfg.init_qpos``), the gripper
+        command (default: fully open, ``[1, -1]``, where the protocol's open-gripper wait steps leave it)."""
+        n = len(datas)
+        home = self.home_orientation() if goal_mat is None else goal_mat
+        self.goal_mat = np.array(np.broadcast_to(home, (n, 3, 3)), dtype=np.float64)
+        self.q_null = np.array(np.broadcast_to(self.cfg.init_qpos if q_null is None else q_null, (n, 7)),
+                               dtype=np.float64)
+        self.gripper = np.array(np.broadcast_to([1.0, -1.0] if gripper is None else gripper, (n, 2)), dtype=np.float64)
+
+    def home_orientation(self) -> np.ndarray:
+        """The end effector's orientation ``[3, 3]`` with the arm at ``cfg.init_qpos``."""
+        d = mujoco.MjData(self.model)
+        d.qpos[self.qpos_idx] = self.cfg.init_qpos
+        mujoco.mj_kinematics(self.model, d)
+        return d.site_xmat[self.site].reshape(3, 3).copy()
+
+    def _state(self, datas: Sequence[mujoco.MjData]) -> dict[str, np.ndarray]:
+        """What the controller reads, after ``mj_step1`` (positions and velocities computed)."""
+        m, dof = self.model, self.dof_idx
+        pos, mat, jac, vel, mass = [], [], [], [], []
+        for d in datas:
+            mujoco.mj_jacSite(m, d, self._jacp, self._jacr, self.site)
+            mujoco.mj_fullM(m, d, self._full)
+            pos.append(d.site_xpos[self.site].copy())
+            mat.append(d.site_xmat[self.site].reshape(3, 3).copy())
+            jac.append(np.concatenate([self._jacp[:, dof], self._jacr[:, dof]]))
+            vel.append(np.concatenate([self._jacp @ d.qvel, self._jacr @ d.qvel]))
+            mass.append(self._full[np.ix_(dof, dof)])
+        return {"pos": np.stack(pos), "mat": np.stack(mat), "jac": np.stack(jac), "vel": np.stack(vel),
+                "mass": np.stack(mass), "q": np.stack([d.qpos[self.qpos_idx] for d in datas]),
+                "qd": np.stack([d.qvel[dof] for d in datas]), "bias": np.stack([d.qfrc_bias[dof] for d in datas])}
+
+    def step(self, datas: Sequence[mujoco.MjData], actions: np.ndarray) -> None:
+        """One control step of ``actions [N, 7]`` on each env: the goal set from the first substep's
+        state, then ``cfg.substeps`` physics substeps with fresh torques and gripper controls each."""
+        actions = np.asarray(actions, dtype=np.float64)
+        if actions.shape != (len(datas), 7) or not np.isfinite(actions).all():
+            raise ValueError(f"actions must be [{len(datas)}, 7] finite numbers, got {list(actions.shape)}")
+        if len(self.goal_mat) != len(datas):
+            raise ValueError(f"reset() the controller for {len(datas)} envs first (it holds {len(self.goal_mat)})")
+        scaled = scale_action(actions[:, :6], self.cfg)
+        m = self.model
+        for sub in range(self.cfg.substeps):
+            for d in datas:
+                mujoco.mj_step1(m, d)
+            s = self._state(datas)
+            if sub == 0:
+                goal_pos, self.goal_mat = update_goal(scaled, s["pos"], s["mat"], self.goal_mat)
+            tau = osc_torques(s["mass"], s["jac"], goal_pos - s["pos"], orientation_error(self.goal_mat, s["mat"]),
+                              s["vel"], s["q"], s["qd"], self.q_null, s["bias"], self.cfg)
+            tau = np.clip(tau, self.torque_lo, self.torque_hi)
+            self.gripper = gripper_command(self.gripper, actions[:, 6], self.cfg)
+            grip = self.grip_bias + self.grip_weight * self.gripper
+            for i, d in enumerate(datas):
+                d.ctrl[self.arm_act] = tau[i]
+                d.ctrl[self.grip_act] = grip[i]
+                mujoco.mj_step2(m, d)
