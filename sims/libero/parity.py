@@ -1,0 +1,151 @@
+"""Our LIBERO pieces against the reference env (robosuite 1.4 in ``.venv-libero``), task by task.
+
+    python -m sims.libero.parity predicates --cache DIR --suites libero_goal [--tasks 0 1] [--json OUT]
+    python -m sims.libero.parity osc --cache DIR --suites libero_spatial [--tasks 0] [--inits 0 7]
+
+``predicates``: the reference builds states around each goal predicate of a task
+(:mod:`sims.libero.reference.predicate_states`: init states, the goal's object placed on / in /
+beside its target and settled, the target's joints swept across their range) with its truth of each
+predicate; :class:`sims.libero.predicates.GoalChecker` judges the same states on the exported scene
+(the reference's fixture placement applied). ``osc``: an 85-step action sequence
+(:func:`parity_actions`) played by robosuite's OSC_POSE (:mod:`sims.libero.reference.osc_trace`) and
+by :class:`sims.libero.osc.OSCArm` from the same state. One line per task; exit status 1 if any
+task disagrees (predicates) or exceeds ``--tol-eef`` (osc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import mujoco
+import numpy as np
+
+from sims.libero import reference_command, scenes
+from sims.libero.osc import OSCArm
+from sims.libero.predicates import GoalChecker
+
+#: the end effector's agreement asserted by ``osc`` (measured: <= 6.4e-9 m on libero_spatial 0)
+TOL_EEF = 1e-6
+
+
+def _run_reference(module: str, args: list[str]) -> None:
+    argv, env = reference_command(module, args)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode:
+        raise RuntimeError(f"reference.{module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+
+
+def predicate_parity(folder: Path, suite: str, task: int, work: Path) -> dict[str, Any]:
+    """The reference's predicate states of one task judged by :class:`GoalChecker`."""
+    out = work / f"{suite}_{task}_predicates.npz"
+    _run_reference("predicate_states", ["--suite", suite, "--task", str(task), "--out", str(out)])
+    ref = np.load(out)
+    model = scenes.load_scene(folder, box_contacts="reference")
+    model.body_pos[:] = ref["body_pos"]
+    model.body_quat[:] = ref["body_quat"]
+    checker = GoalChecker(model, scenes.read_meta(folder))
+    data = mujoco.MjData(model)
+    ours, site_err = [], 0.0
+    for k, state in enumerate(ref["states"]):
+        scenes.apply_init_state(model, data, state)
+        ours.append(checker.truth(data))
+        for j, site in enumerate(ref["sites"]):
+            site_err = max(site_err, float(np.abs(checker.position(data, str(site)) - ref["site_pos"][k, j]).max()))
+    ours_a = np.asarray(ours, dtype=bool)
+    return {"suite": suite, "task": task, "goal": [str(g) for g in ref["goal"]], "states": len(ours_a),
+            "reference_true": int(ref["truth"].sum()), "ours_true": int(ours_a.sum()),
+            "disagree": np.nonzero((ours_a != ref["truth"]).any(axis=1))[0].tolist(), "site_err": site_err}
+
+
+def parity_actions() -> np.ndarray:
+    """85 control steps ``[85, 7]``: down and forward 14 steps, close the gripper, up with a yaw (the
+    orientation goal kept while the rotation is zero), then 40 random steps with the gripper switching."""
+    a = np.zeros((45, 7))
+    a[:, 6] = -1.0
+    a[0:14, 2], a[0:14, 0] = -1.0, 0.3
+    a[14:, 6] = 1.0
+    a[24:, 2] = 1.0
+    a[24:34, 5] = 0.5
+    rng = np.random.default_rng(0)
+    b = np.clip(rng.normal(0, 0.5, (40, 7)), -1, 1)
+    b[10:20, 3:6] = 0.0
+    b[:, 6] = np.where(np.arange(40) % 20 < 12, -1.0, 1.0)
+    return np.vstack([a, b])
+
+
+def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
+               actions: np.ndarray | None = None) -> dict[str, Any]:
+    """An action sequence from init state ``init``: robosuite's controller against :class:`OSCArm`
+    (whose reset defaults must reproduce robosuite's hidden controller state)."""
+    actions = parity_actions() if actions is None else np.asarray(actions, dtype=np.float64)
+    np.save(work / "actions.npy", actions)
+    out = work / f"{suite}_{task}_{init}_osc.npz"
+    _run_reference("osc_trace", ["--suite", suite, "--task", str(task), "--init", str(init),
+                                 "--actions", str(work / "actions.npy"), "--out", str(out)])
+    ref = np.load(out)
+    model = scenes.load_scene(folder, box_contacts="reference")
+    data = mujoco.MjData(model)
+    scenes.apply_init_state(model, data, ref["start"])
+    arm = OSCArm(model)
+    arm.reset([data])
+    hidden = max(float(np.abs(arm.q_null[0] - ref["nullspace_target"]).max()),
+                 float(np.abs(arm.goal_mat[0] - ref["goal_ori"]).max()),
+                 float(np.abs(arm.gripper[0] - ref["gripper_action"]).max()))
+    eef, qpos = [], []
+    for k, a in enumerate(actions):
+        arm.step([data], a[None])
+        eef.append(float(np.abs(data.site_xpos[arm.site] - ref["eef_pos"][k]).max()))
+        qpos.append(float(np.abs(data.qpos - ref["states"][k][1:1 + model.nq]).max()))
+    return {"suite": suite, "task": task, "init": init, "steps": len(actions), "hidden_state_err": hidden,
+            "eef_err": max(eef), "qpos_err": max(qpos),
+            "eef_travel": float(np.abs(ref["eef_pos"] - ref["eef_pos"][0]).max())}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["predicates", "osc"])
+    ap.add_argument("--cache", default=None, help="the scene cache root (default: $EMBODIED_LIBERO_CACHE)")
+    ap.add_argument("--suites", nargs="+", default=["libero_spatial", "libero_object", "libero_goal", "libero_10"])
+    ap.add_argument("--tasks", type=int, nargs="+", default=None, help="task indices (default: every exported one)")
+    ap.add_argument("--inits", type=int, nargs="+", default=[0], help="osc: init states")
+    ap.add_argument("--tol-eef", type=float, default=TOL_EEF)
+    ap.add_argument("--json", default=None, help="write the rows here")
+    args = ap.parse_args(argv)
+    rows, bad = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for folder in scenes.task_dirs(args.cache, args.suites):
+            meta = scenes.read_meta(folder)
+            suite, task = meta["suite"], int(meta["task_index"])
+            if args.tasks is not None and task not in args.tasks:
+                continue
+            t0 = time.perf_counter()
+            if args.what == "predicates":
+                row = predicate_parity(folder, suite, task, Path(tmp))
+                ok = not row["disagree"]
+                print(f"{suite} {task}: {row['states']} states, reference true {row['reference_true']}, ours "
+                      f"{row['ours_true']}, disagree {row['disagree'] or 'none'} ({time.perf_counter() - t0:.0f} s)",
+                      flush=True)
+                rows.append(row)
+                bad += [] if ok else [f"{suite} {task}"]
+            else:
+                for init in args.inits:
+                    row = osc_parity(folder, suite, task, init, Path(tmp))
+                    ok = row["eef_err"] <= args.tol_eef and row["hidden_state_err"] < 1e-9
+                    print(f"{suite} {task} init {init}: end effector {row['eef_err']:.1e} m, qpos {row['qpos_err']:.1e},"
+                          f" hidden state {row['hidden_state_err']:.1e}, travel {row['eef_travel']:.2f} m", flush=True)
+                    rows.append(row)
+                    bad += [] if ok else [f"{suite} {task} init {init}"]
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "failed": bad}, indent=2))
+    print(f"{len(rows)} rows, failed: {bad or 'none'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
