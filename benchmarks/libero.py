@@ -5,8 +5,11 @@ of ``image_sizes`` and without rendering (random actions; the median of ``repeat
 ``steps`` steps), and the seconds of a reset with and without ``hard_reset``. From them, the time of
 one full official evaluation of each suite on this machine (10 tasks, 90 for libero_90, x 50
 initial states; every episode at its step limit plus the 10 wait steps, the worst case, and a reset
-each) at the protocol's 256 px, env time only (the policy's inference comes on top). Writes
-``libero.json`` and ``libero.csv``.
+each) at the protocol's 256 px, env time only (the policy's inference comes on top). Then the same
+task's exported scene in our batched physics (:class:`sims.libero.worlds.LiberoWorlds`: LIBERO's
+controller and goal on MuJoCo 4, no rendering) at each of ``batched_num_envs``, with both box-contact
+settings, against the reference's no-rendering rate measured in the same run (``ratio_vs_reference``).
+Writes ``libero.json`` and ``libero.csv``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from benchmarks.config import BenchConfig, BenchError
 from embodied.runs import machine_info, write_json
@@ -34,6 +37,8 @@ class LiberoBenchConfig(BenchConfig):
     steps: int = 20  # env steps per run
     repeats: int = 3  # runs per case (the median is reported)
     resets: int = 3  # resets timed per reset mode (the median is reported)
+    batched_num_envs: list[int] = field(default_factory=lambda: [1, 8])  # our LiberoWorlds; [] skips them
+    cache: Optional[str] = None  # the scene cache root (default: $EMBODIED_LIBERO_CACHE or ~/.cache/embodied/libero)
 
 
 SCHEMA = LiberoBenchConfig
@@ -85,8 +90,11 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
         "hard_reset": evaluation_cost(protocol["steps_per_s"], result["hard_reset_s"]),
     }
     result["hard_over_soft_reset"] = round(result["hard_reset_s"] / max(soft, 1e-9), 1)
+    reference_rate = next(c["steps_per_s"] for c in result["cases"] if c["image_size"] == 0)
+    result["batched"] = batched_rates(cfg, reference_rate) if cfg.batched_num_envs else []
     result["machine"] = machine_info()
-    result["config"] = {k: getattr(cfg, k) for k in ("suite", "task", "image_sizes", "steps", "repeats", "resets")}
+    result["config"] = {k: getattr(cfg, k) for k in ("suite", "task", "image_sizes", "steps", "repeats", "resets",
+                                                      "batched_num_envs", "cache")}
     write_json(out / "libero.json", result)
     with open(out / "libero.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -94,4 +102,40 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
         for c in result["cases"]:
             w.writerow([c["case"], c["image_size"], c["steps_per_s"], c["soft_reset_s"], c["build_s"]])
         w.writerow(["hard reset", "", "", result["hard_reset_s"], ""])
+        for b in result["batched"]:
+            w.writerow([f"ours {b['box_contacts']} contacts, {b['num_envs']} envs", 0, b["steps_per_s"], "", ""])
     return result
+
+
+def batched_rates(cfg: LiberoBenchConfig, reference_rate: float) -> list[dict[str, Any]]:
+    """Env steps/s of :class:`LiberoWorlds` (no rendering, random actions, the median of ``repeats``
+    runs of ``steps`` steps) per env count and box-contact setting, and the ratio to ``reference_rate``."""
+    import time
+
+    import numpy as np
+
+    from sims.libero import scenes
+    from sims.libero.worlds import LiberoWorlds
+
+    try:
+        folder = scenes.task_dir(cfg.suite, cfg.task, cfg.cache)
+    except scenes.SceneCacheError as err:
+        raise BenchError(f"{err} (or set batched_num_envs=[] to measure the reference env only)") from None
+    rng = np.random.default_rng(cfg.seed)
+    rows = []
+    for contacts in scenes.BOX_CONTACTS:
+        for n in cfg.batched_num_envs:
+            worlds = LiberoWorlds(folder, n, box_contacts=contacts)
+            worlds.reset(np.arange(n) % len(worlds.init_states), wait_steps=0)
+            rates = []
+            for _ in range(cfg.repeats):
+                t0 = time.perf_counter()
+                for _ in range(cfg.steps):
+                    worlds.step(rng.uniform(-1, 1, (n, 7)))
+                rates.append(n * cfg.steps / (time.perf_counter() - t0))
+            rate = float(np.median(rates))
+            rows.append({"box_contacts": contacts, "num_envs": n, "steps_per_s": round(rate, 2),
+                         "ratio_vs_reference": round(rate / reference_rate, 2)})
+            print(f"[libero bench] ours, {contacts} box contacts, {n} envs: {rate:.1f} env steps/s "
+                  f"({rate / reference_rate:.2f}x the reference without rendering)", flush=True)
+    return rows

@@ -24,7 +24,7 @@ robosuite keeps outside the simulator state (orientation goal, null-space postur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import mujoco
 import numpy as np
@@ -36,6 +36,8 @@ GRIPPER_JOINTS = ("gripper0_finger_joint1", "gripper0_finger_joint2")
 #: ``MountedPanda.init_qpos``: the posture the null-space torques pull toward (robosuite adds its
 #: initialisation noise to it at a reset; LIBERO's env, measured, does not)
 INIT_QPOS = (0.0, -0.161037389, 0.0, -2.44459747, 0.0, 2.22675220, np.pi / 4)
+#: ``PandaGripper.init_qpos``: the fingers' opening at a reset
+GRIPPER_INIT_QPOS = (0.020833, -0.020833)
 
 
 @dataclass(frozen=True)
@@ -170,32 +172,56 @@ class OSCArm:
         self.torque_lo, self.torque_hi = lo.copy(), hi.copy()
         g_lo, g_hi = model.actuator_ctrlrange[self.grip_act].T
         self.grip_bias, self.grip_weight = 0.5 * (g_hi + g_lo), 0.5 * (g_hi - g_lo)
+        self.finger_idx = np.array([model.jnt_qposadr[ident(mujoco.mjtObj.mjOBJ_JOINT, j)] for j in GRIPPER_JOINTS])
         self.goal_mat = np.zeros((0, 3, 3))
         self.q_null = np.zeros((0, 7))
         self.gripper = np.zeros((0, 2))
+        self.fresh = np.zeros(0, dtype=bool)
+        self._home: dict[str, np.ndarray] | None = None
         self._jacp = np.zeros((3, model.nv))
         self._jacr = np.zeros((3, model.nv))
         self._full = np.zeros((model.nv, model.nv))
 
     def reset(self, datas: Sequence[mujoco.MjData], goal_mat: np.ndarray | None = None,
-              q_null: np.ndarray | None = None, gripper: np.ndarray | None = None) -> None:
-        """Set the hidden state of ``len(datas)`` envs as robosuite leaves it after LIBERO's reset: the
-        orientation goal (default: :meth:`home_orientation`, where the controller was made, before the
-        init state was applied), the null-space posture (default: ``cfg.init_qpos``), the gripper
-        command (default: fully open, ``[1, -1]``, where the protocol's open-gripper wait steps leave it)."""
+              q_null: np.ndarray | None = None, gripper: np.ndarray | None = None, fresh: bool = True) -> None:
+        """Set the hidden state of ``len(datas)`` envs; the defaults are robosuite's right after LIBERO's
+        reset (which builds a new controller with the arm at ``cfg.init_qpos``, then applies the init
+        state). The orientation goal: default the end effector's orientation at ``cfg.init_qpos``,
+        not at the init state. The null-space posture: default ``cfg.init_qpos``. The gripper
+        command: default ``[0, 0]`` (a new env's; robosuite keeps it across resets, so in LIBERO's
+        protocol a later episode starts with the previous one's, and the open-gripper wait steps
+        bring it to ``[1, -1]`` within 4 steps).
+
+        ``fresh``: robosuite's new controller reads the robot once, at ``cfg.init_qpos``, and the first
+        substep after the reset uses that reading: the first step's position goal is the end
+        effector's position at ``cfg.init_qpos`` plus the delta, and its first substep's torques come
+        from that configuration at rest (with the current gravity compensation). False: continue
+        from the state as it is (the goal from the current end effector).
+        """
         n = len(datas)
         home = self.home_orientation() if goal_mat is None else goal_mat
         self.goal_mat = np.array(np.broadcast_to(home, (n, 3, 3)), dtype=np.float64)
         self.q_null = np.array(np.broadcast_to(self.cfg.init_qpos if q_null is None else q_null, (n, 7)),
                                dtype=np.float64)
-        self.gripper = np.array(np.broadcast_to([1.0, -1.0] if gripper is None else gripper, (n, 2)), dtype=np.float64)
+        self.gripper = np.array(np.broadcast_to([0.0, 0.0] if gripper is None else gripper, (n, 2)), dtype=np.float64)
+        self.fresh = np.full(n, bool(fresh))
+
+    def home_state(self) -> dict[str, np.ndarray]:
+        """What a new robosuite controller reads: the arm at ``cfg.init_qpos``, the fingers at the
+        gripper's initial opening, at rest (``pos [3]``, ``mat [3, 3]``, ``jac [6, 7]``, ``mass [7, 7]``,
+        ``q [7]``, ``qd [7]``, ``vel [6]``)."""
+        if self._home is None:
+            m, d = self.model, mujoco.MjData(self.model)
+            d.qpos[self.qpos_idx] = self.cfg.init_qpos
+            d.qpos[self.finger_idx] = GRIPPER_INIT_QPOS
+            mujoco.mj_forward(m, d)
+            s = self._state([d])
+            self._home = {k: v[0] for k, v in s.items() if k != "bias"}
+        return self._home
 
     def home_orientation(self) -> np.ndarray:
         """The end effector's orientation ``[3, 3]`` with the arm at ``cfg.init_qpos``."""
-        d = mujoco.MjData(self.model)
-        d.qpos[self.qpos_idx] = self.cfg.init_qpos
-        mujoco.mj_kinematics(self.model, d)
-        return d.site_xmat[self.site].reshape(3, 3).copy()
+        return self.home_state()["mat"].copy()
 
     def _state(self, datas: Sequence[mujoco.MjData]) -> dict[str, np.ndarray]:
         """What the controller reads, after ``mj_step1`` (positions and velocities computed)."""
@@ -213,9 +239,11 @@ class OSCArm:
                 "mass": np.stack(mass), "q": np.stack([d.qpos[self.qpos_idx] for d in datas]),
                 "qd": np.stack([d.qvel[dof] for d in datas]), "bias": np.stack([d.qfrc_bias[dof] for d in datas])}
 
-    def step(self, datas: Sequence[mujoco.MjData], actions: np.ndarray) -> None:
+    def step(self, datas: Sequence[mujoco.MjData], actions: np.ndarray,
+             on_substep: Callable[[int], None] | None = None) -> None:
         """One control step of ``actions [N, 7]`` on each env: the goal set from the first substep's
-        state, then ``cfg.substeps`` physics substeps with fresh torques and gripper controls each."""
+        state, then ``cfg.substeps`` physics substeps with fresh torques and gripper controls each
+        (``on_substep(i)`` called after substep ``i`` of every env)."""
         actions = np.asarray(actions, dtype=np.float64)
         if actions.shape != (len(datas), 7) or not np.isfinite(actions).all():
             raise ValueError(f"actions must be [{len(datas)}, 7] finite numbers, got {list(actions.shape)}")
@@ -228,6 +256,10 @@ class OSCArm:
                 mujoco.mj_step1(m, d)
             s = self._state(datas)
             if sub == 0:
+                if self.fresh.any():  # robosuite's first reading after a reset: the home configuration
+                    home = self.home_state()
+                    for k, v in home.items():
+                        s[k] = np.where(self.fresh.reshape((-1,) + (1,) * v.ndim), v, s[k])
                 goal_pos, self.goal_mat = update_goal(scaled, s["pos"], s["mat"], self.goal_mat)
             tau = osc_torques(s["mass"], s["jac"], goal_pos - s["pos"], orientation_error(self.goal_mat, s["mat"]),
                               s["vel"], s["q"], s["qd"], self.q_null, s["bias"], self.cfg)
@@ -238,3 +270,6 @@ class OSCArm:
                 d.ctrl[self.arm_act] = tau[i]
                 d.ctrl[self.grip_act] = grip[i]
                 mujoco.mj_step2(m, d)
+            if on_substep is not None:
+                on_substep(sub)
+        self.fresh[:] = False

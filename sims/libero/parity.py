@@ -9,7 +9,9 @@ beside its target and settled, the target's joints swept across their range) wit
 predicate; :class:`sims.libero.predicates.GoalChecker` judges the same states on the exported scene
 (the reference's fixture placement applied). ``osc``: an 85-step action sequence
 (:func:`parity_actions`) played by robosuite's OSC_POSE (:mod:`sims.libero.reference.osc_trace`) and
-by :class:`sims.libero.osc.OSCArm` from the same state. One line per task; exit status 1 if any
+by :class:`sims.libero.osc.OSCArm` from the same state, and the whole episode in
+:class:`sims.libero.worlds.LiberoWorlds` from the init state (the protocol's 8-D state as the
+reference reports it, and the goal's truth, step by step). One line per task; exit status 1 if any
 task disagrees (predicates) or exceeds ``--tol-eef`` (osc).
 """
 
@@ -29,6 +31,7 @@ import numpy as np
 from sims.libero import reference_command, scenes
 from sims.libero.osc import OSCArm
 from sims.libero.predicates import GoalChecker
+from sims.libero.worlds import LiberoWorlds
 
 #: the end effector's agreement asserted by ``osc`` (measured: <= 6.4e-9 m on libero_spatial 0)
 TOL_EEF = 1e-6
@@ -81,8 +84,9 @@ def parity_actions() -> np.ndarray:
 
 def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
                actions: np.ndarray | None = None) -> dict[str, Any]:
-    """An action sequence from init state ``init``: robosuite's controller against :class:`OSCArm`
-    (whose reset defaults must reproduce robosuite's hidden controller state)."""
+    """An action sequence from init state ``init`` (after the protocol's reset and wait steps in the
+    reference): robosuite's controller against :class:`OSCArm` continuing from the same state (whose
+    default orientation goal and null-space posture must be robosuite's)."""
     actions = parity_actions() if actions is None else np.asarray(actions, dtype=np.float64)
     np.save(work / "actions.npy", actions)
     out = work / f"{suite}_{task}_{init}_osc.npz"
@@ -93,18 +97,28 @@ def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
     data = mujoco.MjData(model)
     scenes.apply_init_state(model, data, ref["start"])
     arm = OSCArm(model)
-    arm.reset([data])
+    # the reference's state after its reset and wait steps: continue from it (the gripper command
+    # is the reference's; the goal orientation and null-space posture are OSCArm's defaults)
+    arm.reset([data], gripper=ref["gripper_action"], fresh=False)
     hidden = max(float(np.abs(arm.q_null[0] - ref["nullspace_target"]).max()),
-                 float(np.abs(arm.goal_mat[0] - ref["goal_ori"]).max()),
-                 float(np.abs(arm.gripper[0] - ref["gripper_action"]).max()))
+                 float(np.abs(arm.goal_mat[0] - ref["goal_ori"]).max()))
     eef, qpos = [], []
     for k, a in enumerate(actions):
         arm.step([data], a[None])
         eef.append(float(np.abs(data.site_xpos[arm.site] - ref["eef_pos"][k]).max()))
         qpos.append(float(np.abs(data.qpos - ref["states"][k][1:1 + model.nq]).max()))
+    # the whole episode in LiberoWorlds: its reset (init state, fresh controller, wait steps) and the
+    # protocol's state as the reference reports it, and the goal's truth, step by step
+    worlds = LiberoWorlds(folder, 1)
+    proprio = [float(np.abs(worlds.reset([init])[0] - ref["start_proprio"]).max())]
+    success_agree = 0
+    for k, a in enumerate(actions):
+        success_agree += int(bool(worlds.step(a[None])[0]) == bool(ref["success"][k]))
+        proprio.append(float(np.abs(worlds.state()[0] - ref["proprio"][k]).max()))
     return {"suite": suite, "task": task, "init": init, "steps": len(actions), "hidden_state_err": hidden,
             "eef_err": max(eef), "qpos_err": max(qpos),
-            "eef_travel": float(np.abs(ref["eef_pos"] - ref["eef_pos"][0]).max())}
+            "eef_travel": float(np.abs(ref["eef_pos"] - ref["eef_pos"][0]).max()),
+            "reset_state_err": proprio[0], "state_err": max(proprio), "success_agree": success_agree / len(actions)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,7 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     row = osc_parity(folder, suite, task, init, Path(tmp))
                     ok = row["eef_err"] <= args.tol_eef and row["hidden_state_err"] < 1e-9
                     print(f"{suite} {task} init {init}: end effector {row['eef_err']:.1e} m, qpos {row['qpos_err']:.1e},"
-                          f" hidden state {row['hidden_state_err']:.1e}, travel {row['eef_travel']:.2f} m", flush=True)
+                          f" hidden state {row['hidden_state_err']:.1e}, travel {row['eef_travel']:.2f} m; from the"
+                          f" reset: state {row['state_err']:.1e}, success agrees {row['success_agree']:.0%}", flush=True)
                     rows.append(row)
                     bad += [] if ok else [f"{suite} {task} init {init}"]
     if args.json:

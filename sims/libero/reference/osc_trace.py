@@ -12,7 +12,8 @@ rotation actions are zero) and ``gripper_action`` (``[2]``: the gripper's accumu
 simulator states ``start`` (``[1 + nq + nv]``, after the reset) and ``states`` (``[K, 1 + nq + nv]``,
 after each step); the end-effector site's pose after each step, ``eef_pos`` (``[K, 3]``) and
 ``eef_mat`` (``[K, 3, 3]``); the arm torques and gripper controls sent at the last substep of each
-step, ``ctrl`` (``[K, nu]``); and ``success`` (``[K]``: the task's goal after each step).
+step, ``ctrl`` (``[K, nu]``); ``success`` (``[K]``: the task's goal after each step); the protocol's
+8-D state after the reset and after each step, ``start_proprio`` (``[8]``) and ``proprio`` (``[K, 8]``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def trace(suite: str, task: int, init: int, actions: np.ndarray) -> dict[str, np
         ctl = robot.controller
         sim = inner.sim
         site = sim.model.site_name2id(ctl.eef_name)
-        out: dict[str, list] = {"states": [], "eef_pos": [], "eef_mat": [], "ctrl": [], "success": []}
+        out: dict[str, list] = {"states": [], "eef_pos": [], "eef_mat": [], "ctrl": [], "success": [], "proprio": []}
+        start_proprio = ref.observation()["state"]
         start = np.array(sim.get_state().flatten())
         hidden = {"nullspace_target": np.array(ctl.initial_joint), "goal_ori": np.array(ctl.goal_ori),
                   "gripper_action": np.array(robot.gripper.current_action)}
@@ -47,7 +49,8 @@ def trace(suite: str, task: int, init: int, actions: np.ndarray) -> dict[str, np
             out["eef_mat"].append(np.array(sim.data.site_xmat[site]).reshape(3, 3))
             out["ctrl"].append(np.array(sim.data.ctrl))
             out["success"].append(done)
-        return {"start": start, **hidden, **{k: np.asarray(v) for k, v in out.items()},
+            out["proprio"].append(ref.observation()["state"])
+        return {"start": start, "start_proprio": start_proprio, **hidden, **{k: np.asarray(v) for k, v in out.items()},
                 "eef_site": np.array(ctl.eef_name), "kp": np.array(ctl.kp), "kd": np.array(ctl.kd)}
 
 

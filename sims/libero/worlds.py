@@ -1,0 +1,152 @@
+"""N copies of one exported LIBERO task, stepped together: official init states, LIBERO's controller
+and goal, the protocol's 8-D state. The physics core of the batched LIBERO backend (no rendering).
+
+    worlds = LiberoWorlds(scenes.task_dir("libero_spatial", 0), num_envs=8)
+    state = worlds.reset([0, 1, 2, 3, 4, 5, 6, 7])       # [8, 8], after the protocol's wait steps
+    success = worlds.step(actions)                       # actions [8, 7] in [-1, 1] -> [8] bool
+
+As in robosuite, the goal's truth is read from the simulator right after a step's last physics
+substep, without another ``mj_forward`` (positions and contacts of the start of that substep), and
+the state is robosuite's observation: its observables sample the simulator once per control period
+on a timer that accumulates the 2 ms substeps in floating point (:class:`ObservationClock`), so
+the state a step reports is the simulator's after an earlier substep of the step (the 24th of 25
+in LIBERO's protocol), exactly what the reference env reports. The fixtures stay where the cache put them
+(the official protocol's first episode; LIBERO moves them by up to 2 cm at later resets).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import mujoco
+import numpy as np
+
+from sims.libero import NUM_WAIT_STEPS, max_steps
+from sims.libero.osc import GRIPPER_JOINTS, OSCArm, OSCConfig
+from sims.libero.predicates import GoalChecker
+from sims.libero.scenes import apply_init_state, load_init_states, load_scene, read_meta
+
+#: robosuite's end-effector body (``robot0_eef_quat`` is its orientation)
+EEF_BODY = "robot0_right_hand"
+#: robosuite's observable timer after LIBERO's reset (its forced samples at the reset and at
+#: ``set_init_state``), in seconds; measured against the reference env
+OBS_CLOCK_START = 0.004
+#: the protocol's open-gripper action of the wait steps
+WAIT_ACTION = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
+
+
+def quat_to_axisangle(quat_wxyz: np.ndarray) -> np.ndarray:
+    """Axis-angle ``[N, 3]`` of unit quaternions ``[N, 4]`` (w, x, y, z), as LIBERO's state computes it
+    (robosuite's ``quat2axisangle``: the angle from ``acos(w)``, no hemisphere flip)."""
+    q = np.asarray(quat_wxyz, dtype=np.float64)
+    w = np.clip(q[:, 0], -1.0, 1.0)
+    den = np.sqrt(1.0 - w * w)
+    small = np.isclose(den, 0.0)
+    scale = np.where(small, 0.0, 2.0 * np.arccos(w) / np.where(small, 1.0, den))
+    return q[:, 1:] * scale[:, None]
+
+
+class ObservationClock:
+    """robosuite's ``Observable`` timer (no delay): one sample per ``period`` of simulated time, taken at
+    the first substep of each period, with the same floating-point arithmetic."""
+
+    def __init__(self, timestep: float, period: float, start: float = OBS_CLOCK_START) -> None:
+        self.timestep, self.period = timestep, period
+        self.elapsed, self.sampled = start, True
+
+    def tick(self) -> bool:
+        """Advance one substep; whether the observation is sampled at it."""
+        self.elapsed += self.timestep
+        sample = not self.sampled and self.period >= self.elapsed
+        if sample:
+            self.sampled = True
+        if self.elapsed >= self.period:
+            self.elapsed %= self.period
+            self.sampled = False
+        return sample
+
+
+class LiberoWorlds:
+    """``num_envs`` copies of the exported task in ``task_dir``.
+
+    Args:
+        task_dir: a task folder of the scene cache (:func:`sims.libero.scenes.task_dir`).
+        num_envs: N.
+        box_contacts: ``reference`` (default: box-box contacts that respond as mujoco 2.3.7's, the
+            closer match) or ``native`` (MuJoCo 4's own; 2.5 times cheaper physics).
+        osc: the controller's configuration.
+    """
+
+    def __init__(self, task_dir: str | Path, num_envs: int, *, box_contacts: str = "reference",
+                 osc: OSCConfig = OSCConfig()) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.meta = read_meta(task_dir)
+        self.suite, self.task_index = self.meta["suite"], int(self.meta["task_index"])
+        self.instruction: str = self.meta["language"]
+        self.max_steps = max_steps(self.suite)
+        self.model = load_scene(task_dir, box_contacts=box_contacts)
+        self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
+        self.init_states = load_init_states(task_dir)
+        self.arm = OSCArm(self.model, osc)
+        self.goal = GoalChecker(self.model, self.meta)
+        self.num_envs = num_envs
+        self._hand = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, EEF_BODY)
+        self._fingers = np.array([self.model.jnt_qposadr[mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, j)]
+                                  for j in GRIPPER_JOINTS])
+        self.init_ids = np.zeros(num_envs, dtype=np.int64)
+        self._timestep = float(self.model.opt.timestep)
+        self._period = self._timestep * osc.substeps
+        self._clock = ObservationClock(self._timestep, self._period)
+        self._observed = self._read_state()
+
+    def reset(self, init_ids: Sequence[int], wait_steps: int = NUM_WAIT_STEPS) -> np.ndarray:
+        """Every env to official init state ``init_ids[i]``, the controller as robosuite leaves it,
+        then ``wait_steps`` open-gripper steps; the protocol's state ``[N, 8]``."""
+        ids = np.asarray(init_ids, dtype=np.int64).reshape(-1)
+        if ids.shape != (self.num_envs,):
+            raise ValueError(f"init_ids must hold one id per env ({self.num_envs}), got {ids.shape[0]}")
+        if ids.min() < 0 or ids.max() >= len(self.init_states):
+            raise ValueError(f"init ids must be in 0..{len(self.init_states) - 1}, got {ids.tolist()}")
+        for d, i in zip(self.datas, ids):
+            mujoco.mj_resetData(self.model, d)
+            apply_init_state(self.model, d, self.init_states[i])
+        self.arm.reset(self.datas)
+        self.init_ids = ids
+        self._clock = ObservationClock(self._timestep, self._period)
+        self._observed = self._read_state()
+        for _ in range(wait_steps):
+            self.arm.step(self.datas, np.tile(WAIT_ACTION, (self.num_envs, 1)), self._on_substep)
+        return self.state()
+
+    def _on_substep(self, _: int) -> None:
+        if self._clock.tick():
+            self._observed = self._read_state()
+
+    def step(self, actions: np.ndarray) -> np.ndarray:
+        """One control step of ``actions [N, 7]``; whether each env's goal holds after it ``[N]``."""
+        self.arm.step(self.datas, actions, self._on_substep)
+        return self.success()
+
+    def success(self) -> np.ndarray:
+        return np.array([self.goal.success(d) for d in self.datas])
+
+    def state(self) -> np.ndarray:
+        """The official 8-D state ``[N, 8]`` float32 as the reference reports it: end-effector position
+        (the grip site), the hand's orientation as an axis-angle, the two finger joint positions,
+        sampled at the substep the observation clock chose."""
+        return self._observed.copy()
+
+    def _read_state(self) -> np.ndarray:
+        pos = np.stack([d.site_xpos[self.arm.site] for d in self.datas])
+        quat = np.stack([d.xquat[self._hand] for d in self.datas])
+        fingers = np.stack([d.qpos[self._fingers] for d in self.datas])
+        return np.concatenate([pos, quat_to_axisangle(quat), fingers], axis=1).astype(np.float32)
+
+    def sim_state(self) -> np.ndarray:
+        """The flattened simulator states ``[N, 1 + nq + nv]`` (time, qpos, qvel), robosuite's layout."""
+        return np.stack([np.concatenate([[d.time], d.qpos, d.qvel]) for d in self.datas])
+
+
+__all__ = ["EEF_BODY", "LiberoWorlds", "quat_to_axisangle"]
