@@ -16,6 +16,10 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+# the scene, controller and rendering modules of this package import mujoco: pick its OpenGL
+# platform first (a no-op when MUJOCO_GL is set or mujoco is already imported with a choice made)
+import sims.mujoco  # noqa: E402,F401
+
 #: the standard suites and the official step limit of each (openpi's LIBERO example)
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
 #: LIBERO-PRO's perturbations, each a suite ``<base>_<suffix>`` of the four base suites below

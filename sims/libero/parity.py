@@ -2,6 +2,7 @@
 
     python -m sims.libero.parity predicates --cache DIR --suites libero_goal [--tasks 0 1] [--json OUT]
     python -m sims.libero.parity osc --cache DIR --suites libero_spatial [--tasks 0] [--inits 0 7]
+    python -m sims.libero.parity views --cache DIR --suites libero_spatial [--tasks 0] [--inits 0 1]
 
 ``predicates``: the reference builds states around each goal predicate of a task
 (:mod:`sims.libero.reference.predicate_states`: init states, the goal's object placed on / in /
@@ -11,7 +12,10 @@ predicate; :class:`sims.libero.predicates.GoalChecker` judges the same states on
 (:func:`parity_actions`) played by robosuite's OSC_POSE (:mod:`sims.libero.reference.osc_trace`) and
 by :class:`sims.libero.osc.OSCArm` from the same state, and the whole episode in
 :class:`sims.libero.worlds.LiberoWorlds` from the init state (the protocol's 8-D state as the
-reference reports it, and the goal's truth, step by step). One line per task; exit status 1 if any
+reference reports it, and the goal's truth, step by step). ``views``: the protocol's two camera views
+after the reset (each init state with the protocol's whole reset, whose fixture placement and
+carried-over gripper command are applied to ours), PSNR against the reference's, with and without
+MuJoCo's shadow and reflection passes. One line per task; exit status 1 if any
 task disagrees (predicates) or exceeds ``--tol-eef`` (osc).
 """
 
@@ -121,13 +125,45 @@ def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
             "reset_state_err": proprio[0], "state_err": max(proprio), "success_agree": success_agree / len(actions)}
 
 
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio in dB of two uint8 images (inf when equal)."""
+    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
+    return float("inf") if mse == 0 else 10.0 * float(np.log10(255.0 ** 2 / mse))
+
+
+def view_parity(folder: Path, suite: str, task: int, inits: Sequence[int], work: Path,
+                image_size: int = 128) -> list[dict[str, Any]]:
+    """The protocol's views after the reset of each init state, ours against the reference's."""
+    out = work / f"{suite}_{task}_views.npz"
+    _run_reference("views", ["--suite", suite, "--task", str(task), "--inits", *map(str, inits),
+                             "--image-size", str(image_size), "--out", str(out)])
+    ref = np.load(out)
+    rows = []
+    for k, init in enumerate(ref["inits"]):
+        row: dict[str, Any] = {"suite": suite, "task": task, "init": int(init)}
+        for passes in (True, False):
+            worlds = LiberoWorlds(folder, 1, cameras=("agentview", "wrist"), image_size=image_size,
+                                  shadows=passes, reflections=passes)
+            worlds.model.body_pos[:] = ref["body_pos"][k]
+            worlds.model.body_quat[:] = ref["body_quat"][k]
+            # robosuite keeps the gripper command across resets: open after the previous episode's wait
+            state = worlds.reset([int(init)], gripper_command=None if k == 0 else [1.0, -1.0])
+            images = worlds.images()[0]
+            tag = "shadows" if passes else "plain"
+            row["state_err"] = float(np.abs(state[0] - ref["state"][k]).max())
+            for v, name in enumerate(worlds.cameras):
+                row[f"{name}_psnr_{tag}"] = psnr(images[v], ref[name][k])
+        rows.append(row)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["predicates", "osc"])
+    ap.add_argument("what", choices=["predicates", "osc", "views"])
     ap.add_argument("--cache", default=None, help="the scene cache root (default: $EMBODIED_LIBERO_CACHE)")
     ap.add_argument("--suites", nargs="+", default=["libero_spatial", "libero_object", "libero_goal", "libero_10"])
     ap.add_argument("--tasks", type=int, nargs="+", default=None, help="task indices (default: every exported one)")
-    ap.add_argument("--inits", type=int, nargs="+", default=[0], help="osc: init states")
+    ap.add_argument("--inits", type=int, nargs="+", default=[0], help="osc, views: init states")
     ap.add_argument("--tol-eef", type=float, default=TOL_EEF)
     ap.add_argument("--json", default=None, help="write the rows here")
     args = ap.parse_args(argv)
@@ -147,6 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                       flush=True)
                 rows.append(row)
                 bad += [] if ok else [f"{suite} {task}"]
+            elif args.what == "views":
+                for row in view_parity(folder, suite, task, args.inits, Path(tmp)):
+                    print(f"{suite} {task} init {row['init']}: state {row['state_err']:.1e}; PSNR with shadows and "
+                          f"reflections: agent view {row['agentview_psnr_shadows']:.1f} dB, wrist "
+                          f"{row['wrist_psnr_shadows']:.1f} dB; without: {row['agentview_psnr_plain']:.1f} / "
+                          f"{row['wrist_psnr_plain']:.1f} dB", flush=True)
+                    rows.append(row)
             else:
                 for init in args.inits:
                     row = osc_parity(folder, suite, task, init, Path(tmp))

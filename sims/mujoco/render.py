@@ -21,7 +21,9 @@ from mujoco import batch as mjbatch
 class BatchRenderer:
     """Renders cameras of selected envs into a uint8 buffer ``[N, V, H, W, 3]``."""
 
-    def __init__(self, model: mujoco.MjModel, cameras: Sequence[str], height: int, width: int):
+    def __init__(self, model: mujoco.MjModel, cameras: Sequence[str], height: int, width: int, *,
+                 shadows: bool = False, reflections: bool = False, skybox: bool = False,
+                 hidden_groups: Sequence[int] = ()):
         missing = [c for c in cameras if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, c) < 0]
         if missing:
             raise ValueError(f"unknown camera(s) {missing}; the scene has "
@@ -38,11 +40,13 @@ class BatchRenderer:
                 "imports mujoco, or use cameras=() for state-only envs"
             ) from err
         flags = self._renderer.scene.flags
-        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
-        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
-        flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
+        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = shadows
+        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = reflections
+        flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = skybox
         self._data = mujoco.MjData(model)
         self._option = mujoco.MjvOption()
+        for group in hidden_groups:  # e.g. robosuite's collision geoms (group 0)
+            self._option.geomgroup[group] = 0
         # Free the GL context before the interpreter tears PyOpenGL down (OSMesa otherwise
         # raises from Renderer.__del__ at exit).
         ref = weakref.ref(self)
@@ -76,6 +80,14 @@ class BatchRenderer:
             for v, cam in enumerate(self.camera_ids):
                 self._renderer.update_scene(data, camera=cam, scene_option=self._option)
                 self._renderer.render(out=out[i, v])
+        self._release_context()
+
+    def render_data(self, data: mujoco.MjData, out: np.ndarray) -> None:
+        """Render every camera of one env's ``data`` as it is (its kinematics not recomputed) into
+        ``out`` (``[V, H, W, 3]`` uint8)."""
+        for v, cam in enumerate(self.camera_ids):
+            self._renderer.update_scene(data, camera=cam, scene_option=self._option)
+            self._renderer.render(out=out[v])
         self._release_context()
 
     def close(self) -> None:
