@@ -1,0 +1,160 @@
+"""Scripted experts for LIBERO tasks on privileged state: pick the goal's object, put it on / in its
+target, through LIBERO's own action space (OSC_POSE deltas), batched over the envs of a
+:class:`sims.libero.worlds.LiberoWorlds`.
+
+    expert = PickPlaceExpert(worlds)
+    worlds.reset(init_ids); expert.reset()
+    while ...: success = worlds.step(expert.act())
+
+The goal must be one ``on`` or ``in`` predicate with a movable object (libero_spatial: a bowl onto the
+plate; libero_object: a grocery item into the basket). The grasp is top-down with the gripper's
+initial orientation (the rotation actions stay zero, so the controller keeps that orientation): a
+bowl by its rim, on the side the fingers close across, anything else by its centre. Phases per env:
+above the grasp, down, close, lift, carry above the target, lower, open, up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from sims.libero.osc import GRIPPER_JOINTS
+from sims.libero.worlds import LiberoWorlds
+
+APPROACH, DESCEND, CLOSE, LIFT, CARRY, LOWER, OPEN, RETREAT = range(8)
+PHASES = ("approach", "descend", "close", "lift", "carry", "lower", "open", "retreat")
+
+
+@dataclass(frozen=True)
+class ExpertConfig:
+    """Heights and tolerances of :class:`PickPlaceExpert` (metres, control steps)."""
+
+    hover: float = 0.10  # above the grasp point before descending, and when carrying
+    grasp_depth: float = 0.03  # the grip site above the object's origin at the grasp
+    place_height: float = 0.04  # the object's origin above the target's when released
+    reach_tol: float = 0.008
+    descend_steps: int = 15  # close after this many steps down even if short of the grasp point
+    close_steps: int = 8
+    open_steps: int = 6
+    gain: float = 1.0  # action per 5 cm of position error (OSC_POSE moves its goal 5 cm at 1.0)
+
+
+class PickPlaceExpert:
+    """The scripted expert of a one-predicate ``on`` / ``in`` task, for every env of ``worlds``."""
+
+    def __init__(self, worlds: LiberoWorlds, cfg: ExpertConfig = ExpertConfig()) -> None:
+        goal = worlds.goal.goal
+        if len(goal) != 1 or goal[0][0] not in ("on", "in") or goal[0][1] not in worlds.meta["objects"]:
+            raise ValueError(f"PickPlaceExpert needs one 'on' or 'in' predicate with a movable object; "
+                             f"{worlds.suite} task {worlds.task_index} has {goal}")
+        self.worlds, self.cfg = worlds, cfg
+        self.obj, self.target = goal[0][1], goal[0][2]
+        m = worlds.model
+        d = worlds.datas[0]
+        mujoco.mj_kinematics(m, d)
+        finger = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, GRIPPER_JOINTS[0])
+        self.finger_axis = np.array(d.xaxis[finger])  # world direction the fingers close along
+        self.grasp_offset = self._grasp_offset()
+        n = worlds.num_envs
+        self.phase = np.zeros(n, dtype=np.int64)
+        self.count = np.zeros(n, dtype=np.int64)
+
+    def _grasp_offset(self) -> np.ndarray:
+        """Grip point relative to the object's origin ``[3]``: a bowl's rim along the finger axis (its
+        wall's largest horizontal distance from the centre), else the origin; at ``grasp_depth``."""
+        m = self.worlds.model
+        info = self.worlds.meta["objects"][self.obj]
+        offset = np.array([0.0, 0.0, self.cfg.grasp_depth])
+        if "bowl" in info["class"].lower():
+            d = mujoco.MjData(m)
+            mujoco.mj_kinematics(m, d)
+            body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
+            geoms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and (m.geom_contype[g] or m.geom_conaffinity[g])]
+            radius = max(float(np.linalg.norm((d.geom_xpos[g] - d.xpos[body])[:2])) for g in geoms)
+            axis = self.finger_axis.copy()
+            axis[2] = 0.0
+            offset[:2] = radius * axis[:2] / np.linalg.norm(axis)
+        return offset
+
+    def reset(self) -> None:
+        self.phase[:] = APPROACH
+        self.count[:] = 0
+
+    def act(self) -> np.ndarray:
+        """Actions ``[N, 7]`` for the envs' current state (and the phase each is in)."""
+        w, cfg = self.worlds, self.cfg
+        actions = np.zeros((w.num_envs, 7))
+        for i, d in enumerate(w.datas):
+            eef = d.site_xpos[w.arm.site]
+            obj = w.goal.position(d, self.obj)
+            tgt = w.goal.position(d, self.target)
+            grasp = obj + self.grasp_offset
+            place = tgt + self.grasp_offset + np.array([0.0, 0.0, cfg.place_height - cfg.grasp_depth])
+            phase = self.phase[i]
+            if phase == APPROACH:
+                goal, grip = grasp + [0, 0, cfg.hover], -1.0
+                if np.linalg.norm(goal - eef) < cfg.reach_tol * 2:
+                    phase, self.count[i] = DESCEND, 0
+            if phase == DESCEND:
+                goal, grip = grasp, -1.0
+                self.count[i] += 1
+                # close when there, or when a finger rests on the object short of it
+                if np.linalg.norm(goal - eef) < cfg.reach_tol or self.count[i] > cfg.descend_steps:
+                    phase, self.count[i] = CLOSE, 0
+            if phase == CLOSE:
+                goal, grip = grasp, 1.0
+                self.count[i] += 1
+                if self.count[i] > cfg.close_steps:
+                    phase = LIFT
+            if phase == LIFT:
+                goal, grip = np.array([eef[0], eef[1], tgt[2] + cfg.hover + cfg.place_height]), 1.0
+                if eef[2] > goal[2] - 0.02:
+                    phase = CARRY
+            # carrying, the object moves the eef: steer by where the held object is, not the plan
+            held = eef + (np.r_[tgt[:2], tgt[2] + cfg.place_height] - obj)
+            if phase in (CARRY, LOWER) and np.linalg.norm(eef - obj) > np.linalg.norm(self.grasp_offset) + 0.06:
+                phase = APPROACH  # dropped on the way: grasp again
+                goal, grip = grasp + [0, 0, cfg.hover], -1.0
+            if phase == CARRY:
+                goal, grip = np.r_[held[:2], place[2] + cfg.hover], 1.0
+                if np.linalg.norm((obj - tgt)[:2]) < cfg.reach_tol:
+                    phase = LOWER
+            if phase == LOWER:
+                goal, grip = held, 1.0
+                if np.linalg.norm(obj - np.r_[tgt[:2], tgt[2] + cfg.place_height]) < cfg.reach_tol:
+                    phase, self.count[i] = OPEN, 0
+            if phase == OPEN:
+                goal, grip = eef.copy(), -1.0
+                self.count[i] += 1
+                if self.count[i] > cfg.open_steps:
+                    phase = RETREAT
+            if phase == RETREAT:
+                goal, grip = np.array([eef[0], eef[1], place[2] + cfg.hover]), -1.0
+            self.phase[i] = phase
+            actions[i, :3] = np.clip((goal - eef) / 0.05 * cfg.gain, -1.0, 1.0)
+            actions[i, 6] = grip
+        return actions
+
+
+def run_episodes(worlds: LiberoWorlds, init_ids: np.ndarray, expert: PickPlaceExpert | None = None,
+                 max_steps: int | None = None) -> dict[str, np.ndarray]:
+    """One episode per env from ``init_ids [N]`` (the protocol's reset and wait steps), the expert
+    acting until the goal holds or ``max_steps`` (the suite's limit); ``success [N]`` bool and
+    ``length [N]`` (steps until success, or the limit)."""
+    expert = expert or PickPlaceExpert(worlds)
+    limit = max_steps or worlds.max_steps
+    worlds.reset(init_ids)
+    expert.reset()
+    n = worlds.num_envs
+    success = np.zeros(n, dtype=bool)
+    length = np.full(n, limit)
+    for t in range(limit):
+        done = worlds.step(expert.act())
+        new = done & ~success
+        length[new] = t + 1
+        success |= done
+        if success.all():
+            break
+    return {"success": success, "length": length, "phase": expert.phase.copy()}
