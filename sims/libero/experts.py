@@ -36,6 +36,8 @@ class ExpertConfig:
     place_height: float = 0.04  # the object's origin above the target's when released
     reach_tol: float = 0.008
     descend_steps: int = 15  # close after this many steps down even if short of the grasp point
+    carry_tol: float = 0.012  # the held object's centre above the target's, horizontally, before lowering
+    lower_steps: int = 20  # release after this many steps down even if short of the placing height
     close_steps: int = 8
     open_steps: int = 6
     gain: float = 1.0  # action per 5 cm of position error (OSC_POSE moves its goal 5 cm at 1.0)
@@ -62,21 +64,40 @@ class PickPlaceExpert:
         self.count = np.zeros(n, dtype=np.int64)
 
     def _grasp_offset(self) -> np.ndarray:
-        """Grip point relative to the object's origin ``[3]``: a bowl's rim along the finger axis (its
-        wall's largest horizontal distance from the centre), else the origin; at ``grasp_depth``."""
+        """Grip point in the object's frame ``[3]``: a bowl's rim (its wall's largest distance from the
+        axis) at ``grasp_depth`` up the bowl's axis, else the origin raised by ``grasp_depth``; where
+        on the rim is chosen per step (:meth:`grasp_point`)."""
         m = self.worlds.model
         info = self.worlds.meta["objects"][self.obj]
-        offset = np.array([0.0, 0.0, self.cfg.grasp_depth])
+        self.rim = 0.0
         if "bowl" in info["class"].lower():
             d = mujoco.MjData(m)
             mujoco.mj_kinematics(m, d)
             body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
             geoms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and (m.geom_contype[g] or m.geom_conaffinity[g])]
-            radius = max(float(np.linalg.norm((d.geom_xpos[g] - d.xpos[body])[:2])) for g in geoms)
-            axis = self.finger_axis.copy()
-            axis[2] = 0.0
-            offset[:2] = radius * axis[:2] / np.linalg.norm(axis)
-        return offset
+            rel = np.array([d.xmat[body].reshape(3, 3).T @ (d.geom_xpos[g] - d.xpos[body]) for g in geoms])
+            self.rim = float(np.linalg.norm(rel[:, :2], axis=1).max())
+        self._body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
+        return np.array([0.0, 0.0, self.cfg.grasp_depth])
+
+    def grasp_point(self, d: mujoco.MjData) -> np.ndarray:
+        """Where the grip site goes to grasp, in the world ``[3]``. A bowl: of the two rim points whose
+        radial direction lies along the finger axis (so the fingers straddle the wall), the higher
+        one; the bowl may be tilted."""
+        pos = d.xpos[self._body]
+        rot = d.xmat[self._body].reshape(3, 3)
+        if not self.rim:
+            return pos + np.array([0.0, 0.0, self.cfg.grasp_depth])
+        axis = self.finger_axis[:2] / np.linalg.norm(self.finger_axis[:2])
+        theta = np.linspace(0.0, 2 * np.pi, 72, endpoint=False)
+        radial = rot @ np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)])  # [3, 72]
+        horizontal = radial[:2] / np.maximum(np.linalg.norm(radial[:2], axis=0), 1e-9)
+        along = horizontal.T @ axis
+        best = []
+        for sign in (1.0, -1.0):
+            k = int(np.argmax(sign * along))
+            best.append(pos + self.rim * radial[:, k] + rot[:, 2] * self.cfg.grasp_depth)
+        return max(best, key=lambda p: p[2])
 
     def reset(self) -> None:
         self.phase[:] = APPROACH
@@ -90,11 +111,11 @@ class PickPlaceExpert:
             eef = d.site_xpos[w.arm.site]
             obj = w.goal.position(d, self.obj)
             tgt = w.goal.position(d, self.target)
-            grasp = obj + self.grasp_offset
-            place = tgt + self.grasp_offset + np.array([0.0, 0.0, cfg.place_height - cfg.grasp_depth])
             phase = self.phase[i]
+            grasp = self.grasp_point(d) if phase in (APPROACH, DESCEND, CLOSE) else obj
+            place = tgt + np.array([0.0, 0.0, cfg.place_height])
             if phase == APPROACH:
-                goal, grip = grasp + [0, 0, cfg.hover], -1.0
+                goal, grip = self.grasp_point(d) + [0, 0, cfg.hover], -1.0
                 if np.linalg.norm(goal - eef) < cfg.reach_tol * 2:
                     phase, self.count[i] = DESCEND, 0
             if phase == DESCEND:
@@ -114,16 +135,18 @@ class PickPlaceExpert:
                     phase = CARRY
             # carrying, the object moves the eef: steer by where the held object is, not the plan
             held = eef + (np.r_[tgt[:2], tgt[2] + cfg.place_height] - obj)
-            if phase in (CARRY, LOWER) and np.linalg.norm(eef - obj) > np.linalg.norm(self.grasp_offset) + 0.06:
+            if phase in (CARRY, LOWER) and np.linalg.norm(eef - obj) > self.rim + self.cfg.grasp_depth + 0.06:
                 phase = APPROACH  # dropped on the way: grasp again
-                goal, grip = grasp + [0, 0, cfg.hover], -1.0
+                goal, grip = self.grasp_point(d) + [0, 0, cfg.hover], -1.0
             if phase == CARRY:
                 goal, grip = np.r_[held[:2], place[2] + cfg.hover], 1.0
-                if np.linalg.norm((obj - tgt)[:2]) < cfg.reach_tol:
-                    phase = LOWER
+                if np.linalg.norm((obj - tgt)[:2]) < cfg.carry_tol:
+                    phase, self.count[i] = LOWER, 0
             if phase == LOWER:
                 goal, grip = held, 1.0
-                if np.linalg.norm(obj - np.r_[tgt[:2], tgt[2] + cfg.place_height]) < cfg.reach_tol:
+                self.count[i] += 1
+                if (np.linalg.norm(obj - np.r_[tgt[:2], tgt[2] + cfg.place_height]) < cfg.reach_tol
+                        or self.count[i] > cfg.lower_steps):
                     phase, self.count[i] = OPEN, 0
             if phase == OPEN:
                 goal, grip = eef.copy(), -1.0
