@@ -54,6 +54,17 @@ def tiny_server():
         yield server, port
 
 
+def _have_libero_venv() -> bool:
+    import sims.libero as libero
+
+    return libero.VENV.joinpath("bin", "python").is_file() or bool(os.environ.get(libero.PYTHON_ENV))
+
+
+#: the tests that run the reference LIBERO env (or export its scenes) skip without its venv
+needs_libero_venv = pytest.mark.skipif(not _have_libero_venv(), reason="the reference LIBERO venv "
+                                       ".venv-libero is missing: run bash scripts/setup.sh")
+
+
 @pytest.fixture(scope="session")
 def libero_exported(tmp_path_factory):
     """Task 0 of libero_spatial exported by the reference venv into a fresh cache: ``(root, stdout)``

@@ -54,31 +54,26 @@ class PickPlaceExpert:
         self.worlds, self.cfg = worlds, cfg
         self.obj, self.target = goal[0][1], goal[0][2]
         m = worlds.model
-        d = worlds.datas[0]
+        # read at the model's qpos0, as a fresh env's data holds it (not at the controller's home
+        # posture, where the fingers close along another horizontal direction)
+        d = mujoco.MjData(m)
         mujoco.mj_kinematics(m, d)
         finger = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, GRIPPER_JOINTS[0])
         self.finger_axis = np.array(d.xaxis[finger])  # world direction the fingers close along
-        self.grasp_offset = self._grasp_offset()
+        info = worlds.meta["objects"][self.obj]
+        self._body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
+        self.rim = self._rim_radius(d) if "bowl" in info["class"].lower() else 0.0
         n = worlds.num_envs
         self.phase = np.zeros(n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
 
-    def _grasp_offset(self) -> np.ndarray:
-        """Grip point in the object's frame ``[3]``: a bowl's rim (its wall's largest distance from the
-        axis) at ``grasp_depth`` up the bowl's axis, else the origin raised by ``grasp_depth``; where
-        on the rim is chosen per step (:meth:`grasp_point`)."""
-        m = self.worlds.model
-        info = self.worlds.meta["objects"][self.obj]
-        self.rim = 0.0
-        if "bowl" in info["class"].lower():
-            d = mujoco.MjData(m)
-            mujoco.mj_kinematics(m, d)
-            body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
-            geoms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and (m.geom_contype[g] or m.geom_conaffinity[g])]
-            rel = np.array([d.xmat[body].reshape(3, 3).T @ (d.geom_xpos[g] - d.xpos[body]) for g in geoms])
-            self.rim = float(np.linalg.norm(rel[:, :2], axis=1).max())
-        self._body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
-        return np.array([0.0, 0.0, self.cfg.grasp_depth])
+    def _rim_radius(self, d: mujoco.MjData) -> float:
+        """A bowl's rim radius: its collision geoms' largest distance from its axis (``d`` after
+        ``mj_kinematics``)."""
+        m, body = self.worlds.model, self._body
+        geoms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and (m.geom_contype[g] or m.geom_conaffinity[g])]
+        rel = np.array([d.xmat[body].reshape(3, 3).T @ (d.geom_xpos[g] - d.xpos[body]) for g in geoms])
+        return float(np.linalg.norm(rel[:, :2], axis=1).max())
 
     def grasp_point(self, d: mujoco.MjData) -> np.ndarray:
         """Where the grip site goes to grasp, in the world ``[3]``. A bowl: of the two rim points whose

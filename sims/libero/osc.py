@@ -29,6 +29,8 @@ from typing import Callable, Sequence
 import mujoco
 import numpy as np
 
+from sims.mujoco.controller import quat_to_mat
+
 #: the Panda of LIBERO's scenes (robosuite's ``MountedPanda`` with its ``PandaGripper``)
 EEF_SITE = "gripper0_grip_site"
 ARM_JOINTS = tuple(f"robot0_joint{i}" for i in range(1, 8))
@@ -65,21 +67,12 @@ def scale_action(action: np.ndarray, cfg: OSCConfig = OSCConfig()) -> np.ndarray
 
 
 def axisangle_to_matrix(vec: np.ndarray) -> np.ndarray:
-    """Rotation matrices ``[N, 3, 3]`` of axis-angle vectors ``[N, 3]`` (identity for a zero vector)."""
+    """Rotation matrices ``[N, 3, 3]`` of axis-angle vectors ``[N, 3]`` (identity for a zero vector),
+    through the unit quaternion as robosuite computes them."""
     vec = np.asarray(vec, dtype=np.float64)
     angle = np.linalg.norm(vec, axis=-1)
-    small = np.isclose(angle, 0.0)
-    axis = vec / np.where(small, 1.0, angle)[:, None]
-    x, y, z = axis[:, 0], axis[:, 1], axis[:, 2]
-    c, s = np.cos(angle), np.sin(angle)
-    t = 1.0 - c
-    mat = np.stack([
-        np.stack([t * x * x + c, t * x * y - s * z, t * x * z + s * y], -1),
-        np.stack([t * x * y + s * z, t * y * y + c, t * y * z - s * x], -1),
-        np.stack([t * x * z - s * y, t * y * z + s * x, t * z * z + c], -1),
-    ], -2)
-    mat[small] = np.eye(3)
-    return mat
+    axis = vec / np.where(np.isclose(angle, 0.0), 1.0, angle)[:, None]
+    return quat_to_mat(np.concatenate([np.cos(angle / 2)[:, None], np.sin(angle / 2)[:, None] * axis], axis=1))
 
 
 def orientation_error(desired: np.ndarray, current: np.ndarray) -> np.ndarray:

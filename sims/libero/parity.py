@@ -97,7 +97,8 @@ def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
     _run_reference("osc_trace", ["--suite", suite, "--task", str(task), "--init", str(init),
                                  "--actions", str(work / "actions.npy"), "--out", str(out)])
     ref = np.load(out)
-    model = scenes.load_scene(folder, box_contacts="reference")
+    worlds = LiberoWorlds(folder, 1)  # its scene (reference box contacts) serves both comparisons
+    model = worlds.model
     data = mujoco.MjData(model)
     scenes.apply_init_state(model, data, ref["start"])
     arm = OSCArm(model)
@@ -113,7 +114,6 @@ def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
         qpos.append(float(np.abs(data.qpos - ref["states"][k][1:1 + model.nq]).max()))
     # the whole episode in LiberoWorlds: its reset (init state, fresh controller, wait steps) and the
     # protocol's state as the reference reports it, and the goal's truth, step by step
-    worlds = LiberoWorlds(folder, 1)
     proprio = [float(np.abs(worlds.reset([init])[0] - ref["start_proprio"]).max())]
     success_agree = 0
     for k, a in enumerate(actions):
@@ -138,12 +138,12 @@ def view_parity(folder: Path, suite: str, task: int, inits: Sequence[int], work:
     _run_reference("views", ["--suite", suite, "--task", str(task), "--inits", *map(str, inits),
                              "--image-size", str(image_size), "--out", str(out)])
     ref = np.load(out)
+    worlds_by_passes = {passes: LiberoWorlds(folder, 1, cameras=("agentview", "wrist"), image_size=image_size,
+                                             shadows=passes, reflections=passes) for passes in (True, False)}
     rows = []
     for k, init in enumerate(ref["inits"]):
         row: dict[str, Any] = {"suite": suite, "task": task, "init": int(init)}
-        for passes in (True, False):
-            worlds = LiberoWorlds(folder, 1, cameras=("agentview", "wrist"), image_size=image_size,
-                                  shadows=passes, reflections=passes)
+        for passes, worlds in worlds_by_passes.items():
             worlds.model.body_pos[:] = ref["body_pos"][k]
             worlds.model.body_quat[:] = ref["body_quat"][k]
             # robosuite keeps the gripper command across resets: open after the previous episode's wait

@@ -51,6 +51,7 @@ class GoalChecker:
 
     def __init__(self, model: mujoco.MjModel, meta: dict[str, Any]) -> None:
         self.model, self.meta = model, meta
+        self._ids: dict[tuple[int, str], int] = {}
         self.goal: list[list[str]] = [list(p) for p in meta["goal_state"]]
         self.things = {**meta["objects"], **meta["fixtures"]}
         self.sites = meta["sites"]
@@ -64,10 +65,14 @@ class GoalChecker:
         self._geoms = {name: self._collision_geoms(info["bodies"]) for name, info in self.things.items()}
 
     def _id(self, kind: mujoco.mjtObj, name: str) -> int:
-        i = mujoco.mj_name2id(self.model, kind, name)
-        if i < 0:
-            raise ValueError(f"the scene has no {kind.name[6:].lower()} {name!r}")
-        return i
+        """The model id of ``name`` (looked up once: predicates are judged every step)."""
+        key = (int(kind), name)
+        if key not in self._ids:
+            i = mujoco.mj_name2id(self.model, kind, name)
+            if i < 0:
+                raise ValueError(f"the scene has no {kind.name[6:].lower()} {name!r}")
+            self._ids[key] = i
+        return self._ids[key]
 
     def _collision_geoms(self, bodies: list[str]) -> frozenset[int]:
         ids = {self._id(mujoco.mjtObj.mjOBJ_BODY, b) for b in bodies}

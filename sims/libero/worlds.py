@@ -23,7 +23,7 @@ import mujoco
 import numpy as np
 
 from sims.libero import NUM_WAIT_STEPS, max_steps
-from sims.libero.osc import GRIPPER_JOINTS, OSCArm, OSCConfig
+from sims.libero.osc import OSCArm, OSCConfig
 from sims.libero.predicates import GoalChecker
 from sims.libero.scenes import apply_init_state, load_init_states, load_scene, read_meta
 
@@ -101,8 +101,6 @@ class LiberoWorlds:
         self.goal = GoalChecker(self.model, self.meta)
         self.num_envs = num_envs
         self._hand = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, EEF_BODY)
-        self._fingers = np.array([self.model.jnt_qposadr[mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, j)]
-                                  for j in GRIPPER_JOINTS])
         self.init_ids = np.zeros(num_envs, dtype=np.int64)
         unknown = [c for c in cameras if c not in CAMERAS]
         if unknown:
@@ -178,7 +176,7 @@ class LiberoWorlds:
     def _read_state(self) -> np.ndarray:
         pos = np.stack([d.site_xpos[self.arm.site] for d in self.datas])
         quat = np.stack([d.xquat[self._hand] for d in self.datas])
-        fingers = np.stack([d.qpos[self._fingers] for d in self.datas])
+        fingers = np.stack([d.qpos[self.arm.finger_idx] for d in self.datas])
         return np.concatenate([pos, quat_to_axisangle(quat), fingers], axis=1).astype(np.float32)
 
     def sim_state(self) -> np.ndarray:

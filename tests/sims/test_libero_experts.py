@@ -3,19 +3,17 @@ the bowl by its rim and puts it on the plate, judged by LIBERO's own goal predic
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
-import sims.libero as libero
 from sims.libero import scenes
 from sims.libero.experts import PickPlaceExpert, run_episodes
 from sims.libero.worlds import LiberoWorlds
 
-HAVE_VENV = libero.VENV.joinpath("bin", "python").is_file() or bool(os.environ.get(libero.PYTHON_ENV))
-pytestmark = pytest.mark.skipif(not HAVE_VENV, reason="the scene export needs the reference LIBERO venv "
-                                                      ".venv-libero: run bash scripts/setup.sh")
+from conftest import needs_libero_venv
+
+pytestmark = needs_libero_venv  # the scene export runs in the reference venv
 
 
 def test_expert_puts_the_bowl_on_the_plate(libero_exported):

@@ -3,19 +3,15 @@ sequence played by robosuite 1.4 in the reference venv and by our controller on 
 
 from __future__ import annotations
 
-import os
 
 import mujoco
 import numpy as np
 import pytest
 
-import sims.libero as libero
 from sims.libero import osc, parity, scenes
 from sims.libero.osc import OSCArm, OSCConfig
 
-HAVE_VENV = libero.VENV.joinpath("bin", "python").is_file() or bool(os.environ.get(libero.PYTHON_ENV))
-needs_venv = pytest.mark.skipif(not HAVE_VENV, reason="the reference LIBERO venv .venv-libero is missing: "
-                                                      "run bash scripts/setup.sh")
+from conftest import needs_libero_venv
 
 
 def _rz(theta: float) -> np.ndarray:
@@ -93,7 +89,7 @@ TOL_EEF = 1e-6
 TOL_QPOS = 1e-5
 
 
-@needs_venv
+@needs_libero_venv
 def test_controller_matches_robosuite_on_a_libero_scene(libero_exported, tmp_path):
     """The same 85 actions (down, close, up with a yaw, 40 random) in robosuite and in OSCArm, from the
     state after the protocol's reset; OSCArm's reset defaults reproduce robosuite's hidden state."""

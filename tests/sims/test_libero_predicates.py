@@ -3,17 +3,16 @@ tiny scene, and the reference env's truth on states around a real task's goal.""
 
 from __future__ import annotations
 
-import os
 
 import mujoco
 import numpy as np
 import pytest
 
-import sims.libero as libero
 from sims.libero import parity, scenes
 from sims.libero.predicates import GoalChecker
 
-HAVE_VENV = libero.VENV.joinpath("bin", "python").is_file() or bool(os.environ.get(libero.PYTHON_ENV))
+from conftest import needs_libero_venv
+
 
 SCENE = """
 <mujoco>
@@ -121,7 +120,7 @@ def test_bad_goals_are_refused(scene):
         checker.truth(mujoco.MjData(model))
 
 
-@pytest.mark.skipif(not HAVE_VENV, reason="the reference LIBERO venv .venv-libero is missing: run bash scripts/setup.sh")
+@needs_libero_venv
 def test_goal_truth_matches_the_reference_env(libero_exported, tmp_path):
     """libero_spatial 0's goal (the bowl on the plate) on the reference's states: init states, the bowl
     put above the plate 0 / 2 / 4 cm off centre, in the air and after settling."""

@@ -4,19 +4,16 @@ with the same body poses (sims/libero/scenes.py, sims/libero/reference/export.py
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import mujoco
 import numpy as np
 import pytest
 
-import sims.libero as libero
 from sims.libero import scenes
 
-HAVE_VENV = libero.VENV.joinpath("bin", "python").is_file() or bool(os.environ.get(libero.PYTHON_ENV))
-needs_venv = pytest.mark.skipif(not HAVE_VENV, reason="the reference LIBERO venv .venv-libero is missing: "
-                                                      "run bash scripts/setup.sh")
+from conftest import needs_libero_venv
+
 
 #: measured (docs/results/libero-scenes.md): after loading <= 8.9e-16 m on all 130 tasks (the scene
 #: carries the env's edits in full precision; mj_saveLastXML's 6 digits would give ~1e-7); after 200
@@ -32,7 +29,7 @@ def exported(libero_exported):
     return libero_exported
 
 
-@needs_venv
+@needs_libero_venv
 def test_export_writes_a_portable_complete_task(exported):
     root, stdout = exported
     folder = scenes.task_dir("libero_spatial", 0, root)
@@ -60,7 +57,7 @@ def native(exported):
     return folder, model, scenes.compare_poses(folder, model=model)
 
 
-@needs_venv
+@needs_libero_venv
 def test_scene_loads_in_mujoco4_with_the_reference_poses(native):
     folder, model, result = native
     assert mujoco.__version__.startswith("4.")
@@ -77,7 +74,7 @@ def test_scene_loads_in_mujoco4_with_the_reference_poses(native):
     assert np.abs(data.xpos[hand] - before).max() < 1e-6
 
 
-@needs_venv
+@needs_libero_venv
 def test_reference_box_contacts_reproduce_the_rest_poses(native):
     """With box-box contacts that respond to their depth as mujoco 2.3.7's (which reports half of it),
     the objects land where the reference's do: 5e-8 m after 200 substeps here, against 1.8e-5 m."""
@@ -89,7 +86,7 @@ def test_reference_box_contacts_reproduce_the_rest_poses(native):
         scenes.load_scene(folder, box_contacts="legacy")
 
 
-@needs_venv
+@needs_libero_venv
 def test_export_resumes(exported):
     root, _ = exported
     argv, env = scenes.export_command(root, ["libero_spatial"], [0])

@@ -4,16 +4,14 @@ test_libero_osc.py)."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
-import sims.libero as libero
 from sims.libero import scenes
 from sims.libero.worlds import LiberoWorlds, ObservationClock, quat_to_axisangle
 
-HAVE_VENV = libero.VENV.joinpath("bin", "python").is_file() or bool(os.environ.get(libero.PYTHON_ENV))
+from conftest import needs_libero_venv
 
 
 def test_observation_clock_samples_once_per_period_at_a_fixed_substep():
@@ -35,7 +33,7 @@ def test_quat_to_axisangle_is_robosuites():
     np.testing.assert_allclose(quat_to_axisangle(-q)[0], -(2 * np.pi - angle) * axis, atol=1e-12)
 
 
-@pytest.mark.skipif(not HAVE_VENV, reason="the reference LIBERO venv .venv-libero is missing: run bash scripts/setup.sh")
+@needs_libero_venv
 def test_worlds_reset_step_and_refuse_bad_input(libero_exported):
     worlds = LiberoWorlds(scenes.task_dir("libero_spatial", 0, libero_exported[0]), 3, box_contacts="native")
     assert worlds.max_steps == 220 and "black bowl" in worlds.instruction
@@ -59,7 +57,7 @@ def test_worlds_reset_step_and_refuse_bad_input(libero_exported):
         LiberoWorlds(scenes.task_dir("libero_spatial", 0, libero_exported[0]), 0)
 
 
-@pytest.mark.skipif(not HAVE_VENV, reason="the reference LIBERO venv .venv-libero is missing: run bash scripts/setup.sh")
+@needs_libero_venv
 def test_views_match_the_reference_renders(libero_exported, tmp_path):
     """The protocol's two views after the reset of init state 0: with MuJoCo's shadow and reflection
     passes (as the reference renders) 44 / 50 dB PSNR measured, without them 28 / 48 dB."""
