@@ -220,6 +220,21 @@ def step_chunk(env: VecEnv, actions: torch.Tensor) -> ChunkResult:
     )
 
 
+def env_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str) -> "np.ndarray | None":
+    """``values`` (a sequence, a tensor or one int for every env) as int64 ``[n]``; None stays None. For the
+    per-env ids of :meth:`VecEnv.reset` (``task_ids``, ``init_ids``)."""
+    import numpy as np
+
+    if values is None:
+        return None
+    arr = np.asarray(values.cpu() if isinstance(values, torch.Tensor) else values, dtype=np.int64)
+    if arr.ndim == 0:
+        arr = np.full(n, int(arr))
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape [{n}], got {arr.shape}")
+    return arr
+
+
 # --------------------------------------------------------------------------------------------
 # Registry of backends. Backends are imported lazily: ``import sims`` loads no simulator.
 

@@ -22,6 +22,8 @@ import sims.mujoco  # noqa: E402,F401
 
 #: the standard suites and the official step limit of each (openpi's LIBERO example)
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
+#: tasks per standard suite
+NUM_TASKS = {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10, "libero_90": 90}
 #: LIBERO-PRO's perturbations, each a suite ``<base>_<suffix>`` of the four base suites below
 PRO_PERTURBATIONS = {"lan": "language instruction", "object": "object replacement",
                      "swap": "object-position swaps", "task": "task replacement"}
@@ -93,6 +95,6 @@ def reference_command(module: str, args: Sequence[str] = ()) -> tuple[list[str],
     return [str(python), "-m", f"reference.{module}", *args], env
 
 
-__all__ = ["ACTION_DIM", "LiberoSetupError", "MAX_STEPS", "NUM_INIT_STATES", "NUM_WAIT_STEPS",
+__all__ = ["ACTION_DIM", "LiberoSetupError", "MAX_STEPS", "NUM_INIT_STATES", "NUM_TASKS", "NUM_WAIT_STEPS",
            "PRO_PERTURBATIONS", "SEED", "STATE_NAMES", "base_suite", "max_steps", "reference_command",
            "suite_names", "venv_python"]

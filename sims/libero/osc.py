@@ -176,8 +176,10 @@ class OSCArm:
         self._full = np.zeros((model.nv, model.nv))
 
     def reset(self, datas: Sequence[mujoco.MjData], goal_mat: np.ndarray | None = None,
-              q_null: np.ndarray | None = None, gripper: np.ndarray | None = None, fresh: bool = True) -> None:
-        """Set the hidden state of ``len(datas)`` envs; the defaults are robosuite's right after LIBERO's
+              q_null: np.ndarray | None = None, gripper: np.ndarray | None = None, fresh: bool = True,
+              rows: np.ndarray | None = None) -> None:
+        """Set the hidden state of ``len(datas)`` envs (with ``rows``: of those rows of the batch set up
+        by an earlier reset, the others kept); the defaults are robosuite's right after LIBERO's
         reset (which builds a new controller with the arm at ``cfg.init_qpos``, then applies the init
         state). The orientation goal: default the end effector's orientation at ``cfg.init_qpos``,
         not at the init state. The null-space posture: default ``cfg.init_qpos``. The gripper
@@ -193,11 +195,27 @@ class OSCArm:
         """
         n = len(datas)
         home = self.home_orientation() if goal_mat is None else goal_mat
-        self.goal_mat = np.array(np.broadcast_to(home, (n, 3, 3)), dtype=np.float64)
-        self.q_null = np.array(np.broadcast_to(self.cfg.init_qpos if q_null is None else q_null, (n, 7)),
-                               dtype=np.float64)
-        self.gripper = np.array(np.broadcast_to([0.0, 0.0] if gripper is None else gripper, (n, 2)), dtype=np.float64)
-        self.fresh = np.full(n, bool(fresh))
+        goal = np.broadcast_to(home, (n, 3, 3))
+        null = np.broadcast_to(self.cfg.init_qpos if q_null is None else q_null, (n, 7))
+        grip = np.broadcast_to([0.0, 0.0] if gripper is None else gripper, (n, 2))
+        if rows is None:
+            self.goal_mat = np.array(goal, dtype=np.float64)
+            self.q_null = np.array(null, dtype=np.float64)
+            self.gripper = np.array(grip, dtype=np.float64)
+            self.fresh = np.full(n, bool(fresh))
+            return
+        rows = self._rows(rows, n)
+        self.goal_mat[rows], self.q_null[rows], self.gripper[rows] = goal, null, grip
+        self.fresh[rows] = bool(fresh)
+
+    def _rows(self, rows: np.ndarray, n: int) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(rows) != n:
+            raise ValueError(f"rows names {len(rows)} envs for {n} MjData")
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self.goal_mat)):
+            raise ValueError(f"rows must be in 0..{len(self.goal_mat) - 1} (the envs reset() set up), "
+                             f"got {rows.tolist()}")
+        return rows
 
     def home_state(self) -> dict[str, np.ndarray]:
         """What a new robosuite controller reads: the arm at ``cfg.init_qpos``, the fingers at the
@@ -233,15 +251,21 @@ class OSCArm:
                 "qd": np.stack([d.qvel[dof] for d in datas]), "bias": np.stack([d.qfrc_bias[dof] for d in datas])}
 
     def step(self, datas: Sequence[mujoco.MjData], actions: np.ndarray,
-             on_substep: Callable[[int], None] | None = None) -> None:
+             on_substep: Callable[[int], None] | None = None, rows: np.ndarray | None = None) -> None:
         """One control step of ``actions [N, 7]`` on each env: the goal set from the first substep's
         state, then ``cfg.substeps`` physics substeps with fresh torques and gripper controls each
-        (``on_substep(i)`` called after substep ``i`` of every env)."""
+        (``on_substep(i)`` called after substep ``i`` of every env). ``rows``: the envs of the batch
+        that ``datas`` are (default: all of them, in order); the others do not move."""
         actions = np.asarray(actions, dtype=np.float64)
         if actions.shape != (len(datas), 7) or not np.isfinite(actions).all():
             raise ValueError(f"actions must be [{len(datas)}, 7] finite numbers, got {list(actions.shape)}")
-        if len(self.goal_mat) != len(datas):
-            raise ValueError(f"reset() the controller for {len(datas)} envs first (it holds {len(self.goal_mat)})")
+        if rows is None:
+            if len(self.goal_mat) != len(datas):
+                raise ValueError(f"reset() the controller for {len(datas)} envs first (it holds {len(self.goal_mat)})")
+            rows = np.arange(len(datas))
+        else:
+            rows = self._rows(rows, len(datas))
+        goal_mat, q_null, gripper, fresh = self.goal_mat[rows], self.q_null[rows], self.gripper[rows], self.fresh[rows]
         scaled = scale_action(actions[:, :6], self.cfg)
         m = self.model
         for sub in range(self.cfg.substeps):
@@ -249,20 +273,22 @@ class OSCArm:
                 mujoco.mj_step1(m, d)
             s = self._state(datas)
             if sub == 0:
-                if self.fresh.any():  # robosuite's first reading after a reset: the home configuration
+                if fresh.any():  # robosuite's first reading after a reset: the home configuration
                     home = self.home_state()
                     for k, v in home.items():
-                        s[k] = np.where(self.fresh.reshape((-1,) + (1,) * v.ndim), v, s[k])
-                goal_pos, self.goal_mat = update_goal(scaled, s["pos"], s["mat"], self.goal_mat)
-            tau = osc_torques(s["mass"], s["jac"], goal_pos - s["pos"], orientation_error(self.goal_mat, s["mat"]),
-                              s["vel"], s["q"], s["qd"], self.q_null, s["bias"], self.cfg)
+                        s[k] = np.where(fresh.reshape((-1,) + (1,) * v.ndim), v, s[k])
+                goal_pos, goal_mat = update_goal(scaled, s["pos"], s["mat"], goal_mat)
+                self.goal_mat[rows] = goal_mat
+            tau = osc_torques(s["mass"], s["jac"], goal_pos - s["pos"], orientation_error(goal_mat, s["mat"]),
+                              s["vel"], s["q"], s["qd"], q_null, s["bias"], self.cfg)
             tau = np.clip(tau, self.torque_lo, self.torque_hi)
-            self.gripper = gripper_command(self.gripper, actions[:, 6], self.cfg)
-            grip = self.grip_bias + self.grip_weight * self.gripper
+            gripper = gripper_command(gripper, actions[:, 6], self.cfg)
+            self.gripper[rows] = gripper
+            grip = self.grip_bias + self.grip_weight * gripper
             for i, d in enumerate(datas):
                 d.ctrl[self.arm_act] = tau[i]
                 d.ctrl[self.grip_act] = grip[i]
                 mujoco.mj_step2(m, d)
             if on_substep is not None:
                 on_substep(sub)
-        self.fresh[:] = False
+        self.fresh[rows] = False

@@ -17,7 +17,7 @@ in LIBERO's protocol), exactly what the reference env reports. The fixtures stay
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import mujoco
 import numpy as np
@@ -114,44 +114,62 @@ class LiberoWorlds:
                                         shadows=shadows, reflections=reflections, skybox=True,
                                         hidden_groups=(0,))  # robosuite's collision geoms are not drawn
         self._images = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
+        self._video: tuple[str, Any] | None = None
         self._timestep = float(self.model.opt.timestep)
         self._period = self._timestep * osc.substeps
-        self._clock = ObservationClock(self._timestep, self._period)
-        self._observed = self._read_state()
+        self._clocks = [ObservationClock(self._timestep, self._period) for _ in range(num_envs)]
+        self._observed = self._read_state(np.arange(num_envs))
+        self._stepping = np.zeros(0, dtype=np.int64)
+
+    def _env_ids(self, env_ids: Sequence[int] | None) -> np.ndarray:
+        if env_ids is None:
+            return np.arange(self.num_envs)
+        ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs or len(set(ids.tolist())) != len(ids)):
+            raise ValueError(f"env ids must be distinct and in 0..{self.num_envs - 1}, got {ids.tolist()}")
+        return ids
 
     def reset(self, init_ids: Sequence[int], wait_steps: int = NUM_WAIT_STEPS,
-              gripper_command: np.ndarray | None = None) -> np.ndarray:
-        """Every env to official init state ``init_ids[i]``, the controller as robosuite leaves it,
-        then ``wait_steps`` open-gripper steps; the protocol's state ``[N, 8]``.
+              gripper_command: np.ndarray | None = None, env_ids: Sequence[int] | None = None) -> np.ndarray:
+        """Every env (or the envs ``env_ids``) to official init state ``init_ids[i]``, the controller as
+        robosuite leaves it, then ``wait_steps`` open-gripper steps; the protocol's state ``[N, 8]``
+        of every env (the others unchanged).
 
-        ``gripper_command`` (``[2]`` or ``[N, 2]``): the gripper command the reset starts from. robosuite
-        keeps it across resets: ``[0, 0]`` (the default) in a new env, the previous episode's last one
-        in the protocol's later episodes (``[1, -1]`` after an episode that ended with the gripper open)."""
+        ``gripper_command`` (``[2]`` or ``[len(init_ids), 2]``): the gripper command the reset starts from.
+        robosuite keeps it across resets: ``[0, 0]`` (the default) in a new env, the previous episode's
+        last one in the protocol's later episodes (``[1, -1]`` after an episode that ended with the
+        gripper open)."""
+        envs = self._env_ids(env_ids)
         ids = np.asarray(init_ids, dtype=np.int64).reshape(-1)
-        if ids.shape != (self.num_envs,):
-            raise ValueError(f"init_ids must hold one id per env ({self.num_envs}), got {ids.shape[0]}")
+        if ids.shape != envs.shape:
+            raise ValueError(f"init_ids must hold one id per env ({len(envs)}), got {ids.shape[0]}")
+        if len(ids) == 0:
+            return self.state()
         if ids.min() < 0 or ids.max() >= len(self.init_states):
             raise ValueError(f"init ids must be in 0..{len(self.init_states) - 1}, got {ids.tolist()}")
-        for d, i in zip(self.datas, ids):
+        datas = [self.datas[e] for e in envs]
+        for d, i in zip(datas, ids):
             mujoco.mj_resetData(self.model, d)
             apply_init_state(self.model, d, self.init_states[i])
-        self.arm.reset(self.datas, gripper=gripper_command)
-        self.init_ids = ids
-        self._clock = ObservationClock(self._timestep, self._period)
-        self._sample()  # robosuite's forced observation at set_init_state
+        self.arm.reset(datas, gripper=gripper_command, rows=None if env_ids is None else envs)
+        self.init_ids[envs] = ids
+        for e in envs:
+            self._clocks[e] = ObservationClock(self._timestep, self._period)
+        self._sample(envs)  # robosuite's forced observation at set_init_state
         for _ in range(wait_steps):
-            self.arm.step(self.datas, np.tile(WAIT_ACTION, (self.num_envs, 1)), self._on_substep)
+            self._advance(np.tile(WAIT_ACTION, (len(envs), 1)), envs, env_ids is None)
         return self.state()
 
     def _on_substep(self, _: int) -> None:
-        if self._clock.tick():
-            self._sample()
+        due = [e for e in self._stepping if self._clocks[e].tick()]
+        if due:
+            self._sample(np.array(due, dtype=np.int64))
 
-    def _sample(self) -> None:
-        self._observed = self._read_state()
+    def _sample(self, envs: np.ndarray) -> None:
+        self._observed[envs] = self._read_state(envs)
         if self._views is not None:
-            for d, out in zip(self.datas, self._images):
-                self._views.render_data(d, out)
+            for e in envs:
+                self._views.render_data(self.datas[e], self._images[e])
 
     def images(self) -> np.ndarray:
         """The views ``[N, V, H, W, 3]`` uint8 as the protocol's observation shows them, rendered when
@@ -159,13 +177,25 @@ class LiberoWorlds:
         protocol rotates them by 180 degrees, which is MuJoCo 4's top-down image mirrored left-right."""
         return np.ascontiguousarray(self._images[:, :, :, ::-1])
 
-    def step(self, actions: np.ndarray) -> np.ndarray:
-        """One control step of ``actions [N, 7]``; whether each env's goal holds after it ``[N]``."""
-        self.arm.step(self.datas, actions, self._on_substep)
-        return self.success()
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> np.ndarray:
+        """One control step of ``actions [N, 7]`` (or ``[len(env_ids), 7]`` for the envs ``env_ids``, the
+        others standing still); whether each stepped env's goal holds after it ``[N]`` / ``[len(env_ids)]``."""
+        envs = self._env_ids(env_ids)
+        if len(envs) == 0:
+            return np.zeros(0, dtype=bool)
+        self._advance(actions, envs, env_ids is None)
+        return self.success(envs)
 
-    def success(self) -> np.ndarray:
-        return np.array([self.goal.success(d) for d in self.datas])
+    def _advance(self, actions: np.ndarray, envs: np.ndarray, every: bool) -> None:
+        self._stepping = envs
+        try:
+            self.arm.step([self.datas[e] for e in envs], actions, self._on_substep, rows=None if every else envs)
+        finally:
+            self._stepping = np.zeros(0, dtype=np.int64)
+
+    def success(self, env_ids: Sequence[int] | None = None) -> np.ndarray:
+        """Whether the goal holds ``[N]`` (or ``[len(env_ids)]``) in the simulator's state now."""
+        return np.array([self.goal.success(self.datas[e]) for e in self._env_ids(env_ids)], dtype=bool)
 
     def state(self) -> np.ndarray:
         """The official 8-D state ``[N, 8]`` float32 as the reference reports it: end-effector position
@@ -173,11 +203,36 @@ class LiberoWorlds:
         sampled at the substep the observation clock chose."""
         return self._observed.copy()
 
-    def _read_state(self) -> np.ndarray:
-        pos = np.stack([d.site_xpos[self.arm.site] for d in self.datas])
-        quat = np.stack([d.xquat[self._hand] for d in self.datas])
-        fingers = np.stack([d.qpos[self.arm.finger_idx] for d in self.datas])
+    def _read_state(self, envs: np.ndarray) -> np.ndarray:
+        datas = [self.datas[e] for e in envs]
+        pos = np.stack([d.site_xpos[self.arm.site] for d in datas])
+        quat = np.stack([d.xquat[self._hand] for d in datas])
+        fingers = np.stack([d.qpos[self.arm.finger_idx] for d in datas])
         return np.concatenate([pos, quat_to_axisangle(quat), fingers], axis=1).astype(np.float32)
+
+    def render(self, env: int, camera: str = "agentview") -> np.ndarray:
+        """One env's view ``[H, W, 3]`` uint8 now (not at the observation's substep), in the protocol's
+        orientation; for videos, with or without observation cameras."""
+        if camera not in CAMERAS:
+            raise ValueError(f"unknown camera {camera!r}; LIBERO's views are {sorted(CAMERAS)}")
+        if self._video is None or self._video[0] != camera:
+            from sims.mujoco.render import BatchRenderer
+
+            if self._video is not None:
+                self._video[1].close()
+            size = self._images.shape[2]
+            self._video = (camera, BatchRenderer(self.model, [CAMERAS[camera]], size, size, skybox=True,
+                                                 hidden_groups=(0,)))
+        out = np.zeros((1,) + self._images.shape[2:], np.uint8)
+        self._video[1].render_data(self.datas[env], out)
+        return np.ascontiguousarray(out[0, :, ::-1])
+
+    def close(self) -> None:
+        """Release the renderers."""
+        for r in (self._views, None if self._video is None else self._video[1]):
+            if r is not None:
+                r.close()
+        self._views, self._video = None, None
 
     def sim_state(self) -> np.ndarray:
         """The flattened simulator states ``[N, 1 + nq + nv]`` (time, qpos, qvel), robosuite's layout."""

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from mujoco import batch as mjbatch
 
-from sims.core import Obs, Spec, VecEnv
+from sims.core import Obs, Spec, VecEnv, env_index_array
 from sims.mujoco import controller as ctl
 from sims.mujoco.arrays import like, to_numpy, torch_namespace
 from sims.mujoco.robot import (
@@ -88,17 +88,6 @@ def _state_field(name: str) -> property:
         return self._host_fields[name]
 
     return property(get, doc=f"``{name}`` of every env ``[N, ...]`` (see :func:`_state_field`)")
-
-
-def _as_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str) -> np.ndarray | None:
-    if values is None:
-        return None
-    arr = np.asarray(values.cpu() if isinstance(values, torch.Tensor) else values, dtype=np.int64)
-    if arr.ndim == 0:
-        arr = np.full(n, int(arr))
-    if arr.shape != (n,):
-        raise ValueError(f"{name} must have shape [{n}], got {arr.shape}")
-    return arr
 
 
 class MujocoVecEnv(VecEnv):
@@ -427,12 +416,12 @@ class MujocoVecEnv(VecEnv):
         self._check_open()
         if seed is not None:
             self._rngs = self._make_rngs(int(seed))
-        tids = _as_index_array(task_ids, self.num_envs, "task_ids")
+        tids = env_index_array(task_ids, self.num_envs, "task_ids")
         if tids is not None:
             if (tids < 0).any() or (tids >= len(self.tasks)).any():
                 raise ValueError(f"task_ids must be in [0, {len(self.tasks)}), got {tids.tolist()}")
             self._task_ids[:] = tids
-        iids = _as_index_array(init_ids, self.num_envs, "init_ids")
+        iids = env_index_array(init_ids, self.num_envs, "init_ids")
         self._init_ids[:] = -1 if iids is None else iids
         all_ids = np.arange(self.num_envs)
         self._reset_envs(all_ids)

@@ -1,5 +1,6 @@
 """Registry of the task suites: LIBERO-style ``spatial``, ``object``, ``goal``, ``long`` (10 tasks
-each) and ``dynamic`` (5 tasks with moving objects), and the suites of other backends (``maniskill``).
+each) and ``dynamic`` (5 tasks with moving objects), the suites of other backends (``maniskill``),
+and real LIBERO's (``libero_spatial`` ...: its exported scenes in the ``mujoco`` backend, :mod:`sims.libero.env`).
 
     import sims
     sims.suites.names()                    # ["spatial", "object", "goal", "long", "dynamic"]
@@ -44,6 +45,11 @@ _EXTERNAL: dict[str, tuple[str, str]] = {
 }
 
 
+#: real LIBERO's suites, simulated from the scene cache (``python -m sims.libero.scenes export``) by the
+#: ``mujoco`` backend; their task specs and init states come from that cache
+_LIBERO = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
+
+
 def _load(ref: str) -> Any:
     module, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -59,8 +65,16 @@ def all_names() -> list[str]:
     return list(_SUITES) + list(_EXTERNAL)
 
 
+def libero_names() -> list[str]:
+    """Real LIBERO's standard suites, which ``sims.make("mujoco", suite=...)`` runs from the scene cache (the
+    embodied commands evaluate them in LIBERO's own env with ``simulator=robosuite``)."""
+    return list(_LIBERO)
+
+
 def backend(suite: str) -> str:
     """The :func:`sims.make` backend that simulates ``suite``."""
+    if suite in _LIBERO:
+        return "mujoco"
     if suite in _EXTERNAL:
         return _EXTERNAL[suite][0]
     if suite not in _SUITES:
@@ -77,7 +91,11 @@ def build_tasks(suite: str) -> list[Any]:
 
 
 def tasks(suite: str) -> list[TaskSpec]:
-    """The suite's tasks, as backend-independent specs."""
+    """The suite's tasks, as backend-independent specs (a LIBERO suite's: read from its scene cache)."""
+    if suite in _LIBERO:
+        from sims.libero.env import task_specs
+
+        return task_specs(suite)
     if suite in _EXTERNAL:
         return _load(_EXTERNAL[suite][1])()
     return [t.spec for t in build_tasks(suite)]
@@ -97,7 +115,16 @@ def _task_index(suite: str, task: int | str) -> int:
 
 def init_states(suite: str, task: int | str) -> list[dict[str, Any]]:
     """The 50 fixed evaluation initial states of a task: object placements ``(x, y, yaw)``,
-    initial velocities and the robot's initial joint offsets, as plain Python data."""
+    initial velocities and the robot's initial joint offsets, as plain Python data (a LIBERO task's:
+    the official flattened simulator states, ``{"sim_state": [1 + nq + nv floats]}``)."""
+    if suite in _LIBERO:
+        from sims.libero import NUM_TASKS
+        from sims.libero.scenes import load_init_states, task_dir
+
+        if isinstance(task, int) and not 0 <= task < NUM_TASKS[suite]:
+            raise ValueError(f"task index {task} out of range for suite {suite!r} ({NUM_TASKS[suite]} tasks)")
+        index = task if isinstance(task, int) else _task_index(suite, task)  # a name needs every task's spec
+        return [{"sim_state": row.tolist()} for row in load_init_states(task_dir(suite, index))]
     t = build_tasks(suite)[_task_index(suite, task)]
     return [t.initial_state(k) for k in range(NUM_INIT_STATES)]
 
@@ -111,10 +138,14 @@ def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: f
     """
     if suite in _EXTERNAL:
         raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
+    if suite in _LIBERO:
+        raise ValueError(f"{suite}'s scripted experts act on the simulator's privileged state: "
+                         "sims.libero.experts.PickPlaceExpert(env.worlds(task)) on a sims.make('mujoco', suite=...) env")
     if task is not None:
         _task_index(suite, task)
     suite_tasks = build_tasks(suite)
     return _load(_EXPERTS[backend(suite)])(suite_tasks, num_envs, gain=gain)
 
 
-__all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "expert", "init_states", "names", "tasks"]
+__all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "expert", "init_states", "libero_names", "names",
+           "tasks"]

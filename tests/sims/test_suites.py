@@ -44,7 +44,7 @@ def test_suite_registry_and_distinct_instructions():
         instructions += [s.instruction for s in specs]
     assert len(set(instructions)) == len(instructions)
     with pytest.raises(ValueError, match="unknown suite"):
-        sims.suites.tasks("libero_90")
+        sims.suites.tasks("libero_100")
     with pytest.raises(ValueError, match="has no task"):
         sims.suites.init_states("goal", "fly")
 
