@@ -17,19 +17,23 @@ operational-space torques toward it. This module is that controller, written fro
   action, and drives the two finger position servos across their control ranges.
 
 The maths are pure functions over ``[N, ...]`` numpy arrays; :class:`OSCArm` gathers what they need
-from a batch of ``MjData`` of one LIBERO scene and plays control steps on them, with the hidden state
+from the simulations of one LIBERO scene (:class:`sims.libero.physics.BatchPhysics`) and plays control
+steps on them, with the hidden state
 robosuite keeps outside the simulator state (orientation goal, null-space posture, gripper command).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import mujoco
 import numpy as np
 
 from sims.mujoco.controller import quat_to_mat
+
+if TYPE_CHECKING:
+    from sims.libero.physics import BatchPhysics
 
 #: the Panda of LIBERO's scenes (robosuite's ``MountedPanda`` with its ``PandaGripper``)
 EEF_SITE = "gripper0_grip_site"
@@ -137,7 +141,7 @@ def gripper_command(command: np.ndarray, action: np.ndarray, cfg: OSCConfig = OS
 # -- the arm of a LIBERO scene ----------------------------------------------------------------------
 
 class OSCArm:
-    """OSC_POSE on the Panda of one LIBERO scene, for a batch of ``MjData`` of that model.
+    """OSC_POSE on the Panda of one LIBERO scene, for a batch of simulations of that model (:meth:`physics`).
 
     Hidden state per env (robosuite keeps it in the controller, not the simulator): the orientation
     goal ``goal_mat [N, 3, 3]``, the null-space posture ``q_null [N, 7]`` and the gripper command
@@ -156,6 +160,7 @@ class OSCArm:
 
         self.site = ident(mujoco.mjtObj.mjOBJ_SITE, EEF_SITE)
         joints = [ident(mujoco.mjtObj.mjOBJ_JOINT, j) for j in ARM_JOINTS]
+        self.joint_ids = np.array(joints)
         self.qpos_idx = np.array([model.jnt_qposadr[j] for j in joints])
         self.dof_idx = np.array([model.jnt_dofadr[j] for j in joints])
         by_joint = {int(model.actuator_trnid[a, 0]): a for a in range(model.nu)}
@@ -171,15 +176,12 @@ class OSCArm:
         self.gripper = np.zeros((0, 2))
         self.fresh = np.zeros(0, dtype=bool)
         self._home: dict[str, np.ndarray] | None = None
-        self._jacp = np.zeros((3, model.nv))
-        self._jacr = np.zeros((3, model.nv))
-        self._full = np.zeros((model.nv, model.nv))
 
-    def reset(self, datas: Sequence[mujoco.MjData], goal_mat: np.ndarray | None = None,
-              q_null: np.ndarray | None = None, gripper: np.ndarray | None = None, fresh: bool = True,
-              rows: np.ndarray | None = None) -> None:
-        """Set the hidden state of ``len(datas)`` envs (with ``rows``: of those rows of the batch set up
-        by an earlier reset, the others kept); the defaults are robosuite's right after LIBERO's
+    def reset(self, num_envs: int | None = None, *, rows: Sequence[int] | None = None,
+              goal_mat: np.ndarray | None = None, q_null: np.ndarray | None = None,
+              gripper: np.ndarray | None = None, fresh: bool = True) -> None:
+        """Set the hidden state of a batch of ``num_envs`` envs, or of its envs ``rows`` (the others kept);
+        the defaults are robosuite's right after LIBERO's
         reset (which builds a new controller with the arm at ``cfg.init_qpos``, then applies the init
         state). The orientation goal: default the end effector's orientation at ``cfg.init_qpos``,
         not at the init state. The null-space posture: default ``cfg.init_qpos``. The gripper
@@ -193,7 +195,9 @@ class OSCArm:
         from that configuration at rest (with the current gravity compensation). False: continue
         from the state as it is (the goal from the current end effector).
         """
-        n = len(datas)
+        if (num_envs is None) == (rows is None):
+            raise ValueError("give num_envs (a new batch) or rows (envs of the batch set up before)")
+        n = int(num_envs) if rows is None else len(rows)
         home = self.home_orientation() if goal_mat is None else goal_mat
         goal = np.broadcast_to(home, (n, 3, 3))
         null = np.broadcast_to(self.cfg.init_qpos if q_null is None else q_null, (n, 7))
@@ -208,10 +212,17 @@ class OSCArm:
         self.goal_mat[rows], self.q_null[rows], self.gripper[rows] = goal, null, grip
         self.fresh[rows] = bool(fresh)
 
+    def physics(self, num_envs: int, nthread: int | None = None) -> "BatchPhysics":
+        """``num_envs`` simulations of this arm's scene for :meth:`step`."""
+        from sims.libero.physics import BatchPhysics
+
+        return BatchPhysics(self.model, num_envs, site=self.site, arm_qpos=self.qpos_idx, arm_dofs=self.dof_idx,
+                            arm_joints=self.joint_ids, nthread=nthread)
+
     def _rows(self, rows: np.ndarray, n: int) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if len(rows) != n:
-            raise ValueError(f"rows names {len(rows)} envs for {n} MjData")
+            raise ValueError(f"rows names {len(rows)} envs, expected {n}")
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self.goal_mat)):
             raise ValueError(f"rows must be in 0..{len(self.goal_mat) - 1} (the envs reset() set up), "
                              f"got {rows.tolist()}")
@@ -222,11 +233,13 @@ class OSCArm:
         gripper's initial opening, at rest (``pos [3]``, ``mat [3, 3]``, ``jac [6, 7]``, ``mass [7, 7]``,
         ``q [7]``, ``qd [7]``, ``vel [6]``)."""
         if self._home is None:
-            m, d = self.model, mujoco.MjData(self.model)
-            d.qpos[self.qpos_idx] = self.cfg.init_qpos
-            d.qpos[self.finger_idx] = GRIPPER_INIT_QPOS
-            mujoco.mj_forward(m, d)
-            s = self._state([d])
+            qpos = self.model.qpos0.copy()
+            qpos[self.qpos_idx] = self.cfg.init_qpos
+            qpos[self.finger_idx] = GRIPPER_INIT_QPOS
+            physics = self.physics(1, nthread=1)
+            physics.load(np.zeros(1, np.int64), np.concatenate([[0.0], qpos, np.zeros(self.model.nv)])[None])
+            s = physics.read(np.zeros(1, np.int64))
+            physics.close()
             self._home = {k: v[0] for k, v in s.items() if k != "bias"}
         return self._home
 
@@ -234,44 +247,28 @@ class OSCArm:
         """The end effector's orientation ``[3, 3]`` with the arm at ``cfg.init_qpos``."""
         return self.home_state()["mat"].copy()
 
-    def _state(self, datas: Sequence[mujoco.MjData]) -> dict[str, np.ndarray]:
-        """What the controller reads, after ``mj_step1`` (positions and velocities computed)."""
-        m, dof = self.model, self.dof_idx
-        pos, mat, jac, vel, mass = [], [], [], [], []
-        for d in datas:
-            mujoco.mj_jacSite(m, d, self._jacp, self._jacr, self.site)
-            mujoco.mj_fullM(m, d, self._full)
-            pos.append(d.site_xpos[self.site].copy())
-            mat.append(d.site_xmat[self.site].reshape(3, 3).copy())
-            jac.append(np.concatenate([self._jacp[:, dof], self._jacr[:, dof]]))
-            vel.append(np.concatenate([self._jacp @ d.qvel, self._jacr @ d.qvel]))
-            mass.append(self._full[np.ix_(dof, dof)])
-        return {"pos": np.stack(pos), "mat": np.stack(mat), "jac": np.stack(jac), "vel": np.stack(vel),
-                "mass": np.stack(mass), "q": np.stack([d.qpos[self.qpos_idx] for d in datas]),
-                "qd": np.stack([d.qvel[dof] for d in datas]), "bias": np.stack([d.qfrc_bias[dof] for d in datas])}
-
-    def step(self, datas: Sequence[mujoco.MjData], actions: np.ndarray,
-             on_substep: Callable[[int], None] | None = None, rows: np.ndarray | None = None) -> None:
-        """One control step of ``actions [N, 7]`` on each env: the goal set from the first substep's
-        state, then ``cfg.substeps`` physics substeps with fresh torques and gripper controls each
-        (``on_substep(i)`` called after substep ``i`` of every env). ``rows``: the envs of the batch
-        that ``datas`` are (default: all of them, in order); the others do not move."""
+    def step(self, physics: "BatchPhysics", actions: np.ndarray, rows: Sequence[int] | None = None,
+             before_substep: Callable[[int], None] | None = None,
+             after_substep: Callable[[int], None] | None = None) -> None:
+        """One control step of ``actions [n, 7]`` on the simulations ``rows`` of ``physics`` (default all,
+        in order; the others do not move): the goal set from the first substep's state, then
+        ``cfg.substeps`` physics substeps with fresh torques and gripper controls each.
+        ``before_substep(i)`` is called once substep ``i``'s state is read (the derived fields at its
+        start), ``after_substep(i)`` once it is integrated."""
+        n = physics.num_envs if rows is None else len(rows)
         actions = np.asarray(actions, dtype=np.float64)
-        if actions.shape != (len(datas), 7) or not np.isfinite(actions).all():
-            raise ValueError(f"actions must be [{len(datas)}, 7] finite numbers, got {list(actions.shape)}")
-        if rows is None:
-            if len(self.goal_mat) != len(datas):
-                raise ValueError(f"reset() the controller for {len(datas)} envs first (it holds {len(self.goal_mat)})")
-            rows = np.arange(len(datas))
-        else:
-            rows = self._rows(rows, len(datas))
+        if actions.shape != (n, 7) or not np.isfinite(actions).all():
+            raise ValueError(f"actions must be [{n}, 7] finite numbers, got {list(actions.shape)}")
+        if len(self.goal_mat) != physics.num_envs:
+            raise ValueError(f"reset() the controller for {physics.num_envs} envs first (it holds {len(self.goal_mat)})")
+        rows = np.arange(n) if rows is None else self._rows(rows, n)
         goal_mat, q_null, gripper, fresh = self.goal_mat[rows], self.q_null[rows], self.gripper[rows], self.fresh[rows]
         scaled = scale_action(actions[:, :6], self.cfg)
-        m = self.model
+        actuators = np.concatenate([self.arm_act, self.grip_act])
         for sub in range(self.cfg.substeps):
-            for d in datas:
-                mujoco.mj_step1(m, d)
-            s = self._state(datas)
+            s = physics.read(rows)
+            if before_substep is not None:
+                before_substep(sub)
             if sub == 0:
                 if fresh.any():  # robosuite's first reading after a reset: the home configuration
                     home = self.home_state()
@@ -285,10 +282,7 @@ class OSCArm:
             gripper = gripper_command(gripper, actions[:, 6], self.cfg)
             self.gripper[rows] = gripper
             grip = self.grip_bias + self.grip_weight * gripper
-            for i, d in enumerate(datas):
-                d.ctrl[self.arm_act] = tau[i]
-                d.ctrl[self.grip_act] = grip[i]
-                mujoco.mj_step2(m, d)
-            if on_substep is not None:
-                on_substep(sub)
+            physics.substep(rows, actuators, np.concatenate([tau, grip], axis=1), last=sub == self.cfg.substeps - 1)
+            if after_substep is not None:
+                after_substep(sub)
         self.fresh[rows] = False

@@ -33,7 +33,6 @@ import mujoco
 import numpy as np
 
 from sims.libero import reference_command, scenes
-from sims.libero.osc import OSCArm
 from sims.libero.predicates import GoalChecker
 from sims.libero.worlds import LiberoWorlds
 
@@ -98,18 +97,15 @@ def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
                                  "--actions", str(work / "actions.npy"), "--out", str(out)])
     ref = np.load(out)
     worlds = LiberoWorlds(folder, 1)  # its scene (reference box contacts) serves both comparisons
-    model = worlds.model
-    data = mujoco.MjData(model)
-    scenes.apply_init_state(model, data, ref["start"])
-    arm = OSCArm(model)
+    model, arm, data = worlds.model, worlds.arm, worlds.datas[0]
     # the reference's state after its reset and wait steps: continue from it (the gripper command
     # is the reference's; the goal orientation and null-space posture are OSCArm's defaults)
-    arm.reset([data], gripper=ref["gripper_action"], fresh=False)
+    worlds.continue_from(ref["start"][None], gripper_command=ref["gripper_action"])
     hidden = max(float(np.abs(arm.q_null[0] - ref["nullspace_target"]).max()),
                  float(np.abs(arm.goal_mat[0] - ref["goal_ori"]).max()))
     eef, qpos = [], []
     for k, a in enumerate(actions):
-        arm.step([data], a[None])
+        worlds.step(a[None])
         eef.append(float(np.abs(data.site_xpos[arm.site] - ref["eef_pos"][k]).max()))
         qpos.append(float(np.abs(data.qpos - ref["states"][k][1:1 + model.nq]).max()))
     # the whole episode in LiberoWorlds: its reset (init state, fresh controller, wait steps) and the

@@ -83,11 +83,12 @@ class LiberoWorlds:
         shadows, reflections: MuJoCo's shadow and reflection passes (off by default: cheaper; the
             reference renders both, and with them the views match the reference's to 44-46 dB PSNR,
             without them to 28 dB for the agent view and 45 dB for the wrist view).
+        nthread: threads stepping the envs (default all cores, at most N; :mod:`sims.libero.physics`).
     """
 
     def __init__(self, task_dir: str | Path, num_envs: int, *, box_contacts: str = "reference",
                  osc: OSCConfig = OSCConfig(), cameras: Sequence[str] = (), image_size: int = 128,
-                 shadows: bool = False, reflections: bool = False) -> None:
+                 shadows: bool = False, reflections: bool = False, nthread: int | None = None) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.meta = read_meta(task_dir)
@@ -95,9 +96,10 @@ class LiberoWorlds:
         self.instruction: str = self.meta["language"]
         self.max_steps = max_steps(self.suite)
         self.model = load_scene(task_dir, box_contacts=box_contacts)
-        self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         self.init_states = load_init_states(task_dir)
         self.arm = OSCArm(self.model, osc)
+        self.physics = self.arm.physics(num_envs, nthread)
+        self.datas = self.physics.datas  # MjData copies of the simulations after each step (goal, experts, views)
         self.goal = GoalChecker(self.model, self.meta)
         self.num_envs = num_envs
         self._hand = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, EEF_BODY)
@@ -118,8 +120,10 @@ class LiberoWorlds:
         self._timestep = float(self.model.opt.timestep)
         self._period = self._timestep * osc.substeps
         self._clocks = [ObservationClock(self._timestep, self._period) for _ in range(num_envs)]
-        self._observed = self._read_state(np.arange(num_envs))
+        self._observed = np.zeros((num_envs, 8), np.float32)
         self._stepping = np.zeros(0, dtype=np.int64)
+        self._due = np.zeros(0, dtype=np.int64)
+        self._due_pose = np.zeros((0, 6))
 
     def _env_ids(self, env_ids: Sequence[int] | None) -> np.ndarray:
         if env_ids is None:
@@ -147,29 +151,55 @@ class LiberoWorlds:
             return self.state()
         if ids.min() < 0 or ids.max() >= len(self.init_states):
             raise ValueError(f"init ids must be in 0..{len(self.init_states) - 1}, got {ids.tolist()}")
-        datas = [self.datas[e] for e in envs]
-        for d, i in zip(datas, ids):
-            mujoco.mj_resetData(self.model, d)
-            apply_init_state(self.model, d, self.init_states[i])
-        self.arm.reset(datas, gripper=gripper_command, rows=None if env_ids is None else envs)
+        self.physics.load(envs, self.init_states[ids])
+        self.arm.reset(self.num_envs if env_ids is None else None, rows=None if env_ids is None else envs,
+                       gripper=gripper_command)
         self.init_ids[envs] = ids
         for e in envs:
             self._clocks[e] = ObservationClock(self._timestep, self._period)
-        self._sample(envs)  # robosuite's forced observation at set_init_state
+        # robosuite's forced observation at set_init_state
+        self._observed[envs] = self._read_state(envs)
+        self._render(envs)
         for _ in range(wait_steps):
             self._advance(np.tile(WAIT_ACTION, (len(envs), 1)), envs, env_ids is None)
         return self.state()
 
-    def _on_substep(self, _: int) -> None:
-        due = [e for e in self._stepping if self._clocks[e].tick()]
-        if due:
-            self._sample(np.array(due, dtype=np.int64))
+    def continue_from(self, states: np.ndarray, gripper_command: np.ndarray | None = None) -> None:
+        """Every env to a flattened simulator state ``[N, 1 + nq + nv]`` taken mid-episode (the reference's),
+        the controller continuing from it (its orientation goal and null-space posture at their
+        defaults, the gripper command ``gripper_command``), without wait steps."""
+        states = np.asarray(states, dtype=np.float64)
+        self.physics.load(np.arange(self.num_envs), states)
+        self.arm.reset(self.num_envs, gripper=gripper_command, fresh=False)
+        self._observed[:] = self._read_state(np.arange(self.num_envs))
 
-    def _sample(self, envs: np.ndarray) -> None:
-        self._observed[envs] = self._read_state(envs)
-        if self._views is not None:
+    def _read_state(self, envs: np.ndarray) -> np.ndarray:
+        """The 8-D state of ``envs`` from the derived fields now and the fingers' qpos now."""
+        pose = np.concatenate([self.physics.site_pos(envs), quat_to_axisangle(self.physics.body_quat(envs, self._hand))],
+                              axis=1)
+        return np.concatenate([pose, self.physics.qpos[envs][:, self.arm.finger_idx]], axis=1).astype(np.float32)
+
+    def _render(self, envs: np.ndarray) -> None:
+        if self._views is not None and len(envs):
+            self.physics.sync(envs)
             for e in envs:
                 self._views.render_data(self.datas[e], self._images[e])
+
+    def _before_substep(self, _: int) -> None:
+        # robosuite samples after a substep: the positions of its start (mj_step's derived fields), the
+        # joints after it; the clock does not depend on the physics, so tick it here
+        due = np.array([e for e in self._stepping if self._clocks[e].tick()], dtype=np.int64)
+        self._due = due
+        if len(due):
+            self._due_pose = np.concatenate([self.physics.site_pos(due),
+                                             quat_to_axisangle(self.physics.body_quat(due, self._hand))], axis=1)
+            self._render(due)
+
+    def _after_substep(self, _: int) -> None:
+        if len(self._due):
+            fingers = self.physics.qpos[self._due][:, self.arm.finger_idx]
+            self._observed[self._due] = np.concatenate([self._due_pose, fingers], axis=1).astype(np.float32)
+            self._due = np.zeros(0, dtype=np.int64)
 
     def images(self) -> np.ndarray:
         """The views ``[N, V, H, W, 3]`` uint8 as the protocol's observation shows them, rendered when
@@ -189,9 +219,11 @@ class LiberoWorlds:
     def _advance(self, actions: np.ndarray, envs: np.ndarray, every: bool) -> None:
         self._stepping = envs
         try:
-            self.arm.step([self.datas[e] for e in envs], actions, self._on_substep, rows=None if every else envs)
+            self.arm.step(self.physics, actions, rows=None if every else envs, before_substep=self._before_substep,
+                          after_substep=self._after_substep)
         finally:
             self._stepping = np.zeros(0, dtype=np.int64)
+        self.physics.sync(envs)
 
     def success(self, env_ids: Sequence[int] | None = None) -> np.ndarray:
         """Whether the goal holds ``[N]`` (or ``[len(env_ids)]``) in the simulator's state now."""
@@ -202,13 +234,6 @@ class LiberoWorlds:
         (the grip site), the hand's orientation as an axis-angle, the two finger joint positions,
         sampled at the substep the observation clock chose."""
         return self._observed.copy()
-
-    def _read_state(self, envs: np.ndarray) -> np.ndarray:
-        datas = [self.datas[e] for e in envs]
-        pos = np.stack([d.site_xpos[self.arm.site] for d in datas])
-        quat = np.stack([d.xquat[self._hand] for d in datas])
-        fingers = np.stack([d.qpos[self.arm.finger_idx] for d in datas])
-        return np.concatenate([pos, quat_to_axisangle(quat), fingers], axis=1).astype(np.float32)
 
     def render(self, env: int, camera: str = "agentview") -> np.ndarray:
         """One env's view ``[H, W, 3]`` uint8 now (not at the observation's substep), in the protocol's
@@ -228,11 +253,12 @@ class LiberoWorlds:
         return np.ascontiguousarray(out[0, :, ::-1])
 
     def close(self) -> None:
-        """Release the renderers."""
+        """Release the renderers and the simulations."""
         for r in (self._views, None if self._video is None else self._video[1]):
             if r is not None:
                 r.close()
         self._views, self._video = None, None
+        self.physics.close()
 
     def sim_state(self) -> np.ndarray:
         """The flattened simulator states ``[N, 1 + nq + nv]`` (time, qpos, qvel), robosuite's layout."""
