@@ -8,7 +8,9 @@ initial states; every episode at its step limit plus the 10 wait steps, the wors
 each) at the protocol's 256 px, env time only (the policy's inference comes on top). Then the same
 task's exported scene in our batched physics (:class:`sims.libero.worlds.LiberoWorlds`: LIBERO's
 controller and goal on MuJoCo 4, no rendering) at each of ``batched_num_envs``, with both box-contact
-settings, against the reference's no-rendering rate measured in the same run (``ratio_vs_reference``).
+settings, against the reference's no-rendering rate measured in the same run (``ratio_vs_reference``),
+and with the two cameras at 128 px (visual meshes as they are, and decimated to ``render_faces``)
+against the reference's rate with its two cameras at 128 px (when ``image_sizes`` has 128).
 Writes ``libero.json`` and ``libero.csv``.
 """
 
@@ -37,7 +39,10 @@ class LiberoBenchConfig(BenchConfig):
     steps: int = 20  # env steps per run
     repeats: int = 3  # runs per case (the median is reported)
     resets: int = 3  # resets timed per reset mode (the median is reported)
-    batched_num_envs: list[int] = field(default_factory=lambda: [1, 8])  # our LiberoWorlds; [] skips them
+    batched_num_envs: list[int] = field(default_factory=lambda: [1, 8, 32])  # our LiberoWorlds; [] skips them
+    # ours with the two cameras at 128 px (at the first of batched_num_envs), the visual meshes as they
+    # are and decimated to each of these face budgets; [] renders only as they are
+    render_faces: list[int] = field(default_factory=lambda: [2000])
     cache: Optional[str] = None  # the scene cache root (default: $EMBODIED_LIBERO_CACHE or ~/.cache/embodied/libero)
 
 
@@ -91,10 +96,11 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
     }
     result["hard_over_soft_reset"] = round(result["hard_reset_s"] / max(soft, 1e-9), 1)
     reference_rate = next(c["steps_per_s"] for c in result["cases"] if c["image_size"] == 0)
-    result["batched"] = batched_rates(cfg, reference_rate) if cfg.batched_num_envs else []
+    camera_rate = next((c["steps_per_s"] for c in result["cases"] if c["image_size"] == 128), None)
+    result["batched"] = batched_rates(cfg, reference_rate, camera_rate) if cfg.batched_num_envs else []
     result["machine"] = machine_info()
     result["config"] = {k: getattr(cfg, k) for k in ("suite", "task", "image_sizes", "steps", "repeats", "resets",
-                                                      "batched_num_envs", "cache")}
+                                                      "batched_num_envs", "render_faces", "cache")}
     write_json(out / "libero.json", result)
     with open(out / "libero.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -103,13 +109,17 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
             w.writerow([c["case"], c["image_size"], c["steps_per_s"], c["soft_reset_s"], c["build_s"]])
         w.writerow(["hard reset", "", "", result["hard_reset_s"], ""])
         for b in result["batched"]:
-            w.writerow([f"ours {b['box_contacts']} contacts, {b['num_envs']} envs", 0, b["steps_per_s"], "", ""])
+            meshes = "" if b["render_faces"] is None else f", meshes {b['render_faces']} faces"
+            w.writerow([f"ours {b['box_contacts']} contacts, {b['num_envs']} envs{meshes}", b["image_size"],
+                        b["steps_per_s"], "", ""])
     return result
 
 
-def batched_rates(cfg: LiberoBenchConfig, reference_rate: float) -> list[dict[str, Any]]:
-    """Env steps/s of :class:`LiberoWorlds` (no rendering, random actions, the median of ``repeats``
-    runs of ``steps`` steps) per env count and box-contact setting, and the ratio to ``reference_rate``."""
+def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: float | None = None
+                  ) -> list[dict[str, Any]]:
+    """Env steps/s of :class:`LiberoWorlds` (random actions, the median of ``repeats`` runs of ``steps``
+    steps): without rendering per env count and box-contact setting, against ``reference_rate``; with
+    two 128 px cameras per mesh setting, against ``camera_rate`` (the reference's, None: skipped)."""
     import time
 
     import numpy as np
@@ -134,8 +144,29 @@ def batched_rates(cfg: LiberoBenchConfig, reference_rate: float) -> list[dict[st
                     worlds.step(rng.uniform(-1, 1, (n, 7)))
                 rates.append(n * cfg.steps / (time.perf_counter() - t0))
             rate = float(np.median(rates))
-            rows.append({"box_contacts": contacts, "num_envs": n, "steps_per_s": round(rate, 2),
-                         "ratio_vs_reference": round(rate / reference_rate, 2)})
+            rows.append({"box_contacts": contacts, "num_envs": n, "image_size": 0, "render_faces": None,
+                         "steps_per_s": round(rate, 2), "ratio_vs_reference": round(rate / reference_rate, 2)})
             print(f"[libero bench] ours, {contacts} box contacts, {n} envs: {rate:.1f} env steps/s "
                   f"({rate / reference_rate:.2f}x the reference without rendering)", flush=True)
+            worlds.close()
+    if camera_rate is None:
+        return rows
+    n = cfg.batched_num_envs[0]
+    for faces in [None, *cfg.render_faces]:
+        worlds = LiberoWorlds(folder, n, box_contacts="native", cameras=("agentview", "wrist"), image_size=128,
+                              render_faces=faces)
+        worlds.reset(np.arange(n) % len(worlds.init_states), wait_steps=0)
+        rates = []
+        for _ in range(cfg.repeats):
+            t0 = time.perf_counter()
+            for _ in range(cfg.steps):
+                worlds.step(rng.uniform(-1, 1, (n, 7)))
+            rates.append(n * cfg.steps / (time.perf_counter() - t0))
+        rate = float(np.median(rates))
+        rows.append({"box_contacts": "native", "num_envs": n, "image_size": 128, "render_faces": faces,
+                     "steps_per_s": round(rate, 2), "ratio_vs_reference": round(rate / camera_rate, 2)})
+        what = "meshes as they are" if faces is None else f"meshes decimated to {faces} faces"
+        print(f"[libero bench] ours, two 128 px cameras, {what}, {n} envs: {rate:.1f} env steps/s "
+              f"({rate / camera_rate:.2f}x the reference with its two 128 px cameras)", flush=True)
+        worlds.close()
     return rows

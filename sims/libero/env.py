@@ -40,8 +40,8 @@ CONTROL_HZ = 20.0
 #: joint speeds beyond this (rad/s or m/s) count as a diverged simulation, as in the MuJoCo backend
 MAX_QVEL = 1e3
 #: options of :class:`LiberoVecEnv` that :func:`sims.make` passes through
-OPTIONS = ("cameras", "image_size", "tasks", "cache", "box_contacts", "shadows", "reflections", "max_steps",
-           "reward_type", "wait_steps", "num_threads")
+OPTIONS = ("cameras", "image_size", "tasks", "cache", "box_contacts", "shadows", "reflections", "render_faces",
+           "max_steps", "reward_type", "wait_steps", "num_threads")
 
 
 def task_specs(suite: str, cache: str | None = None, tasks: Sequence[int] | None = None) -> list[TaskSpec]:
@@ -86,17 +86,19 @@ class LiberoVecEnv(VecEnv):
         tasks: the suite's task indices the env runs (default all: the cache must hold every one);
             ``obs["task_id"]`` and ``reset(task_ids=...)`` index into this list.
         cache: the scene cache root (default :func:`sims.libero.scenes.cache_root`).
-        box_contacts, shadows, reflections: see :class:`~sims.libero.worlds.LiberoWorlds`.
+        box_contacts, shadows, reflections, render_faces: see :class:`~sims.libero.worlds.LiberoWorlds`
+            (datasets, training and evaluation must render alike).
         max_steps: overrides the suite's step limit.
         reward_type: ``sparse`` only (1 at success): LIBERO's goals have no shaped reward.
         wait_steps: the open-gripper steps after each reset.
-        num_threads: accepted for the contract; the groups step in this process.
+        num_threads: threads stepping each task's envs (default all cores).
     """
 
     def __init__(self, suite: str, num_envs: int, *, seed: int = 0, device: str | torch.device = "cpu",
                  cameras: Sequence[str] = ("agentview", "wrist"), image_size: int = 128,
                  tasks: Sequence[int] | None = None, cache: str | None = None, box_contacts: str = "reference",
-                 shadows: bool = False, reflections: bool = False, max_steps: int | None = None,
+                 shadows: bool = False, reflections: bool = False, render_faces: int | None = None,
+                 max_steps: int | None = None,
                  reward_type: str = "sparse", wait_steps: int = NUM_WAIT_STEPS, num_threads: int | None = None) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -126,7 +128,8 @@ class LiberoVecEnv(VecEnv):
         self.image_size = int(image_size)
         self.wait_steps = int(wait_steps)
         self._world_options = dict(box_contacts=box_contacts, cameras=self.cameras, image_size=self.image_size,
-                                   shadows=shadows, reflections=reflections)
+                                   shadows=shadows, reflections=reflections, render_faces=render_faces,
+                                   nthread=num_threads)
         self.action_spec = Spec((ACTION_DIM,), torch.float32, -1.0, 1.0,
                                 "OSC_POSE: delta position 3, delta axis-angle 3, gripper (-1 open, +1 close)")
         self.observation_spec = {"state": Spec((len(STATE_NAMES),), torch.float32, doc=", ".join(STATE_NAMES)),

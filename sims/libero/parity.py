@@ -128,24 +128,27 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def view_parity(folder: Path, suite: str, task: int, inits: Sequence[int], work: Path,
-                image_size: int = 128) -> list[dict[str, Any]]:
-    """The protocol's views after the reset of each init state, ours against the reference's."""
+                image_size: int = 128, render_faces: int | None = None) -> list[dict[str, Any]]:
+    """The protocol's views after the reset of each init state, ours against the reference's: with
+    shadows and reflections, without, and (``render_faces``) without and with decimated visual meshes."""
     out = work / f"{suite}_{task}_views.npz"
     _run_reference("views", ["--suite", suite, "--task", str(task), "--inits", *map(str, inits),
                              "--image-size", str(image_size), "--out", str(out)])
     ref = np.load(out)
-    worlds_by_passes = {passes: LiberoWorlds(folder, 1, cameras=("agentview", "wrist"), image_size=image_size,
-                                             shadows=passes, reflections=passes) for passes in (True, False)}
+    variants = {"shadows": dict(shadows=True, reflections=True), "plain": {}}
+    if render_faces is not None:
+        variants["decimated"] = dict(render_faces=render_faces)
+    worlds_by_variant = {tag: LiberoWorlds(folder, 1, cameras=("agentview", "wrist"), image_size=image_size, **kw)
+                         for tag, kw in variants.items()}
     rows = []
     for k, init in enumerate(ref["inits"]):
         row: dict[str, Any] = {"suite": suite, "task": task, "init": int(init)}
-        for passes, worlds in worlds_by_passes.items():
+        for tag, worlds in worlds_by_variant.items():
             worlds.model.body_pos[:] = ref["body_pos"][k]
             worlds.model.body_quat[:] = ref["body_quat"][k]
             # robosuite keeps the gripper command across resets: open after the previous episode's wait
             state = worlds.reset([int(init)], gripper_command=None if k == 0 else [1.0, -1.0])
             images = worlds.images()[0]
-            tag = "shadows" if passes else "plain"
             row["state_err"] = float(np.abs(state[0] - ref["state"][k]).max())
             for v, name in enumerate(worlds.cameras):
                 row[f"{name}_psnr_{tag}"] = psnr(images[v], ref[name][k])
@@ -161,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, nargs="+", default=None, help="task indices (default: every exported one)")
     ap.add_argument("--inits", type=int, nargs="+", default=[0], help="osc, views: init states")
     ap.add_argument("--tol-eef", type=float, default=TOL_EEF)
+    ap.add_argument("--render-faces", type=int, default=None, help="views: also with visual meshes decimated to this")
     ap.add_argument("--json", default=None, help="write the rows here")
     args = ap.parse_args(argv)
     rows, bad = [], []
@@ -180,11 +184,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append(row)
                 bad += [] if ok else [f"{suite} {task}"]
             elif args.what == "views":
-                for row in view_parity(folder, suite, task, args.inits, Path(tmp)):
+                for row in view_parity(folder, suite, task, args.inits, Path(tmp), render_faces=args.render_faces):
+                    decimated = (f"; decimated to {args.render_faces} faces: {row['agentview_psnr_decimated']:.1f} / "
+                                 f"{row['wrist_psnr_decimated']:.1f} dB" if args.render_faces is not None else "")
                     print(f"{suite} {task} init {row['init']}: state {row['state_err']:.1e}; PSNR with shadows and "
                           f"reflections: agent view {row['agentview_psnr_shadows']:.1f} dB, wrist "
                           f"{row['wrist_psnr_shadows']:.1f} dB; without: {row['agentview_psnr_plain']:.1f} / "
-                          f"{row['wrist_psnr_plain']:.1f} dB", flush=True)
+                          f"{row['wrist_psnr_plain']:.1f} dB{decimated}", flush=True)
                     rows.append(row)
             else:
                 for init in args.inits:

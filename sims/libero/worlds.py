@@ -83,12 +83,16 @@ class LiberoWorlds:
         shadows, reflections: MuJoCo's shadow and reflection passes (off by default: cheaper; the
             reference renders both, and with them the views match the reference's to 44-46 dB PSNR,
             without them to 28 dB for the agent view and 45 dB for the wrist view).
+        render_faces: draw every mesh that only renders (robosuite's visual geoms) decimated to about this
+            many triangles (:mod:`sims.mujoco.meshes`; a CPU renderer's cost is the triangles); None
+            draws the scene's meshes as they are.
         nthread: threads stepping the envs (default all cores, at most N; :mod:`sims.libero.physics`).
     """
 
     def __init__(self, task_dir: str | Path, num_envs: int, *, box_contacts: str = "reference",
                  osc: OSCConfig = OSCConfig(), cameras: Sequence[str] = (), image_size: int = 128,
-                 shadows: bool = False, reflections: bool = False, nthread: int | None = None) -> None:
+                 shadows: bool = False, reflections: bool = False, render_faces: int | None = None,
+                 nthread: int | None = None) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.meta = read_meta(task_dir)
@@ -109,10 +113,12 @@ class LiberoWorlds:
             raise ValueError(f"unknown camera(s) {unknown}; LIBERO's views are {sorted(CAMERAS)}")
         self.cameras = tuple(cameras)
         self._views = None
+        self.render_faces = render_faces
+        self._render_model: mujoco.MjModel | None = None
         if self.cameras:
             from sims.mujoco.render import BatchRenderer
 
-            self._views = BatchRenderer(self.model, [CAMERAS[c] for c in self.cameras], image_size, image_size,
+            self._views = BatchRenderer(self.render_model(), [CAMERAS[c] for c in self.cameras], image_size, image_size,
                                         shadows=shadows, reflections=reflections, skybox=True,
                                         hidden_groups=(0,))  # robosuite's collision geoms are not drawn
         self._images = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
@@ -163,6 +169,17 @@ class LiberoWorlds:
         for _ in range(wait_steps):
             self._advance(np.tile(WAIT_ACTION, (len(envs), 1)), envs, env_ids is None)
         return self.state()
+
+    def render_model(self) -> mujoco.MjModel:
+        """The model the views are drawn from: the scene's, or its copy with decimated visual meshes."""
+        if self._render_model is None:
+            if self.render_faces is None:
+                self._render_model = self.model
+            else:
+                from sims.mujoco.meshes import decimated_copy
+
+                self._render_model = decimated_copy(self.model, self.render_faces)
+        return self._render_model
 
     def continue_from(self, states: np.ndarray, gripper_command: np.ndarray | None = None) -> None:
         """Every env to a flattened simulator state ``[N, 1 + nq + nv]`` taken mid-episode (the reference's),
@@ -246,7 +263,7 @@ class LiberoWorlds:
             if self._video is not None:
                 self._video[1].close()
             size = self._images.shape[2]
-            self._video = (camera, BatchRenderer(self.model, [CAMERAS[camera]], size, size, skybox=True,
+            self._video = (camera, BatchRenderer(self.render_model(), [CAMERAS[camera]], size, size, skybox=True,
                                                  hidden_groups=(0,)))
         out = np.zeros((1,) + self._images.shape[2:], np.uint8)
         self._video[1].render_data(self.datas[env], out)

@@ -28,20 +28,22 @@ def test_evaluation_cost_counts_every_episode_at_its_limit():
                     reason="the reference LIBERO venv is missing: run bash scripts/setup.sh")
 def test_bench_libero_writes_its_cases(tmp_path, libero_exported):
     out = tmp_path / "run"
-    proc = subprocess.run([str(BIN / "embodied-bench"), "bench=libero", f"out={out}", "image_sizes=[32]", "steps=2",
+    proc = subprocess.run([str(BIN / "embodied-bench"), "bench=libero", f"out={out}", "image_sizes=[128]", "steps=2",
                            "repeats=1", "resets=1", "batched_num_envs=[2]", f"cache={libero_exported[0]}"],
                           capture_output=True, text=True, timeout=400, cwd=tmp_path,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((out / "libero.json").read_text())
-    assert [c["case"] for c in res["cases"]] == ["two cameras 32 px", "no rendering"]
+    assert [c["case"] for c in res["cases"]] == ["two cameras 128 px", "no rendering"]
     assert all(c["steps_per_s"] > 0 and len(c["steps_per_s_runs"]) == 1 for c in res["cases"])
     assert res["hard_reset_s"] > 0 and set(res["official_evaluation_hours"]["soft_reset"]) == set(libero.MAX_STEPS)
-    # our batched physics on the exported scene, both box-contact settings, against the reference
-    assert [(b["box_contacts"], b["num_envs"]) for b in res["batched"]] == [("native", 2), ("reference", 2)]
+    # our batched physics on the exported scene, both box-contact settings, against the reference; then
+    # with the two cameras, the meshes as they are and decimated, against the reference's 128 px rate
+    assert [(b["box_contacts"], b["num_envs"], b["image_size"], b["render_faces"]) for b in res["batched"]] == [
+        ("native", 2, 0, None), ("reference", 2, 0, None), ("native", 2, 128, None), ("native", 2, 128, 2000)]
     assert all(b["steps_per_s"] > 0 and b["ratio_vs_reference"] > 0 for b in res["batched"])
     rows = list(csv.reader((out / "libero.csv").open()))
-    assert rows[0][:3] == ["case", "image_size", "steps_per_s"] and len(rows) == 6
+    assert rows[0][:3] == ["case", "image_size", "steps_per_s"] and len(rows) == 8
 
 
 def test_bench_libero_refuses_an_unknown_suite(tmp_path):

@@ -60,14 +60,17 @@ def test_worlds_reset_step_and_refuse_bad_input(libero_exported):
 @needs_libero_venv
 def test_views_match_the_reference_renders(libero_exported, tmp_path):
     """The protocol's two views after the reset of init state 0: with MuJoCo's shadow and reflection
-    passes (as the reference renders) 44 / 50 dB PSNR measured, without them 28 / 48 dB."""
+    passes (as the reference renders) 44 / 50 dB PSNR measured, without them 28 / 48 dB, and with the
+    visual meshes decimated 26 / 30 dB."""
     from sims.libero import parity
 
     folder = scenes.task_dir("libero_spatial", 0, libero_exported[0])
-    (row,) = parity.view_parity(folder, "libero_spatial", 0, [0], tmp_path)
+    (row,) = parity.view_parity(folder, "libero_spatial", 0, [0], tmp_path, render_faces=2000)
     assert row["state_err"] < 1e-6, row
     assert row["agentview_psnr_shadows"] > 38 and row["wrist_psnr_shadows"] > 40, row
     assert row["agentview_psnr_plain"] > 24 and row["wrist_psnr_plain"] > 40, row
+    # visual meshes decimated to 2000 faces each (measured 25.7 / 30.0 dB): the same scene, coarser
+    assert row["agentview_psnr_decimated"] > 22 and row["wrist_psnr_decimated"] > 26, row
     ref = np.load(tmp_path / "libero_spatial_0_views.npz")
     mirrored = LiberoWorlds(folder, 1, cameras=("agentview",), shadows=True, reflections=True)
     mirrored.reset([0])
