@@ -132,18 +132,24 @@ def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: fl
     except scenes.SceneCacheError as err:
         raise BenchError(f"{err} (or set batched_num_envs=[] to measure the reference env only)") from None
     rng = np.random.default_rng(cfg.seed)
+
+    def steps_per_s(worlds: LiberoWorlds) -> float:
+        """The median env steps/s of ``repeats`` runs of ``steps`` random steps from init states 0.."""
+        n = worlds.num_envs
+        worlds.reset(np.arange(n) % len(worlds.init_states), wait_steps=0)
+        rates = []
+        for _ in range(cfg.repeats):
+            t0 = time.perf_counter()
+            for _ in range(cfg.steps):
+                worlds.step(rng.uniform(-1, 1, (n, 7)))
+            rates.append(n * cfg.steps / (time.perf_counter() - t0))
+        return float(np.median(rates))
+
     rows = []
     for contacts in scenes.BOX_CONTACTS:
         for n in cfg.batched_num_envs:
             worlds = LiberoWorlds(folder, n, box_contacts=contacts)
-            worlds.reset(np.arange(n) % len(worlds.init_states), wait_steps=0)
-            rates = []
-            for _ in range(cfg.repeats):
-                t0 = time.perf_counter()
-                for _ in range(cfg.steps):
-                    worlds.step(rng.uniform(-1, 1, (n, 7)))
-                rates.append(n * cfg.steps / (time.perf_counter() - t0))
-            rate = float(np.median(rates))
+            rate = steps_per_s(worlds)
             rows.append({"box_contacts": contacts, "num_envs": n, "image_size": 0, "render_faces": None,
                          "steps_per_s": round(rate, 2), "ratio_vs_reference": round(rate / reference_rate, 2)})
             print(f"[libero bench] ours, {contacts} box contacts, {n} envs: {rate:.1f} env steps/s "
@@ -155,14 +161,7 @@ def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: fl
     for faces in [None, *cfg.render_faces]:
         worlds = LiberoWorlds(folder, n, box_contacts="native", cameras=("agentview", "wrist"), image_size=128,
                               render_faces=faces)
-        worlds.reset(np.arange(n) % len(worlds.init_states), wait_steps=0)
-        rates = []
-        for _ in range(cfg.repeats):
-            t0 = time.perf_counter()
-            for _ in range(cfg.steps):
-                worlds.step(rng.uniform(-1, 1, (n, 7)))
-            rates.append(n * cfg.steps / (time.perf_counter() - t0))
-        rate = float(np.median(rates))
+        rate = steps_per_s(worlds)
         rows.append({"box_contacts": "native", "num_envs": n, "image_size": 128, "render_faces": faces,
                      "steps_per_s": round(rate, 2), "ratio_vs_reference": round(rate / camera_rate, 2)})
         what = "meshes as they are" if faces is None else f"meshes decimated to {faces} faces"
