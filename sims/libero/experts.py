@@ -31,10 +31,14 @@ PHASES = ("approach", "descend", "close", "lift", "carry", "lower", "open", "ret
 class ExpertConfig:
     """Heights and tolerances of :class:`PickPlaceExpert` (metres, control steps)."""
 
-    hover: float = 0.10  # above the grasp point before descending, and when carrying
+    hover: float = 0.10  # above the grasp point before descending, and above the target when carrying
+    lift_clearance: float = 0.08  # the carry at least this much above where the grasp closed
+    approach_steps: int = 40  # then descend from above the grasp point even short of the hover height
     grasp_depth: float = 0.03  # the grip site above the object's origin at the grasp
     place_height: float = 0.04  # the object's origin above the target's when released
     reach_tol: float = 0.008
+    reach: float = 0.8  # horizontal distance from the robot's base beyond which a grasp point is not taken
+    hold_tol: float = 0.025  # the held object's centre this much farther from the grip than grasped: dropped
     descend_steps: int = 15  # close after this many steps down even if short of the grasp point
     carry_tol: float = 0.012  # the held object's centre above the target's, horizontally, before lowering
     lower_steps: int = 20  # release after this many steps down even if short of the placing height
@@ -62,10 +66,12 @@ class PickPlaceExpert:
         self.finger_axis = np.array(d.xaxis[finger])  # world direction the fingers close along
         info = worlds.meta["objects"][self.obj]
         self._body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
+        self._base = np.array(d.xpos[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "robot0_base")])
         self.rim = self._rim_radius(d) if "bowl" in info["class"].lower() else 0.0
         n = worlds.num_envs
         self.phase = np.zeros(n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
+        self.travel = np.zeros(n)  # the carry's height
 
     def _rim_radius(self, d: mujoco.MjData) -> float:
         """A bowl's rim radius: its collision geoms' largest distance from its axis (``d`` after
@@ -78,7 +84,8 @@ class PickPlaceExpert:
     def grasp_point(self, d: mujoco.MjData) -> np.ndarray:
         """Where the grip site goes to grasp, in the world ``[3]``. A bowl: of the two rim points whose
         radial direction lies along the finger axis (so the fingers straddle the wall), the higher
-        one; the bowl may be tilted."""
+        one (the bowl may be tilted), unless it lies farther than ``cfg.reach`` from the robot's base
+        (at the hover height the arm does not get there)."""
         pos = d.xpos[self._body]
         rot = d.xmat[self._body].reshape(3, 3)
         if not self.rim:
@@ -92,7 +99,20 @@ class PickPlaceExpert:
         for sign in (1.0, -1.0):
             k = int(np.argmax(sign * along))
             best.append(pos + self.rim * radial[:, k] + rot[:, 2] * self.cfg.grasp_depth)
-        return max(best, key=lambda p: p[2])
+        best.sort(key=lambda p: -p[2])
+        if self._reach(best[0]) > self.cfg.reach and self._reach(best[1]) < self._reach(best[0]):
+            return best[1]  # the higher rim is beyond the arm's reach at the hover height
+        return best[0]
+
+    def _reach(self, point: np.ndarray) -> float:
+        return float(np.linalg.norm((point - self._base)[:2]))
+
+    def dropped(self, eef: np.ndarray, obj: np.ndarray) -> bool:
+        """Whether the object has left the hand: its centre farther from the grip site, horizontally,
+        than a grasp holds it (a bowl's rim radius, plus ``hold_tol``), or farther below it."""
+        cfg = self.cfg
+        return bool(np.linalg.norm((eef - obj)[:2]) > self.rim + cfg.hold_tol
+                    or eef[2] - obj[2] > cfg.grasp_depth + cfg.hold_tol + 0.02)
 
     def reset(self) -> None:
         self.phase[:] = APPROACH
@@ -111,7 +131,10 @@ class PickPlaceExpert:
             place = tgt + np.array([0.0, 0.0, cfg.place_height])
             if phase == APPROACH:
                 goal, grip = self.grasp_point(d) + [0, 0, cfg.hover], -1.0
-                if np.linalg.norm(goal - eef) < cfg.reach_tol * 2:
+                self.count[i] += 1
+                # there; or above it and stalled, short of a hover height the arm cannot reach
+                if (np.linalg.norm(goal - eef) < cfg.reach_tol * 2
+                        or (self.count[i] > cfg.approach_steps and np.linalg.norm((goal - eef)[:2]) < cfg.reach_tol * 2)):
                     phase, self.count[i] = DESCEND, 0
             if phase == DESCEND:
                 goal, grip = grasp, -1.0
@@ -124,17 +147,20 @@ class PickPlaceExpert:
                 self.count[i] += 1
                 if self.count[i] > cfg.close_steps:
                     phase = LIFT
+                    # carry at the hover height above the target, or high enough to clear where the
+                    # object was (a drawer, a cabinet top)
+                    self.travel[i] = max(tgt[2] + cfg.hover + cfg.place_height, eef[2] + cfg.lift_clearance)
             if phase == LIFT:
-                goal, grip = np.array([eef[0], eef[1], tgt[2] + cfg.hover + cfg.place_height]), 1.0
+                goal, grip = np.array([eef[0], eef[1], self.travel[i]]), 1.0
                 if eef[2] > goal[2] - 0.02:
                     phase = CARRY
             # carrying, the object moves the eef: steer by where the held object is, not the plan
             held = eef + (np.r_[tgt[:2], tgt[2] + cfg.place_height] - obj)
-            if phase in (CARRY, LOWER) and np.linalg.norm(eef - obj) > self.rim + self.cfg.grasp_depth + 0.06:
-                phase = APPROACH  # dropped on the way: grasp again
+            if phase in (CARRY, LOWER) and self.dropped(eef, obj):
+                phase, self.count[i] = APPROACH, 0  # dropped on the way: grasp again
                 goal, grip = self.grasp_point(d) + [0, 0, cfg.hover], -1.0
             if phase == CARRY:
-                goal, grip = np.r_[held[:2], place[2] + cfg.hover], 1.0
+                goal, grip = np.r_[held[:2], self.travel[i]], 1.0
                 if np.linalg.norm((obj - tgt)[:2]) < cfg.carry_tol:
                     phase, self.count[i] = LOWER, 0
             if phase == LOWER:
@@ -176,3 +202,53 @@ def run_episodes(worlds: LiberoWorlds, init_ids: np.ndarray, expert: PickPlaceEx
         if success.all():
             break
     return {"success": success, "length": length, "phase": expert.phase.copy()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sims.libero.experts --cache CACHE [--suites ...] [--tasks ...] [--states N] [--json FILE]``:
+    the expert's success per task on init states ``0..N-1`` (one env per state) in our simulator."""
+    import argparse
+    import json
+    import time
+    from pathlib import Path
+
+    from sims.libero import scenes
+
+    ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0] if main.__doc__ else None)
+    ap.add_argument("--cache", default=None, help="the scene cache root (default: $EMBODIED_LIBERO_CACHE)")
+    ap.add_argument("--suites", nargs="+", default=["libero_spatial", "libero_object"])
+    ap.add_argument("--tasks", type=int, nargs="+", default=None, help="task indices (default: every exported one)")
+    ap.add_argument("--states", type=int, default=10, help="init states 0..N-1 of each task")
+    ap.add_argument("--box-contacts", default="native", choices=scenes.BOX_CONTACTS)
+    ap.add_argument("--json", default=None, help="write the rows here")
+    args = ap.parse_args(argv)
+    rows = []
+    for folder in scenes.task_dirs(args.cache, args.suites):
+        meta = scenes.read_meta(folder)
+        if args.tasks is not None and int(meta["task_index"]) not in args.tasks:
+            continue
+        worlds = LiberoWorlds(folder, args.states, box_contacts=args.box_contacts)
+        row = {"suite": meta["suite"], "task": int(meta["task_index"]), "goal": meta["goal_state"]}
+        t0 = time.perf_counter()
+        try:
+            result = run_episodes(worlds, np.arange(args.states))
+        except ValueError as err:  # a goal this expert does not handle
+            row["skipped"] = str(err)
+            print(f"{row['suite']} {row['task']}: skipped ({err})", flush=True)
+        else:
+            ok = result["success"]
+            row.update(success=float(ok.mean()), lengths=result["length"][ok].tolist(),
+                       failed_in=[PHASES[p] for p, s in zip(result["phase"], ok) if not s])
+            print(f"{row['suite']} {row['task']}: {row['success']:.0%} ({time.perf_counter() - t0:.0f} s); failures end "
+                  f"in {row['failed_in'] or 'none'}", flush=True)
+        worlds.close()
+        rows.append(row)
+    done = [r["success"] for r in rows if "success" in r]
+    print(f"{len(done)} tasks, mean success {np.mean(done):.1%}" if done else "no task run")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

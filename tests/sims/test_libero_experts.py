@@ -32,3 +32,23 @@ def test_expert_refuses_other_goals(libero_exported):
     worlds.goal.goal = [["open", "wooden_cabinet_1_top_region"]]
     with pytest.raises(ValueError, match="one 'on' or 'in' predicate with a movable object"):
         PickPlaceExpert(worlds)
+
+
+def test_expert_knows_a_dropped_bowl_and_an_unreachable_rim(libero_exported):
+    worlds = LiberoWorlds(scenes.task_dir("libero_spatial", 0, libero_exported[0]), 1, box_contacts="native")
+    worlds.reset([0])
+    expert = PickPlaceExpert(worlds)
+    eef = np.array([0.0, 0.0, 1.0])
+    held = eef - [expert.rim, 0.0, expert.cfg.grasp_depth]  # gripped by the rim
+    assert not expert.dropped(eef, held)
+    assert expert.dropped(eef, held - [0.05, 0.0, 0.0])  # left the hand sideways
+    assert expert.dropped(eef, held - [0.0, 0.0, 0.08])  # fell below it
+    # the higher rim point, unless it lies beyond the arm's reach: then the other, nearer the base
+    from dataclasses import replace
+
+    d = worlds.datas[0]
+    higher = expert.grasp_point(d)
+    expert.cfg = replace(expert.cfg, reach=0.0)
+    nearer = expert.grasp_point(d)
+    assert not np.allclose(higher, nearer) and expert._reach(nearer) < expert._reach(higher)
+    assert abs(np.linalg.norm((nearer - higher)[:2]) - 2 * expert.rim) < 0.01  # the two ends of one diameter
