@@ -91,7 +91,7 @@ class LiberoVecEnv(VecEnv):
         max_steps: overrides the suite's step limit.
         reward_type: ``sparse`` only (1 at success): LIBERO's goals have no shaped reward.
         wait_steps: the open-gripper steps after each reset.
-        num_threads: threads stepping each task's envs (default all cores).
+        num_threads: threads stepping each task's envs (default one per 4 envs, at most the cores).
     """
 
     def __init__(self, suite: str, num_envs: int, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -22,6 +22,8 @@ import mujoco
 import numpy as np
 from mujoco import batch as mjbatch
 
+#: envs per thread of the default thread count (fewer envs share one thread: a call's hand-off costs more)
+ENVS_PER_THREAD = 4
 _VEL = mujoco.mjtStage.mjSTAGE_VEL
 _NONE = mujoco.mjtStage.mjSTAGE_NONE
 
@@ -53,7 +55,7 @@ class BatchPhysics:
         num_envs: N.
         site: the site the controller drives (its position, orientation and Jacobian).
         arm_qpos, arm_dofs, arm_joints: the arm's qpos addresses, dof addresses and joint ids (hinges).
-        nthread: threads of the batch (default all cores, at most N).
+        nthread: threads of the batch (default one per :data:`ENVS_PER_THREAD` envs, at most the cores).
     """
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, *, site: int, arm_qpos: np.ndarray,
@@ -64,9 +66,10 @@ class BatchPhysics:
             raise ValueError("the arm's joints must all be hinges")
         self.model, self.num_envs = model, num_envs
         self.site, self.arm_qpos, self.arm_dofs, self.arm_joints = site, arm_qpos, arm_dofs, arm_joints
-        threads = nthread if nthread is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                                       else os.cpu_count() or 1)
-        self.batch = mjbatch.Batch(model, num_envs, nthread=max(1, min(int(threads), num_envs)), persistent=True)
+        if nthread is None:  # a thread pays off from a few envs on (a substep is one call per env batch)
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            nthread = min(cores, num_envs // ENVS_PER_THREAD)
+        self.batch = mjbatch.Batch(model, num_envs, nthread=max(1, min(int(nthread), num_envs)), persistent=True)
         self.batch.set_models(model)  # the caller's model, edits included, rather than a copy
         b = self.batch
         self.qpos, self.qvel, self.time, self.ctrl = b.bind("qpos"), b.bind("qvel"), b.bind("time"), b.bind("ctrl")

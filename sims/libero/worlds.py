@@ -86,7 +86,7 @@ class LiberoWorlds:
         render_faces: draw every mesh that only renders (robosuite's visual geoms) decimated to about this
             many triangles (:mod:`sims.mujoco.meshes`; a CPU renderer's cost is the triangles); None
             draws the scene's meshes as they are.
-        nthread: threads stepping the envs (default all cores, at most N; :mod:`sims.libero.physics`).
+        nthread: threads stepping the envs (default one per 4 envs, at most the cores; :mod:`sims.libero.physics`).
     """
 
     def __init__(self, task_dir: str | Path, num_envs: int, *, box_contacts: str = "reference",
