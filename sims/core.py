@@ -220,9 +220,11 @@ def step_chunk(env: VecEnv, actions: torch.Tensor) -> ChunkResult:
     )
 
 
-def env_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str) -> "np.ndarray | None":
-    """``values`` (a sequence, a tensor or one int for every env) as int64 ``[n]``; None stays None. For the
-    per-env ids of :meth:`VecEnv.reset` (``task_ids``, ``init_ids``)."""
+def env_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str,
+                    high: int | None = None) -> "np.ndarray | None":
+    """``values`` (a sequence, a tensor or one int for every env) as int64 ``[n]``, each in ``[0, high)``
+    when ``high`` is given; None stays None. For the per-env ids of :meth:`VecEnv.reset` (``task_ids``,
+    ``init_ids``)."""
     import numpy as np
 
     if values is None:
@@ -232,6 +234,8 @@ def env_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: s
         arr = np.full(n, int(arr))
     if arr.shape != (n,):
         raise ValueError(f"{name} must have shape [{n}], got {arr.shape}")
+    if high is not None and ((arr < 0).any() or (arr >= high).any()):
+        raise ValueError(f"{name} must be in [0, {high}), got {arr.tolist()}")
     return arr
 
 

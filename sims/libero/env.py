@@ -51,7 +51,7 @@ def task_specs(suite: str, cache: str | None = None, tasks: Sequence[int] | None
         raise ValueError(f"unknown LIBERO suite {suite!r} for the batched simulator; choose one of {list(MAX_STEPS)}")
     count = NUM_TASKS[suite]
     if tasks is None:
-        folders = task_dirs(cache, [suite]) if _cache_has(cache, suite) else []
+        folders = task_dirs(cache, [suite])
         if len(folders) != count:
             raise SceneCacheError(f"{suite} has {count} tasks, the scene cache holds {len(folders)}: run "
                                   f"`{export_hint(cache, [suite])}` (or pick exported ones with tasks=[...])")
@@ -68,12 +68,6 @@ def task_specs(suite: str, cache: str | None = None, tasks: Sequence[int] | None
                               extras={"task_index": int(meta["task_index"]), "goal": meta["goal_state"],
                                       "task_dir": str(folder)}))
     return specs
-
-
-def _cache_has(cache: str | None, suite: str) -> bool:
-    from sims.libero.scenes import cache_dir
-
-    return (cache_dir(cache) / suite).is_dir()
 
 
 class LiberoVecEnv(VecEnv):
@@ -200,10 +194,8 @@ class LiberoVecEnv(VecEnv):
         self._check_open()
         if seed is not None:
             self._rngs = self._make_rngs(int(seed))
-        tids = env_index_array(task_ids, self.num_envs, "task_ids")
+        tids = env_index_array(task_ids, self.num_envs, "task_ids", high=len(self.tasks))
         if tids is not None:
-            if (tids < 0).any() or (tids >= len(self.tasks)).any():
-                raise ValueError(f"task_ids must be in [0, {len(self.tasks)}), got {tids.tolist()}")
             self._task_ids[:] = tids
         iids = env_index_array(init_ids, self.num_envs, "init_ids")
         if iids is not None and ((iids < 0).any() or (iids >= NUM_INIT_STATES).any()):

@@ -167,7 +167,9 @@ class LiberoWorlds:
         self._observed[envs] = self._read_state(envs)
         self._render(envs)
         for _ in range(wait_steps):
-            self._advance(np.tile(WAIT_ACTION, (len(envs), 1)), envs, env_ids is None)
+            self._advance(np.tile(WAIT_ACTION, (len(envs), 1)), envs, env_ids is None, sync=False)
+        if wait_steps:  # (physics.load synced them)
+            self.physics.sync(envs)
         return self.state()
 
     def render_model(self) -> mujoco.MjModel:
@@ -233,14 +235,17 @@ class LiberoWorlds:
         self._advance(actions, envs, env_ids is None)
         return self.success(envs)
 
-    def _advance(self, actions: np.ndarray, envs: np.ndarray, every: bool) -> None:
+    def _advance(self, actions: np.ndarray, envs: np.ndarray, every: bool, sync: bool = True) -> None:
+        """One control step of ``envs``; ``sync``: then copy them into :attr:`datas` (the goal check,
+        experts and videos read those)."""
         self._stepping = envs
         try:
             self.arm.step(self.physics, actions, rows=None if every else envs, before_substep=self._before_substep,
                           after_substep=self._after_substep)
         finally:
             self._stepping = np.zeros(0, dtype=np.int64)
-        self.physics.sync(envs)
+        if sync:
+            self.physics.sync(envs)
 
     def success(self, env_ids: Sequence[int] | None = None) -> np.ndarray:
         """Whether the goal holds ``[N]`` (or ``[len(env_ids)]``) in the simulator's state now."""

@@ -416,10 +416,8 @@ class MujocoVecEnv(VecEnv):
         self._check_open()
         if seed is not None:
             self._rngs = self._make_rngs(int(seed))
-        tids = env_index_array(task_ids, self.num_envs, "task_ids")
+        tids = env_index_array(task_ids, self.num_envs, "task_ids", high=len(self.tasks))
         if tids is not None:
-            if (tids < 0).any() or (tids >= len(self.tasks)).any():
-                raise ValueError(f"task_ids must be in [0, {len(self.tasks)}), got {tids.tolist()}")
             self._task_ids[:] = tids
         iids = env_index_array(init_ids, self.num_envs, "init_ids")
         self._init_ids[:] = -1 if iids is None else iids
