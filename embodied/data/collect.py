@@ -1,9 +1,11 @@
 """Collect demonstrations: scripted experts in parallel envs -> a v3.0 dataset.
 
 Episodes run in waves of N parallel envs: each env of a wave is reset to one (task, initial
-state) of the work list and runs until its episode ends. Demonstrations use the fixed training
-initial states ``TRAIN_INIT_OFFSET + k`` of each task, never the 50 evaluation states (0..49), so
-a policy is never evaluated on the layouts it was trained on.
+state) of the work list and runs until its episode ends. Demonstrations use each task's training
+states (:func:`sims.suites.training_init_id`): for our suites ``TRAIN_INIT_OFFSET + k``, never the 50
+evaluation states (0..49), so a policy is never evaluated on the layouts it was trained on; for real
+LIBERO, which has its 50 official states only, states 25..49 (the protocol scores all 50, the
+held-out evaluation 0..24).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import torch
 from tqdm import tqdm
 
 from embodied.data.lerobot_format import DatasetWriter, Episode
-from sims.protocol import TRAIN_INIT_OFFSET
 
 
 @dataclass
@@ -62,7 +63,7 @@ def collect_suite(
     Args:
         episodes_per_task: demonstrations to keep per task (successful ones unless
             ``keep_failures``); failed attempts are retried on new initial states, up to
-            ``max_attempts_per_task`` (default 2x + 2).
+            ``max_attempts_per_task`` (default 2x + 2; at most the suite's training states).
         task_ids: subset of the suite's task indices (default: all).
         on_episode: called with each finished episode's summary (for videos, logging).
         expert_gain: share of the remaining error the experts command per step (1: deadbeat; below
@@ -84,15 +85,29 @@ def collect_suite(
         raise ValueError(f"episodes_per_task must be >= 1, got {episodes_per_task}")
     check_action_noise(action_noise)
     max_attempts = max_attempts_per_task or 2 * episodes_per_task + 2
+    available = sims.suites.num_training_states(suite)
+    if available is not None:
+        if episodes_per_task > available:
+            raise ValueError(f"episodes_per_task={episodes_per_task}: {suite} has {available} training states per "
+                             "task (the rest of its 50 are held out), one demonstration each")
+        max_attempts = min(max_attempts, available)
     n = max(1, min(num_envs, episodes_per_task * len(ids)))
-    env = sims.make("mujoco", suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
+    env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
                     image_size=image_size, num_threads=num_threads)
-    expert = sims.suites.expert(suite, num_envs=n, gain=expert_gain)
+    try:
+        expert = sims.suites.expert(suite, num_envs=n, gain=expert_gain, env=env)
+        if hasattr(expert, "check_tasks"):
+            expert.check_tasks(ids)
+    except Exception:
+        env.close()
+        raise
+    privileged_dim = env.observation_spec["privileged"].shape[0] if "privileged" in env.observation_spec else 0
     writer = DatasetWriter(
-        out, fps=env.control_hz, cameras=cameras, image_size=image_size, state_names=STATE_NAMES,
-        action_names=ACTION_NAMES, privileged_dim=env.observation_spec["privileged"].shape[0],
+        out, fps=env.control_hz, cameras=cameras, image_size=image_size,
+        state_names=getattr(env, "state_names", STATE_NAMES), action_names=getattr(env, "action_names", ACTION_NAMES),
+        privileged_dim=privileged_dim,
         extra_info={"suite": suite, "task_names": [s.name for s in specs], "control_hz": env.control_hz,
-                    "action_mode": env.action_mode, "init_ids_from": TRAIN_INIT_OFFSET,
+                    "action_mode": env.action_mode, "init_ids_from": sims.suites.training_init_id(suite, 0),
                     "expert_gain": expert_gain, "action_noise": action_noise},
     )
     noise_gen = torch.Generator().manual_seed(seed)
@@ -116,7 +131,7 @@ def collect_suite(
                 while len(wave) < n and any(need.values()):
                     for t in queue:
                         if need[t] > 0 and len(wave) < n and stats[t]["attempts"] < max_attempts:
-                            wave.append((t, TRAIN_INIT_OFFSET + next_init[t]))
+                            wave.append((t, sims.suites.training_init_id(suite, next_init[t])))
                             next_init[t] += 1
                             stats[t]["attempts"] += 1
                             need[t] -= 1
@@ -145,7 +160,8 @@ def collect_suite(
                     for i in np.flatnonzero(active):
                         b = buffers[i]
                         b["state"].append(obs["state"][i].numpy())
-                        b["privileged"].append(obs["privileged"][i].numpy())
+                        b["privileged"].append(obs["privileged"][i].numpy() if privileged_dim
+                                               else np.zeros(0, np.float32))
                         b["action"].append(actions[i].numpy())
                         b["reward"].append(float(reward[i]))
                         b["done"].append(bool(done[i]))

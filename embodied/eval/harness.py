@@ -82,15 +82,19 @@ class ExpertAgent:
     chunk_size = 1
 
     def __init__(self, suite: str, num_envs: int | None = None):
-        self.suite = suite
-        self.expert: Any = None
-        if num_envs is not None:
-            self._build(num_envs)
-
-    def _build(self, num_envs: int) -> None:
         import sims
 
-        self.expert = sims.suites.expert(self.suite, num_envs=num_envs)
+        self.suite = suite
+        self.expert: Any = None
+        # real LIBERO's experts act on the simulator they are built over: built at the first action
+        self._needs_env = sims.suites.is_libero(suite)
+        if num_envs is not None and not self._needs_env:
+            self._build(num_envs)
+
+    def _build(self, num_envs: int, env: Any = None) -> None:
+        import sims
+
+        self.expert = sims.suites.expert(self.suite, num_envs=num_envs, env=env if self._needs_env else None)
         self.num_envs = num_envs
 
     def begin_wave(self, seed: int) -> None:
@@ -100,8 +104,8 @@ class ExpertAgent:
     def act(self, obs: dict[str, torch.Tensor], env: Any) -> torch.Tensor:
         # one script per env of the batch actually run (an evaluation shrinks it to the episodes it has)
         n = int(obs["state"].shape[0])
-        if self.expert is None or self.num_envs != n:
-            self._build(n)
+        if self.expert is None or self.num_envs != n or (self._needs_env and self.expert.env is not env):
+            self._build(n, env)
         return self.expert(obs)
 
     def episode_done(self, mask: np.ndarray) -> None:
@@ -177,7 +181,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
               on_frames: FrameSink | None = None, progress: Any = None,
               check: Callable[[Any], None] | None = None,
               should_stop: Callable[[], bool] | None = None, attempts: int = 1,
-              first_state: int = 0, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+              first_state: int = 0, shard: tuple[int, int] = (0, 1), max_steps: int | None = None) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -197,6 +201,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
             50, held out from a training run on the protocol's states).
         shard: ``(i, k)``: run only every k-th remaining wave from the i-th (a worker's share, see
             :mod:`embodied.eval.parallel`); a wave's episodes do not depend on who runs it.
+        max_steps: a step limit per episode other than the tasks' own (not the protocol's: quick checks).
     """
     import sims
 
@@ -210,8 +215,9 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     todo = todo[index::count]
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}, "latency_samples": {}}
+    limit = {} if max_steps is None else {"max_steps": int(max_steps)}
     env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
-                    image_size=image_size, state_obs=agent.state_obs)
+                    image_size=image_size, state_obs=agent.state_obs, **limit)
     if latency.mode == "aware":  # sets latency.max_delay
         policy = getattr(agent, "policy", None)
         policy_state = policy.config.state_dim if policy is not None else env.observation_spec["state"].shape[0]

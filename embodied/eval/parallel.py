@@ -45,6 +45,7 @@ class WorkerSpec:
     videos: str = "none"  # failures | all | none: which episodes a worker films
     video_max: int = 0  # episodes a worker films at most
     threads: int = 1  # torch intra-op threads per worker
+    max_steps: int | None = None  # step limit per episode (None: the tasks' own)
     done: list[dict[str, Any]] = field(default_factory=list)  # records of an interrupted run
 
 
@@ -80,7 +81,7 @@ def _worker(index: int, count: int, spec: WorkerSpec, out: Any, stop: Any) -> No
                           on_episode=lambda rec: out.put(("episode", rec.__dict__)),
                           record_frames=spec.videos != "none", on_frames=film, check=check,
                           should_stop=stop.is_set, attempts=spec.attempts, first_state=spec.first_state,
-                          shard=(index, count))
+                          shard=(index, count), max_steps=spec.max_steps)
         out.put(("done", stats))
     except KeyboardInterrupt:
         out.put(("stopped", None))

@@ -35,7 +35,6 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 from embodied.algorithms.batch import grpo_batch, ppo_batch
 from embodied.algorithms.critic import CriticInputs
 from embodied.algorithms.rollout import collect_chunks
-from sims.protocol import TRAIN_INIT_OFFSET
 
 #: where training episodes start: ``random`` training states (evaluation's are held out) or the protocol's
 INIT_POOLS = ("random", "protocol")
@@ -78,24 +77,30 @@ def runner_envs(env_config: dict[str, Any], worker_index: int) -> tuple[int, int
 
 
 def group_initial_states(iteration: int, total_groups: int, first_group: int, num_groups: int,
-                         tasks: list[int], pool: int | None = None, protocol: bool = False
+                         tasks: list[int], pool: int | None = None, protocol: bool = False, suite: str = "spatial"
                          ) -> tuple[list[int], list[int]]:
     """``(task ids, init ids)`` of a runner's ``num_groups`` GRPO groups in ``iteration``.
 
     Group ``i`` (counted over all runners and iterations) runs task ``tasks[i % T]``; its initial
     state is training state ``i`` (a new one for every group) or, with a ``pool`` of N, that task's
-    training state ``(i // T) % N``. Training states are ``TRAIN_INIT_OFFSET + k``, never the
-    evaluation protocol's; with ``protocol`` they are the protocol's states ``k`` (``pool`` defaults
-    to all ``NUM_INIT_STATES`` of them).
+    training state ``(i // T) % N``. Training states are the suite's (:func:`sims.suites.training_init_id`:
+    ``TRAIN_INIT_OFFSET + k`` for ours), never the evaluation protocol's; with ``protocol`` they are the
+    protocol's states ``k`` (``pool`` defaults to all ``NUM_INIT_STATES`` of them). A suite with a
+    limited number of training states (real LIBERO) caps ``pool`` at that number.
     """
+    import sims
     from sims.protocol import NUM_INIT_STATES
 
     if protocol:
         pool = min(int(pool or NUM_INIT_STATES), NUM_INIT_STATES)
+    else:
+        available = sims.suites.num_training_states(suite)
+        if available is not None:
+            pool = min(int(pool or available), available)
     gids = [iteration * total_groups + first_group + j for j in range(num_groups)]
     states = gids if pool is None else [(i // len(tasks)) % int(pool) for i in gids]
-    offset = 0 if protocol else TRAIN_INIT_OFFSET
-    return [tasks[i % len(tasks)] for i in gids], [offset + k for k in states]
+    ids = states if protocol else [sims.suites.training_init_id(suite, k) for k in states]
+    return [tasks[i % len(tasks)] for i in gids], ids
 
 
 class VecEnvRunner(EnvRunner):
@@ -165,7 +170,8 @@ class VecEnvRunner(EnvRunner):
             total_groups = int(ec["num_envs_total"]) // g
             first_group = self.first_env // g
             task_ids, init_ids = group_initial_states(iteration, total_groups, first_group, n // g, tasks,
-                                                      ec["init_states"], ec.get("init_pool") == "protocol")
+                                                      ec["init_states"], ec.get("init_pool") == "protocol",
+                                                      suite=ec["suite"])
             return self.env.reset(task_ids=np.repeat(task_ids, g).tolist(), init_ids=np.repeat(init_ids, g).tolist())
         return self.env.reset(seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
                               task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)])

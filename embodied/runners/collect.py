@@ -1,6 +1,7 @@
 """``embodied-collect``: scripted experts in parallel envs -> a demonstration dataset.
 
     embodied-collect suite=spatial episodes_per_task=10 out=DIR [tasks=[0,3]]
+    embodied-collect suite=libero_spatial episodes_per_task=5 out=DIR   # real LIBERO in our simulator
 
 Writes a LeRobot v3.0 dataset into ``DIR`` (see :mod:`embodied.data.lerobot_format`) and
 ``DIR/summary.json``: ``{"tasks": [{"suite", "task", "name", "episodes", "success_rate"}]}``.
@@ -21,7 +22,7 @@ from embodied.runs import machine_info, prepare_run_dir, write_json
 class CollectConfig:
     """Schema of ``embodied-collect``."""
 
-    suite: str = "spatial"  # spatial | object | goal | long | dynamic
+    suite: str = "spatial"  # spatial | object | goal | long | dynamic | libero_spatial | libero_object | ...
     episodes_per_task: int = 10  # demonstrations kept per task
     out: str = MISSING  # dataset folder (must not hold a dataset already)
     tasks: Optional[list[int]] = None  # task indices of the suite (default: all)
@@ -42,8 +43,9 @@ def run(cfg: CollectConfig) -> dict[str, Any]:
     import sims
     from embodied.data.collect import collect_suite
 
-    if cfg.suite not in sims.suites.names():
-        raise ValueError(f"unknown suite {cfg.suite!r}; choose one of {sims.suites.names()}")
+    choices = sims.suites.names() + sims.suites.libero_names()
+    if cfg.suite not in choices:
+        raise ValueError(f"unknown suite {cfg.suite!r}; choose one of {choices}")
     out = prepare_run_dir(cfg.out)
     result = collect_suite(
         cfg.suite, out, episodes_per_task=cfg.episodes_per_task, task_ids=cfg.tasks, num_envs=cfg.num_envs,
@@ -60,9 +62,11 @@ def run(cfg: CollectConfig) -> dict[str, Any]:
 @hydra_app("embodied-collect", "collect")
 def main(cfg: Any) -> None:
     config: CollectConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    from sims.libero.scenes import SceneCacheError
+
     try:
         summary = run(config)
-    except (ValueError, FileExistsError) as err:
+    except (ValueError, FileExistsError, SceneCacheError) as err:
         raise SystemExit(f"embodied-collect: {err}") from None
     low = [t for t in summary["tasks"] if t["episodes"] < config.episodes_per_task]
     print(f"wrote {summary['episodes']} episodes ({summary['frames']} frames) to {config.out}")

@@ -81,7 +81,8 @@ class EvalConfig:
     # (suite=libero_spatial|libero_object|libero_goal|libero_10|libero_90 or a LIBERO-PRO variant)
     simulator: str = "mujoco"
     server: Optional[str] = None  # robosuite: HOST:PORT of a running openpi-compatible server instead of checkpoint
-    max_steps: Optional[int] = None  # robosuite: policy steps per episode (default: the suite's official limit)
+    # policy steps per episode (default: the suite's official limit; another one is not the protocol: quick checks)
+    max_steps: Optional[int] = None
     hard_reset: bool = False  # robosuite: rebuild the model at every reset (robosuite's default; slow)
 
 
@@ -99,17 +100,21 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
     suites = ([cfg.suite] if cfg.suite else []) + [s for s in cfg.suites if s != cfg.suite]
     if not suites:
         raise EvalError("no suite given: add suite=spatial (or suites=[spatial,goal])")
-    unknown = [s for s in suites if s not in sims.suites.all_names()]
+    unknown = [s for s in suites if s not in sims.suites.env_names()]
     libero = [s for s in unknown if s in sims.libero.suite_names()]
     if libero:
-        raise EvalError(f"{libero[0]} is a real LIBERO suite: add simulator=robosuite (LIBERO's own env in "
-                        ".venv-libero); our batched simulator runs our suites " + str(sims.suites.all_names()))
+        raise EvalError(f"{libero[0]} is a LIBERO-PRO variant: add simulator=robosuite (LIBERO's own env in "
+                        ".venv-libero); our batched simulator runs " + str(sims.suites.env_names()))
     if unknown:
-        raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.all_names()}")
+        raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.env_names()}")
     if not 1 <= cfg.episodes <= sims.suites.NUM_INIT_STATES:
         raise EvalError(f"episodes must be in 1..{sims.suites.NUM_INIT_STATES} (fixed initial states per task)")
     if cfg.first_state < 0:
         raise EvalError(f"first_state must be >= 0 (the first initial state of each task), got {cfg.first_state}")
+    real = [s for s in suites if sims.suites.is_libero(s)]
+    if real and cfg.first_state + cfg.episodes > sims.libero.NUM_INIT_STATES:
+        raise EvalError(f"first_state + episodes must stay within real LIBERO's {sims.libero.NUM_INIT_STATES} init "
+                        f"states per task, got {cfg.first_state} + {cfg.episodes}")
     if cfg.attempts < 1:
         raise EvalError(f"attempts must be >= 1 (episodes per initial state), got {cfg.attempts}")
     if cfg.workers < 1:
@@ -265,9 +270,10 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         raise EvalError(f"simulator must be one of {SIMULATORS}, got {cfg.simulator!r}")
     if cfg.simulator == "robosuite":
         return _run_reference(cfg)
-    if cfg.server is not None or cfg.max_steps is not None or cfg.hard_reset:
-        raise EvalError("server=, max_steps= and hard_reset= belong to simulator=robosuite (real LIBERO's "
-                        "reference env); our suites' step limits are the tasks' own")
+    if cfg.server is not None or cfg.hard_reset:
+        raise EvalError("server= and hard_reset= belong to simulator=robosuite (real LIBERO's reference env)")
+    if cfg.max_steps is not None and cfg.max_steps < 1:
+        raise EvalError(f"max_steps must be >= 1 (null: the tasks' own limits), got {cfg.max_steps}")
     import policies
     from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, plan_waves, run_suite
     from embodied.eval.parallel import WorkerSpec, default_threads, run_suite_parallel
@@ -349,7 +355,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                                       attempts=cfg.attempts, first_state=cfg.first_state, latency=latency,
                                       checkpoint=cfg.checkpoint, device=cfg.device, mode=cfg.mode,
                                       rtc_beta=cfg.rtc_beta, videos=cfg.videos, video_max=cfg.video_max,
-                                      threads=default_threads(workers),
+                                      threads=default_threads(workers), max_steps=cfg.max_steps,
                                       done=[r.__dict__ for r in records if r.suite == suite])
                     stats = run_suite_parallel(spec, workers, on_episode=record, on_frames=film, progress=bar,
                                                should_stop=stop)
@@ -359,7 +365,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                                       latency=latency, done=records[:], on_episode=record,
                                       record_frames=cfg.videos != "none", on_frames=film, progress=bar,
                                       check=check, should_stop=stop, attempts=cfg.attempts,
-                                      first_state=cfg.first_state)
+                                      first_state=cfg.first_state, max_steps=cfg.max_steps)
                 env_steps += stats["env_steps"]
                 seconds += stats["seconds"]
                 if stats["latency"]:

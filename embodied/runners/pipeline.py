@@ -183,8 +183,9 @@ def check_config(cfg: PipelineConfig) -> None:
     from embodied.algorithms.batch import TRUNCATION
     from embodied.algorithms.critic import CRITICS
 
-    if cfg.sim.suite is None or cfg.sim.suite not in sims.suites.names():
-        raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {sims.suites.names()}")
+    choices = sims.suites.names() + sims.suites.libero_names()
+    if cfg.sim.suite is None or cfg.sim.suite not in choices:
+        raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {choices}")
     unknown = [s for s in cfg.stages if s not in STAGES + CONTROL_STAGES]
     if unknown:
         raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES + CONTROL_STAGES)}")
@@ -292,15 +293,17 @@ def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
 
 def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, compare: Path | None,
                heldout: bool = False) -> dict[str, Any]:
-    """An evaluation stage in ``out/name``: the protocol's states, or with ``heldout`` the states after
-    them (``eval.heldout_episodes`` per task from state 50)."""
+    """An evaluation stage in ``out/name``: the protocol's states, or with ``heldout`` the suite's held-out
+    states (:func:`sims.suites.heldout_states`: ours from state 50; real LIBERO's 0..24), at most
+    ``eval.heldout_episodes`` per task."""
+    import sims
     from embodied.runners.eval import EvalConfig, run
-    from sims.protocol import NUM_INIT_STATES
 
     e = cfg.eval
+    first, count = sims.suites.heldout_states(cfg.sim.suite) if heldout else (0, e.episodes)
     res = run(EvalConfig(out=str(out / name), checkpoint=str(checkpoint), suite=cfg.sim.suite, tasks=_tasks(cfg),
-                         episodes=e.heldout_episodes if heldout else e.episodes,
-                         first_state=NUM_INIT_STATES if heldout else 0,
+                         episodes=min(e.heldout_episodes, count) if heldout else e.episodes,
+                         first_state=first,
                          num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
                          attempts=e.attempts, workers=e.workers,
                          videos=e.videos, video_max=e.video_max,
@@ -427,7 +430,7 @@ def plot_pipeline(results: dict[str, Any], out: Path) -> Path | None:
 
 
 def heldout_section(results: dict[str, Any]) -> list[str]:
-    """Report lines on the held-out states (runs that trained on the protocol's states)."""
+    """Report lines on the held-out states (states neither the demonstrations nor RL started from)."""
     from embodied.eval.report import paired_text
 
     rows = [(label, results.get(key)) for label, key in (("SFT", "eval_sft_heldout"), ("SFT + RL", "eval_rl_heldout"),
@@ -436,8 +439,8 @@ def heldout_section(results: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     lines = ["### Held-out initial states", "",
-             "RL trained on the protocol's states; the same policies on states neither the demonstrations nor RL "
-             "saw (the protocol's count per task, from state 50):", "",
+             "The same policies on initial states neither the demonstrations nor RL started from "
+             "(`sims.suites.heldout_states`):", "",
              "| policy | success | episodes | 95% CI | pass@1..K |", "|---|---|---|---|---|"]
     for label, res in rows:
         passk = ", ".join(f"{p:.0%}" for p in res["pass_at_k"]) if res.get("pass_at_k") else "-"
@@ -490,8 +493,11 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                   + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`."
                   + (" Trained on the evaluation's own 50 initial states per task (rl.init_states=protocol): "
                      "the evaluation below scores states RL has seen." if rl.get("init_states") == "protocol" else
-                     " Trained on other initial states than the evaluation's (rl.init_states=random): the "
-                     "evaluation below is held out."), ""]
+                     (" Trained on LIBERO's states 25..49 (rl.init_states=random; real LIBERO has no states beyond "
+                      "its 50): the protocol's evaluation below includes them, the held-out one (states 0..24) does "
+                      "not." if str(results.get("config", {}).get("sim", {}).get("suite", "")).startswith("libero_") else
+                      " Trained on other initial states than the evaluation's (rl.init_states=random): the "
+                      "evaluation below is held out.")), ""]
         u = rl.get("updates") or {}
         if u:
             lines += [f"Updates (medians over the {u['actor_iterations']} iterations that trained the actor): approx KL "
@@ -596,7 +602,12 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)
     results.setdefault("stage_seconds", {})
     stages = list(cfg.stages) + [s for s in CONTROL_STAGES if cfg.rl.control and s not in cfg.stages]
-    if cfg.rl.init_states == "protocol" and cfg.eval.heldout_episodes:
+    import sims
+
+    # held out: ours, the 50 states after the protocol's (worth scoring when RL trains on the protocol's);
+    # real LIBERO, states 0..24 (when demonstrations and RL keep to states 25..49; on the protocol's states
+    # RL sees all 50 and nothing is held out)
+    if cfg.eval.heldout_episodes and sims.suites.is_libero(cfg.sim.suite) != (cfg.rl.init_states == "protocol"):
         stages = [x for s in stages for x in ((s, HELDOUT_STAGES[s]) if s in HELDOUT_STAGES else (s,))]
     for stage in stages:
         if stage in done:

@@ -103,10 +103,13 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
                                 cameras=policy.config.cameras, episodes=cfg.episodes, state_obs=state_obs)
     width = int(demos.state.shape[1])
     if width != policy.config.state_dim:
-        if cfg.resume or state_obs != "privileged":
+        default_dim = policies.config_class(family)().state_dim
+        if cfg.resume or (state_obs != "privileged" and policy.config.state_dim != default_dim):
             raise ValueError(f"the dataset's state has {width} values (state_obs={state_obs!r}), the policy reads "
                              f"{policy.config.state_dim}: set policy.state_dim={width} or use a matching dataset")
-        # the privileged vector's size depends on the suite: the policy is sized from the data
+        # the state's size depends on the suite (privileged vectors, another robot's proprioception, as real
+        # LIBERO's 8-D state): a policy left at the default size is sized from the data
+        print(f"embodied-sft: policy.state_dim={width}, the dataset's state (state_obs={state_obs!r})", flush=True)
         policy = policies.make(family, **{**overrides, "state_dim": width}).to(cfg.device)
     if not cfg.resume:
         stats = policy.processor.stats_from_arrays(demos.state.numpy(), demos.actions.numpy())

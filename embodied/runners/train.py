@@ -142,7 +142,7 @@ class TrainConfig:
     policy: Any = None  # config group policy/ (used without init)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    suite: str = "spatial"  # task suite (sims.suites.all_names())
+    suite: str = "spatial"  # task suite (sims.suites.env_names(): ours, maniskill, real LIBERO's libero_*)
     backend: Optional[str] = None  # simulation backend of the env runners (mujoco | mujoco_gpu); default: the suite's
     tasks: Optional[list[int]] = None  # subset of the suite's tasks (default: all)
     num_envs: int = 10  # envs per env runner (runtime=local: the envs)
@@ -265,8 +265,11 @@ def check_config(cfg: TrainConfig) -> None:
     problem = runtime_problem(r)
     if problem:
         raise TrainError(problem)
-    if cfg.suite not in sims.suites.all_names():
-        raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.all_names()}")
+    if cfg.suite not in sims.suites.env_names():
+        raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.env_names()}")
+    if a.critic == "privileged" and sims.suites.is_libero(cfg.suite):
+        raise TrainError(f"algo.critic=privileged reads obs['privileged'], which {cfg.suite} has not (its tasks share "
+                         "no privileged vector): use algo.critic=policy")
     n_tasks = len(sims.suites.tasks(cfg.suite))
     if cfg.tasks is not None and any(not 0 <= t < n_tasks for t in cfg.tasks):
         raise TrainError(f"tasks {cfg.tasks} out of range for suite {cfg.suite!r} (0..{n_tasks - 1})")

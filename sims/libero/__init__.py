@@ -33,10 +33,14 @@ PRO_BASES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 SEED = 7
 NUM_WAIT_STEPS = 10
 NUM_INIT_STATES = 50
+#: in our batched simulator, demonstrations and RL's starts outside the official protocol take the init
+#: states from this one on (25..49), and states 0..24 stay held out: LIBERO has no states beyond its 50
+TRAIN_STATES_FROM = 25
 #: the 8-D state of the official protocol: end-effector position, its orientation as an axis-angle,
 #: the two gripper finger positions
 STATE_NAMES = ("eef_x", "eef_y", "eef_z", "eef_ax", "eef_ay", "eef_az", "gripper_left", "gripper_right")
 ACTION_DIM = 7  # OSC_POSE: delta position (3), delta axis-angle (3), gripper (-1 open, +1 closed)
+ACTION_NAMES = ("dx", "dy", "dz", "dax", "day", "daz", "gripper")
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-libero"
@@ -95,6 +99,6 @@ def reference_command(module: str, args: Sequence[str] = ()) -> tuple[list[str],
     return [str(python), "-m", f"reference.{module}", *args], env
 
 
-__all__ = ["ACTION_DIM", "LiberoSetupError", "MAX_STEPS", "NUM_INIT_STATES", "NUM_TASKS", "NUM_WAIT_STEPS",
-           "PRO_PERTURBATIONS", "SEED", "STATE_NAMES", "base_suite", "max_steps", "reference_command",
+__all__ = ["ACTION_DIM", "ACTION_NAMES", "LiberoSetupError", "MAX_STEPS", "NUM_INIT_STATES", "NUM_TASKS", "NUM_WAIT_STEPS",
+           "PRO_PERTURBATIONS", "SEED", "STATE_NAMES", "TRAIN_STATES_FROM", "base_suite", "max_steps", "reference_command",
            "suite_names", "venv_python"]

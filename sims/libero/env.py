@@ -9,8 +9,9 @@ envs run (one compiled model each), every group stepped with LIBERO's own contro
 observation timing. What an episode is follows LIBERO's protocol (openpi's LIBERO example):
 
 - a reset puts the env in an official init state (``init_ids``; without them each env draws one of the
-  50 with its own random stream, or from :meth:`set_init_pool`'s pool), then plays the protocol's
-  open-gripper wait steps, which the step count does not include;
+  training states ``TRAIN_STATES_FROM .. 49`` with its own random stream, or one of
+  :meth:`set_init_pool`'s pool), then plays the protocol's open-gripper wait steps, which the step
+  count does not include;
 - an action ``[7]`` is OSC_POSE's: delta position, delta axis-angle, gripper (-1 open, +1 close);
 - the episode ends on success (``terminated``, reward 1) or at the suite's step limit (``truncated``);
 - ``obs["state"]`` is the protocol's 8-D state (:data:`sims.libero.STATE_NAMES`), ``obs["rgb"]``
@@ -19,11 +20,16 @@ observation timing. What an episode is follows LIBERO's protocol (openpi's LIBER
 
 An automatic reset keeps the env's gripper command, as robosuite keeps it across resets; ``reset()``
 starts every env as a new one (command ``[0, 0]``). LIBERO has no initial states beyond the official
-50 per task, so training and evaluation draw from the same states here.
+50 per task: the anchor's protocol trains and evaluates on all 50 (``set_init_pool(range(50))``);
+otherwise demonstrations and training draw from states 25..49 and states 0..24 stay held out
+(:func:`sims.suites.training_init_id`, :func:`sims.suites.heldout_states`).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
 from typing import Any, Sequence
 
 import mujoco
@@ -31,43 +37,47 @@ import numpy as np
 import torch
 
 from sims.core import Obs, Spec, TaskSpec, VecEnv, env_index_array
-from sims.libero import ACTION_DIM, MAX_STEPS, NUM_INIT_STATES, NUM_TASKS, NUM_WAIT_STEPS, STATE_NAMES
-from sims.libero.scenes import BOX_CONTACTS, SceneCacheError, export_hint, read_meta, task_dir, task_dirs
+from sims.libero import (ACTION_DIM, ACTION_NAMES, MAX_STEPS, NUM_INIT_STATES, NUM_TASKS, NUM_WAIT_STEPS, STATE_NAMES,
+                         TRAIN_STATES_FROM)
+from sims.libero.scenes import BOX_CONTACTS, task_dir
 from sims.libero.worlds import CAMERAS, LiberoWorlds
 from sims.registry import closest_key
 
 CONTROL_HZ = 20.0
 #: joint speeds beyond this (rad/s or m/s) count as a diverged simulation, as in the MuJoCo backend
 MAX_QVEL = 1e3
+#: visual mesh faces per mesh by default (:func:`sims.mujoco.meshes.decimated_copy`): ~3x the frame rate of
+#: the meshes as they are, at the image difference docs/results/libero-scenes.md measures; None: as they are
+DEFAULT_RENDER_FACES = 2000
 #: options of :class:`LiberoVecEnv` that :func:`sims.make` passes through
 OPTIONS = ("cameras", "image_size", "tasks", "cache", "box_contacts", "shadows", "reflections", "render_faces",
-           "max_steps", "reward_type", "wait_steps", "num_threads")
+           "max_steps", "reward_type", "wait_steps", "num_threads", "state_obs")
+
+
+#: LIBERO's task table (index, name, instruction, goal, movable objects per task of each standard suite),
+#: written from the LIBERO package by ``python -m reference.task_table`` in the reference venv
+TASK_TABLE = Path(__file__).with_name("tasks.json")
+
+
+@functools.lru_cache(maxsize=None)
+def _task_table() -> dict[str, list[dict[str, Any]]]:
+    return json.loads(TASK_TABLE.read_text())
 
 
 def task_specs(suite: str, cache: str | None = None, tasks: Sequence[int] | None = None) -> list[TaskSpec]:
-    """The exported tasks of ``suite`` (all of them, or ``tasks``) as :class:`TaskSpec`s, read from the
-    scene cache; :class:`SceneCacheError` naming the export command when one is missing."""
+    """The tasks of ``suite`` (all of them, or ``tasks``) as :class:`TaskSpec`s, from LIBERO's task table:
+    no scene needs exporting to list them (an env exports-checks the tasks it runs, ``cache`` is unused here)."""
     if suite not in MAX_STEPS:
         raise ValueError(f"unknown LIBERO suite {suite!r} for the batched simulator; choose one of {list(MAX_STEPS)}")
     count = NUM_TASKS[suite]
-    if tasks is None:
-        folders = task_dirs(cache, [suite])
-        if len(folders) != count:
-            raise SceneCacheError(f"{suite} has {count} tasks, the scene cache holds {len(folders)}: run "
-                                  f"`{export_hint(cache, [suite])}` (or pick exported ones with tasks=[...])")
-    else:
+    if tasks is not None:
         bad = [t for t in tasks if not 0 <= int(t) < count]
         if bad or not len(tasks):
             raise ValueError(f"tasks must be a non-empty list of {suite}'s task indices 0..{count - 1}, got {list(tasks)}")
-        folders = [task_dir(suite, int(t), cache) for t in tasks]
-    specs = []
-    for folder in folders:
-        meta = read_meta(folder)
-        specs.append(TaskSpec(name=meta["task_name"], suite=suite, instruction=meta["language"],
-                              max_steps=MAX_STEPS[suite],
-                              extras={"task_index": int(meta["task_index"]), "goal": meta["goal_state"],
-                                      "task_dir": str(folder)}))
-    return specs
+    rows = _task_table()[suite]
+    return [TaskSpec(name=r["name"], suite=suite, instruction=r["language"], max_steps=MAX_STEPS[suite],
+                     extras={"task_index": r["index"], "goal": r["goal"], "objects": r["objects"]})
+            for r in (rows if tasks is None else [rows[int(t)] for t in tasks])]
 
 
 class LiberoVecEnv(VecEnv):
@@ -77,23 +87,29 @@ class LiberoVecEnv(VecEnv):
         cameras: of ``agentview`` and ``wrist`` (the protocol's two; ``()``: state only).
         image_size: the views' height and width (the protocol renders 256 and openpi resizes to 224;
             128 is what we train on).
-        tasks: the suite's task indices the env runs (default all: the cache must hold every one);
-            ``obs["task_id"]`` and ``reset(task_ids=...)`` index into this list.
+        tasks: the suite's task indices the env runs (default all); ``obs["task_id"]`` and
+            ``reset(task_ids=...)`` index into this list. A task's scene must be in the cache when an
+            env first runs it (named ``tasks``: when the env is made).
         cache: the scene cache root (default :func:`sims.libero.scenes.cache_root`).
         box_contacts, shadows, reflections, render_faces: see :class:`~sims.libero.worlds.LiberoWorlds`
-            (datasets, training and evaluation must render alike).
+            (datasets, training and evaluation must render alike); ``render_faces`` defaults to
+            :data:`DEFAULT_RENDER_FACES`, None renders the meshes as they are.
         max_steps: overrides the suite's step limit.
         reward_type: ``sparse`` only (1 at success): LIBERO's goals have no shaped reward.
         wait_steps: the open-gripper steps after each reset.
         num_threads: threads stepping each task's envs (default one per 4 envs, at most the cores).
+        state_obs: ``proprio`` only (the protocol's 8-D state): LIBERO's tasks have no common
+            privileged vector.
     """
 
     def __init__(self, suite: str, num_envs: int, *, seed: int = 0, device: str | torch.device = "cpu",
                  cameras: Sequence[str] = ("agentview", "wrist"), image_size: int = 128,
                  tasks: Sequence[int] | None = None, cache: str | None = None, box_contacts: str = "reference",
-                 shadows: bool = False, reflections: bool = False, render_faces: int | None = None,
+                 shadows: bool = False, reflections: bool = False,
+                 render_faces: int | None = DEFAULT_RENDER_FACES,
                  max_steps: int | None = None,
-                 reward_type: str = "sparse", wait_steps: int = NUM_WAIT_STEPS, num_threads: int | None = None) -> None:
+                 reward_type: str = "sparse", wait_steps: int = NUM_WAIT_STEPS, num_threads: int | None = None,
+                 state_obs: str = "proprio") -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         unknown = [c for c in cameras if c not in CAMERAS]
@@ -101,6 +117,9 @@ class LiberoVecEnv(VecEnv):
             raise ValueError(f"unknown camera(s) {unknown}; LIBERO's views are {sorted(CAMERAS)}")
         if box_contacts not in BOX_CONTACTS:
             raise ValueError(f"box_contacts must be one of {BOX_CONTACTS}, got {box_contacts!r}")
+        if state_obs != "proprio":
+            raise ValueError(f"state_obs={state_obs!r} is not available for a LIBERO suite: its tasks have no common "
+                             "privileged vector; use state_obs='proprio' (the protocol's 8-D state) with cameras")
         if reward_type != "sparse":
             raise ValueError(f"LIBERO's goals give a sparse reward only; reward_type={reward_type!r} is not available")
         if max_steps is not None and max_steps < 1:
@@ -111,6 +130,9 @@ class LiberoVecEnv(VecEnv):
             raise ValueError(f"image_size must be >= 16, got {image_size}")
         self.suite, self.cache = suite, cache
         self.tasks = task_specs(suite, cache, tasks)
+        if tasks is not None:  # named tasks must be exported (the others: when an env first runs them)
+            for t in self.tasks:
+                task_dir(suite, t.extras["task_index"], cache)
         if max_steps is not None:
             self.tasks = [TaskSpec(t.name, t.suite, t.instruction, int(max_steps), t.privileged_keys, t.extras)
                           for t in self.tasks]
@@ -118,6 +140,7 @@ class LiberoVecEnv(VecEnv):
         self.device = torch.device(device)
         self.control_hz = CONTROL_HZ
         self.action_mode = "osc_pose"
+        self.state_names, self.action_names = STATE_NAMES, ACTION_NAMES
         self.cameras = tuple(cameras)
         self.image_size = int(image_size)
         self.wait_steps = int(wait_steps)
@@ -144,7 +167,9 @@ class LiberoVecEnv(VecEnv):
         self.num_diverged = 0
         self._rngs = self._make_rngs(seed)
         self._closed = False
-        self.reset()
+        # the simulators are built at the first reset (or step): a caller's reset(task_ids=...) then
+        # compiles only the tasks it runs
+        self._started = False
 
     # ------------------------------------------------------------------ groups
     def _make_rngs(self, seed: int) -> list[np.random.Generator]:
@@ -158,15 +183,30 @@ class LiberoVecEnv(VecEnv):
                 self._worlds.pop(t).close()
         for t, envs in members.items():
             if t not in self._worlds:
-                self._worlds[t] = LiberoWorlds(self.tasks[t].extras["task_dir"], len(envs), **self._world_options)
+                folder = task_dir(self.suite, self.tasks[t].extras["task_index"], self.cache)
+                self._worlds[t] = LiberoWorlds(folder, len(envs), **self._world_options)
             self._local[envs] = np.arange(len(envs))
         self._members = members
 
+    def _start(self) -> None:
+        if not self._started:
+            self.reset()
+
     def worlds(self, task: int) -> LiberoWorlds:
         """The simulator of task ``task``'s envs (privileged access: experts, parity checks)."""
+        self._start()
         if task not in self._worlds:
             raise ValueError(f"no env runs task {task} now; tasks in use: {sorted(self._worlds)}")
         return self._worlds[task]
+
+    def worlds_or_none(self, task: int) -> LiberoWorlds | None:
+        """The simulator of task ``task``'s envs, or None when no env runs it now."""
+        return self._worlds.get(task)
+
+    @property
+    def task_ids(self) -> np.ndarray:
+        """The task each env runs now ``[N]`` (indices into :attr:`tasks`)."""
+        return self._task_ids.copy()
 
     def env_rows(self, task: int) -> np.ndarray:
         """The env ids of task ``task``, in the order of :meth:`worlds`' envs."""
@@ -178,11 +218,12 @@ class LiberoVecEnv(VecEnv):
             return int(self._init_ids[env])
         if self.init_pool is not None:
             return int(self.init_pool[self._rngs[env].integers(len(self.init_pool))])
-        return int(self._rngs[env].integers(NUM_INIT_STATES))
+        return int(self._rngs[env].integers(TRAIN_STATES_FROM, NUM_INIT_STATES))
 
     def set_init_pool(self, init_ids: Any | None) -> None:
         """Draw every reset without an explicit init id (automatic resets included) from these official
-        init states (each env picks one with its own random stream); None: any of the 50 again."""
+        init states (each env picks one with its own random stream); None: the training states again
+        (``TRAIN_STATES_FROM .. 49``)."""
         pool = None if init_ids is None else np.asarray(list(init_ids), np.int64)
         if pool is not None and (len(pool) == 0 or (pool < 0).any() or (pool >= NUM_INIT_STATES).any()):
             raise ValueError(f"an init pool needs LIBERO init ids in 0..{NUM_INIT_STATES - 1}, got {list(init_ids)}")
@@ -203,6 +244,7 @@ class LiberoVecEnv(VecEnv):
                              f"0..{NUM_INIT_STATES - 1}, got {iids.tolist()}")
         self._init_ids[:] = -1 if iids is None else iids
         self._regroup()
+        self._started = True
         for t, envs in self._members.items():
             ids = np.array([self._draw_init(e) for e in envs], np.int64)
             self._worlds[t].reset(ids, wait_steps=self.wait_steps)
@@ -214,6 +256,7 @@ class LiberoVecEnv(VecEnv):
     def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None
              ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         self._check_open()
+        self._start()
         n = self.num_envs
         act = torch.as_tensor(actions).detach().to("cpu", torch.float64).numpy()
         if act.shape != (n, ACTION_DIM):
@@ -290,10 +333,12 @@ class LiberoVecEnv(VecEnv):
     @property
     def init_ids(self) -> np.ndarray:
         """The official init state each env's current episode started from ``[N]``."""
+        self._start()
         return self._current_init.copy()
 
     def success_mask(self) -> np.ndarray:
         """bool ``[N]``: each env's goal in its state now."""
+        self._start()
         out = np.zeros(self.num_envs, bool)
         for t, envs in self._members.items():
             out[envs] = self._worlds[t].success(self._local[envs])
@@ -303,6 +348,7 @@ class LiberoVecEnv(VecEnv):
         """An ``[H, W, 3]`` uint8 frame of one env in the protocol's orientation (for videos)."""
         if not 0 <= env_id < self.num_envs:
             raise ValueError(f"env_id must be in 0..{self.num_envs - 1}, got {env_id}")
+        self._start()
         t = int(self._task_ids[env_id])
         return self._worlds[t].render(int(self._local[env_id]), camera)
 
@@ -333,4 +379,4 @@ def make_libero_env(*, suite: str, num_envs: int, seed: int, device: str | torch
     return LiberoVecEnv(suite, num_envs, seed=seed, device=device, **kwargs)
 
 
-__all__ = ["CONTROL_HZ", "LiberoVecEnv", "OPTIONS", "make_libero_env", "task_specs"]
+__all__ = ["CONTROL_HZ", "DEFAULT_RENDER_FACES", "TASK_TABLE", "LiberoVecEnv", "OPTIONS", "make_libero_env", "task_specs"]

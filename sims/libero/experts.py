@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
+import torch
 
 from sims.libero.osc import GRIPPER_JOINTS
 from sims.libero.worlds import LiberoWorlds
@@ -114,9 +115,11 @@ class PickPlaceExpert:
         return bool(np.linalg.norm((eef - obj)[:2]) > self.rim + cfg.hold_tol
                     or eef[2] - obj[2] > cfg.grasp_depth + cfg.hold_tol + 0.02)
 
-    def reset(self) -> None:
-        self.phase[:] = APPROACH
-        self.count[:] = 0
+    def reset(self, env_ids: np.ndarray | None = None) -> None:
+        """Start over (every env, or the envs ``env_ids`` of its worlds) from the approach."""
+        rows = slice(None) if env_ids is None else np.asarray(env_ids, np.int64)
+        self.phase[rows] = APPROACH
+        self.count[rows] = 0
 
     def act(self) -> np.ndarray:
         """Actions ``[N, 7]`` for the envs' current state (and the phase each is in)."""
@@ -180,6 +183,77 @@ class PickPlaceExpert:
             actions[i, :3] = np.clip((goal - eef) / 0.05 * cfg.gain, -1.0, 1.0)
             actions[i, 6] = grip
         return actions
+
+
+def pick_place_goal(meta: dict) -> tuple[str, str] | None:
+    """``(object, target)`` of a task whose goal :class:`PickPlaceExpert` handles (one ``on`` / ``in``
+    predicate moving an object), from its scene metadata (``goal_state`` and ``objects``, the movable
+    ones, by name); None for any other goal."""
+    goal = meta["goal_state"]
+    if len(goal) == 1 and goal[0][0] in ("on", "in") and goal[0][1] in meta["objects"]:
+        return goal[0][1], goal[0][2]
+    return None
+
+
+class LiberoSuiteExpert:
+    """The scripted experts of a :class:`sims.libero.env.LiberoVecEnv`'s envs, whatever task each runs,
+    behind the suite-expert interface of :func:`sims.suites.expert`: ``act(obs) -> [N, 7]``,
+    ``expert(obs) -> [N, 1, 7]`` chunks, ``reset(done_mask)``.
+
+    One :class:`PickPlaceExpert` per task the envs run, over that task's worlds (rebuilt when the env
+    regroups its envs); the observation is not read: the experts act on the simulator's state.
+    """
+
+    def __init__(self, env: "LiberoVecEnv", gain: float = 1.0) -> None:  # noqa: F821
+        if gain <= 0:
+            raise ValueError(f"gain must be > 0, got {gain}")
+        self.env, self.cfg = env, ExpertConfig(gain=gain)
+        self._experts: dict[int, PickPlaceExpert] = {}
+
+    def supported(self, task: int) -> bool:
+        """Whether task ``task`` of the env (an index into ``env.tasks``) has a scripted expert."""
+        extras = self.env.tasks[task].extras
+        return pick_place_goal({"goal_state": extras["goal"], "objects": extras["objects"]}) is not None
+
+    def check_tasks(self, tasks: list[int]) -> None:
+        """``ValueError`` naming the tasks of ``tasks`` without a scripted expert."""
+        missing = [t for t in tasks if not self.supported(t)]
+        if missing:
+            goals = {t: self.env.tasks[t].extras["goal"] for t in missing}
+            raise ValueError(f"no scripted expert for {self.env.suite} task(s) {missing} (goals {goals}): the "
+                             "experts pick one object and put it on or in a target; choose tasks=[...] among the others")
+
+    def _expert(self, task: int) -> PickPlaceExpert:
+        worlds = self.env.worlds(task)
+        expert = self._experts.get(task)
+        if expert is None or expert.worlds is not worlds:
+            expert = self._experts[task] = PickPlaceExpert(worlds, self.cfg)
+        return expert
+
+    def act(self, obs: dict | None = None) -> torch.Tensor:
+        """Actions ``[N, 7]`` (float32) for every env's current state."""
+        env = self.env
+        out = np.zeros((env.num_envs, 7), np.float32)
+        for t in np.unique(env.task_ids):
+            out[env.env_rows(int(t))] = self._expert(int(t)).act()
+        return torch.from_numpy(out)
+
+    def __call__(self, obs: dict | None = None) -> torch.Tensor:
+        """Chunks of one action ``[N, 1, 7]``."""
+        return self.act(obs)[:, None]
+
+    def reset(self, mask: np.ndarray | torch.Tensor | None = None) -> None:
+        """Start the envs of ``mask [N]`` (default all) over: their episodes begin anew."""
+        env = self.env
+        if mask is None:
+            self._experts.clear()  # built again over the worlds the envs run now
+            return
+        ended = np.asarray(mask, bool)
+        for t, expert in self._experts.items():
+            if expert.worlds is not env.worlds_or_none(t):
+                continue  # rebuilt at its next action
+            rows = env.env_rows(t)
+            expert.reset(np.flatnonzero(ended[rows]))
 
 
 def run_episodes(worlds: LiberoWorlds, init_ids: np.ndarray, expert: PickPlaceExpert | None = None,

@@ -23,7 +23,7 @@ import importlib
 from typing import Any
 
 from sims.core import TaskSpec
-from sims.protocol import NUM_INIT_STATES
+from sims.protocol import NUM_INIT_STATES, TRAIN_INIT_OFFSET
 
 #: suites whose task objects sims builds (fixed initial states, scripted experts), in canonical order:
 #: name -> (backend, "module:function" returning a fresh list of the suite's task objects)
@@ -71,6 +71,52 @@ def libero_names() -> list[str]:
     return list(_LIBERO)
 
 
+def env_names() -> list[str]:
+    """Every suite :func:`sims.make` runs: :func:`all_names` and real LIBERO's (:func:`libero_names`)."""
+    return all_names() + list(_LIBERO)
+
+
+def is_libero(suite: str) -> bool:
+    """Whether ``suite`` is one of real LIBERO's, simulated from its exported scenes."""
+    return suite in _LIBERO
+
+
+def training_init_id(suite: str, k: int) -> int:
+    """The init id of a suite's ``k``-th training state (demonstrations, RL's starts outside the
+    protocol): ``TRAIN_INIT_OFFSET + k`` for ours, never an evaluation state; for real LIBERO, which has
+    its 50 official states only, state ``TRAIN_STATES_FROM + k`` (k < :func:`num_training_states`)."""
+    count = num_training_states(suite)
+    if k < 0 or (count is not None and k >= count):
+        raise ValueError(f"training state {k} out of range for {suite!r}"
+                         + (f": it has {count} (init ids {training_init_id(suite, 0)}..{training_init_id(suite, count - 1)}), "
+                            "the rest of its 50 states are held out" if count is not None else ""))
+    if suite in _LIBERO:
+        from sims.libero import TRAIN_STATES_FROM
+
+        return TRAIN_STATES_FROM + k
+    return TRAIN_INIT_OFFSET + k
+
+
+def num_training_states(suite: str) -> int | None:
+    """How many training states a task of ``suite`` has (None: as many as asked for)."""
+    if suite in _LIBERO:
+        from sims.libero import NUM_INIT_STATES as LIBERO_STATES, TRAIN_STATES_FROM
+
+        return LIBERO_STATES - TRAIN_STATES_FROM
+    return None
+
+
+def heldout_states(suite: str) -> tuple[int, int]:
+    """``(first init id, count)`` of the states a run trained on the protocol's states is also scored on
+    (never a demonstration's or training start's): ours the 50 after the protocol's; real LIBERO's, with
+    no states beyond its 50, the ones below its training states (``0 .. TRAIN_STATES_FROM - 1``)."""
+    if suite in _LIBERO:
+        from sims.libero import TRAIN_STATES_FROM
+
+        return 0, TRAIN_STATES_FROM
+    return NUM_INIT_STATES, NUM_INIT_STATES
+
+
 def backend(suite: str) -> str:
     """The :func:`sims.make` backend that simulates ``suite``."""
     if suite in _LIBERO:
@@ -91,7 +137,7 @@ def build_tasks(suite: str) -> list[Any]:
 
 
 def tasks(suite: str) -> list[TaskSpec]:
-    """The suite's tasks, as backend-independent specs (a LIBERO suite's: read from its scene cache)."""
+    """The suite's tasks, as backend-independent specs (a LIBERO suite's: from LIBERO's task table)."""
     if suite in _LIBERO:
         from sims.libero.env import task_specs
 
@@ -129,23 +175,29 @@ def init_states(suite: str, task: int | str) -> list[dict[str, Any]]:
     return [t.initial_state(k) for k in range(NUM_INIT_STATES)]
 
 
-def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: float = 1.0) -> Any:
+def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: float = 1.0, env: Any = None) -> Any:
     """Scripted expert for envs of this suite (all tasks; ``task`` is checked, for clarity).
     ``gain`` < 1 makes smoother, slower demonstrations (see :mod:`sims.mujoco.suites.experts`).
 
     Returns a :class:`~sims.mujoco.suites.experts.SuiteExpert`: ``expert(obs) -> [N, 1, 7]`` chunks,
-    ``expert.act(obs) -> [N, 7]``, ``expert.reset(done_mask)``.
+    ``expert.act(obs) -> [N, 7]``, ``expert.reset(done_mask)``. A real LIBERO suite's experts read the
+    simulator's state, so they need the ``env`` (a ``sims.make("mujoco", suite=...)`` env) they act in:
+    :class:`sims.libero.experts.LiberoSuiteExpert`.
     """
     if suite in _EXTERNAL:
         raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
     if suite in _LIBERO:
-        raise ValueError(f"{suite}'s scripted experts act on the simulator's privileged state: "
-                         "sims.libero.experts.PickPlaceExpert(env.worlds(task)) on a sims.make('mujoco', suite=...) env")
+        if env is None or getattr(env, "suite", None) != suite:
+            raise ValueError(f"{suite}'s scripted experts act on the simulator's privileged state: pass env=, a "
+                             f"sims.make('mujoco', suite={suite!r}, ...) env")
+        from sims.libero.experts import LiberoSuiteExpert
+
+        return LiberoSuiteExpert(env, gain=gain)
     if task is not None:
         _task_index(suite, task)
     suite_tasks = build_tasks(suite)
     return _load(_EXPERTS[backend(suite)])(suite_tasks, num_envs, gain=gain)
 
 
-__all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "expert", "init_states", "libero_names", "names",
-           "tasks"]
+__all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "env_names", "expert", "heldout_states",
+           "init_states", "is_libero", "libero_names", "names", "num_training_states", "tasks", "training_init_id"]

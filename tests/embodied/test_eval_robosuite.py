@@ -67,12 +67,13 @@ def test_the_reference_env_plays_the_protocol_through_our_server(libero_policy, 
 
 
 @pytest.mark.parametrize("keys, message", [
-    (dict(suite="libero_spatial"), "libero_spatial is a real LIBERO suite: add simulator=robosuite"),
+    (dict(suite="libero_spatial_swap"), "libero_spatial_swap is a LIBERO-PRO variant: add simulator=robosuite"),
     (dict(suite="libero_spatial", simulator="robosuite", workers=2), "workers=2 is not available with simulator=robosuite"),
     (dict(suite="libero_spacial", simulator="robosuite"), "unknown LIBERO suite 'libero_spacial'"),
     (dict(suite="libero_goal", simulator="robosuite", server="localhost:8000"), "exactly one of checkpoint=PATH"),
     (dict(suite="spatial", simulator="bullet"), "simulator must be one of"),
-    (dict(suite="spatial", max_steps=5), "belong to simulator=robosuite"),
+    (dict(suite="spatial", hard_reset=True), "belong to simulator=robosuite"),
+    (dict(suite="spatial", max_steps=0), "max_steps must be >= 1"),
 ])
 def test_bad_reference_configs_are_refused(libero_policy, tmp_path, keys, message):
     from embodied.runners.eval import EvalConfig, EvalError, run

@@ -105,10 +105,21 @@ def test_task_specs_and_init_states_from_the_cache(libero_exported, monkeypatch)
     states = sims.suites.init_states("libero_spatial", 0)
     assert len(states) == 50 and len(states[0]["sim_state"]) == scenes.load_init_states(
         scenes.task_dir("libero_spatial", 0, cache)).shape[1]
-    with pytest.raises(scenes.SceneCacheError, match="10 tasks, the scene cache holds 1"):
-        sims.suites.tasks("libero_spatial")  # only task 0 is exported
-    with pytest.raises(ValueError, match="PickPlaceExpert"):
+    # the task list comes from LIBERO's task table, without exports; it agrees with the exported scene
+    specs = sims.suites.tasks("libero_spatial")
+    meta = scenes.read_meta(scenes.task_dir("libero_spatial", 0, cache))
+    assert len(specs) == 10 and specs[0].name == meta["task_name"] and specs[0].instruction == meta["language"]
+    assert specs[0].extras["goal"] == meta["goal_state"] and specs[0].extras["objects"] == sorted(meta["objects"])
+    # an env runs exported tasks only: task 1 is not
+    with sims.make("mujoco", suite="libero_spatial", num_envs=2, cameras=()) as env:
+        with pytest.raises(scenes.SceneCacheError, match="--tasks 1"):
+            env.reset(task_ids=[0, 1])
+    with pytest.raises(ValueError, match="pass env="):
         sims.suites.expert("libero_spatial")
+    assert sims.suites.heldout_states("libero_spatial") == (0, 25)
+    assert [sims.suites.training_init_id("libero_spatial", k) for k in (0, 24)] == [25, 49]
+    with pytest.raises(ValueError, match="held out"):
+        sims.suites.training_init_id("libero_spatial", 25)
 
 
 @pytest.mark.parametrize("kwargs, message", [

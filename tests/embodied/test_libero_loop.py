@@ -1,0 +1,112 @@
+"""The loop on real LIBERO in our batched simulator, at tiny size on one exported libero_spatial task:
+the scripted expert collects a demonstration, SFT trains on it, embodied-eval scores the policy and
+embodied-train runs Flow-SDE PPO on the same scenes (real MuJoCo, real Ray)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import policies
+import sims
+from embodied.data.collect import collect_suite
+from embodied.data.training import load_demonstrations
+from sims.libero import scenes
+
+from conftest import needs_libero_venv
+
+pytestmark = needs_libero_venv  # the scene export runs in the reference venv
+
+BIN = Path(sys.executable).parent
+TINY = ["policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]", "policy.chunk_size=4",
+        "policy.prefix_layers=1", "policy.expert_layers=1"]
+
+
+def _run(command: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **{scenes.CACHE_ENV: str(cache)})
+    return subprocess.run([str(BIN / command), *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_collect_sft_eval_and_train_on_libero_spatial(libero_exported, tmp_path, monkeypatch):
+    cache = libero_exported[0]
+    monkeypatch.setenv(scenes.CACHE_ENV, str(cache))
+    # the expert's demonstration from the first training state (25: states 0..24 stay held out)
+    data = tmp_path / "data"
+    result = collect_suite("libero_spatial", data, episodes_per_task=1, task_ids=[0], num_envs=1, image_size=32)
+    assert result.episodes == 1 and result.tasks[0]["success_rate"] == 1.0
+    info = json.loads((data / "meta" / "info.json").read_text())
+    assert info["embodied"]["init_ids_from"] == 25 and info["embodied"]["action_mode"] == "osc_pose"
+    assert info["features"]["observation.state"]["names"] == list(sims.libero.STATE_NAMES)
+    demos = load_demonstrations(data, chunk_size=4, image_size=32, cameras=["agentview", "wrist"])
+    assert demos.state.shape[1] == 8 and demos.actions.shape[-1] == 7
+    assert float(demos.actions[..., 6].max()) == 1.0  # the gripper closed on the bowl
+
+    # SFT sizes the policy's state from the data (LIBERO's 8-D state)
+    proc = _run("embodied-sft", f"data={data}", f"out={tmp_path / 'sft'}", "steps=2", "batch_size=8", *TINY,
+                cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = tmp_path / "sft" / "ckpt"
+    assert policies.load(ckpt).config.state_dim == 8
+
+    # evaluation on the held-out states, episodes cut short (a quick check, said in the report)
+    out = tmp_path / "eval"
+    proc = _run("embodied-eval", f"checkpoint={ckpt}", "suite=libero_spatial", "tasks=[0]", "episodes=2",
+                "num_envs=2", "max_steps=6", "image_size=32", "videos=none", f"out={out}", cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    suite = results["suites"]["libero_spatial"]
+    assert suite["episodes"] == 2 and results["env_steps"] == 12
+    assert "cut at 6 steps" in (out / "report.md").read_text()
+    proc = _run("embodied-eval", f"checkpoint={ckpt}", "suite=libero_spatial", "first_state=40", "episodes=11",
+                f"out={tmp_path / 'bad'}", cache=cache)
+    assert proc.returncode != 0 and "within real LIBERO's 50" in proc.stderr
+
+    # Flow-SDE PPO on the same scenes, starting from the training states
+    rl = tmp_path / "rl"
+    proc = _run("embodied-train", f"init={ckpt}", "algo=flow_sde", f"out={rl}", "suite=libero_spatial", "tasks=[0]",
+                "num_envs=2", "image_size=32", "iterations=1", "chunks_per_iter=2", "max_episode_steps=8",
+                "algo.minibatch_size=4", cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(rl / "metrics.csv")))
+    assert len(rows) == 1 and int(rows[0]["env_steps"]) == 2 * 2 * 4
+    assert policies.load(rl / "checkpoint" / "policy").config.state_dim == 8
+
+
+def test_the_libero_expert_follows_each_env_through_regrouping(libero_exported, monkeypatch):
+    """The suite expert of a LIBERO env acts per env and keeps each env's phase across a partial reset."""
+    monkeypatch.setenv(scenes.CACHE_ENV, str(libero_exported[0]))
+    with sims.make("mujoco", suite="libero_spatial", num_envs=2, cameras=(), tasks=[0]) as env:
+        expert = sims.suites.expert("libero_spatial", num_envs=2, env=env)
+        env.reset(init_ids=[25, 26])
+        expert.reset()
+        for _ in range(5):
+            env.step(expert.act())
+        phases = expert._expert(0).count.copy()
+        assert (phases > 0).all()
+        import numpy as np
+
+        expert.reset(np.array([True, False]))
+        assert expert._expert(0).count.tolist() == [0, phases[1]]
+        assert expert(None).shape == (2, 1, 7)
+    with sims.make("mujoco", suite="libero_goal", num_envs=1, cameras=()) as env:
+        expert = sims.suites.expert("libero_goal", env=env)
+        with pytest.raises(ValueError, match=r"no scripted expert for libero_goal task\(s\) \[0, 7\]"):
+            expert.check_tasks([0, 1, 7])
+
+
+def test_the_main_job_takes_a_libero_suite():
+    """The pipeline's configuration accepts real LIBERO's suites (their task list needs no export)."""
+    from conftest import compose
+
+    from embodied.runners.pipeline import PipelineError, check_config
+
+    check_config(compose("pipeline", "out=x", "sim.suite=libero_spatial", "tasks=[0,1]"))
+    with pytest.raises(PipelineError, match="libero_spatial"):
+        check_config(compose("pipeline", "out=x", "sim.suite=libero_spacial"))
+    assert sims.suites.heldout_states("spatial") == (50, 50)
