@@ -7,10 +7,12 @@ target, through LIBERO's own action space (OSC_POSE deltas), batched over the en
     while ...: success = worlds.step(expert.act())
 
 The goal must be one ``on`` or ``in`` predicate with a movable object (libero_spatial: a bowl onto the
-plate; libero_object: a grocery item into the basket). The grasp is top-down with the gripper's
-initial orientation (the rotation actions stay zero, so the controller keeps that orientation): a
-bowl by its rim, on the side the fingers close across, anything else by its centre. Phases per env:
-above the grasp, down, close, lift, carry above the target, lower, open, up.
+plate; libero_object: a grocery item into the basket). The grasp is top-down: a bowl by its rim, on
+the side the fingers close across, with the gripper's initial orientation; anything else at the
+centre of its collision box, below its top and above its bottom, the hand first turned about the
+vertical so that the fingers close across the short side of an elongated object (a butter pack, a
+cream-cheese box). The carry keeps the object's lowest point above the target's walls. Phases per
+env: above the grasp, down, close, lift, carry above the target, lower, open, up.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class ExpertConfig:
     lift_clearance: float = 0.08  # the carry at least this much above where the grasp closed
     approach_steps: int = 40  # then descend from above the grasp point even short of the hover height
     grasp_depth: float = 0.03  # the grip site above the object's origin at the grasp
+    below_top: float = 0.02  # ... and at least this far below the object's top (a flat box, a low can)
+    above_bottom: float = 0.012  # ... and at least this far above its bottom (the fingers clear the floor)
+    align_ratio: float = 1.25  # an object this much longer than wide is grasped across its short side
+    align_tol: float = 0.08  # yaw error (rad) at which the hand descends
     place_height: float = 0.04  # the object's origin above the target's when released
     reach_tol: float = 0.008
     reach: float = 0.8  # horizontal distance from the robot's base beyond which a grasp point is not taken
@@ -69,6 +75,13 @@ class PickPlaceExpert:
         self._body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
         self._base = np.array(d.xpos[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "robot0_base")])
         self.rim = self._rim_radius(d) if "bowl" in info["class"].lower() else 0.0
+        self._finger = finger
+        self._half = self._body_extent(d)  # [3] half extents of the object's collision geoms, body frame
+        self._center = self._box_center  # [3] their box's centre, body frame
+        hx, hy = self._half[:2]
+        # the body axis to close the fingers across (the shorter horizontal side), or None for a round object
+        self._across = None if self.rim or max(hx, hy) < cfg.align_ratio * min(hx, hy) else (
+            np.array([1.0, 0.0, 0.0]) if hx < hy else np.array([0.0, 1.0, 0.0]))
         n = worlds.num_envs
         self.phase = np.zeros(n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
@@ -82,6 +95,39 @@ class PickPlaceExpert:
         rel = np.array([d.xmat[body].reshape(3, 3).T @ (d.geom_xpos[g] - d.xpos[body]) for g in geoms])
         return float(np.linalg.norm(rel[:, :2], axis=1).max())
 
+    def _body_extent(self, d: mujoco.MjData) -> np.ndarray:
+        """Half extents ``[3]`` of the box around the object's collision geoms in its body frame (``d``
+        after ``mj_kinematics``); sets ``_box_center``."""
+        m, body = self.worlds.model, self._body
+        rot = d.xmat[body].reshape(3, 3)
+        lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+        for g in range(m.ngeom):
+            if m.geom_bodyid[g] != body or not (m.geom_contype[g] or m.geom_conaffinity[g]):
+                continue
+            rel = rot.T @ d.geom_xmat[g].reshape(3, 3)
+            centre = rot.T @ (d.geom_xpos[g] - d.xpos[body]) + rel @ m.geom_aabb[g, :3]
+            half = np.abs(rel) @ m.geom_aabb[g, 3:]
+            lo, hi = np.minimum(lo, centre - half), np.maximum(hi, centre + half)
+        self._box_center = 0.5 * (lo + hi)
+        return 0.5 * (hi - lo)
+
+    def vertical_span(self, d: mujoco.MjData) -> tuple[float, float]:
+        """The lowest and highest point (world z) of the box around the object's collision geoms now."""
+        rot = d.xmat[self._body].reshape(3, 3)
+        centre = d.xpos[self._body][2] + (rot @ self._center)[2]
+        reach = (np.abs(rot) @ self._half)[2]
+        return float(centre - reach), float(centre + reach)
+
+    def yaw_error(self, d: mujoco.MjData) -> float:
+        """Rotation about the vertical (rad, in [-pi/2, pi/2]) that brings the fingers' closing direction
+        onto the object's short side; 0 for a round object or a bowl."""
+        if self._across is None:
+            return 0.0
+        want = (d.xmat[self._body].reshape(3, 3) @ self._across)[:2]
+        have = np.asarray(d.xaxis[self._finger])[:2]
+        err = np.arctan2(have[0] * want[1] - have[1] * want[0], have @ want)
+        return float((err + np.pi / 2) % np.pi - np.pi / 2)
+
     def grasp_point(self, d: mujoco.MjData) -> np.ndarray:
         """Where the grip site goes to grasp, in the world ``[3]``. A bowl: of the two rim points whose
         radial direction lies along the finger axis (so the fingers straddle the wall), the higher
@@ -90,7 +136,13 @@ class PickPlaceExpert:
         pos = d.xpos[self._body]
         rot = d.xmat[self._body].reshape(3, 3)
         if not self.rim:
-            return pos + np.array([0.0, 0.0, self.cfg.grasp_depth])
+            # the box's centre horizontally; vertically grasp_depth above the origin, kept below the top
+            # and above the bottom of the object as it lies now
+            centre = pos + rot @ self._center
+            bottom, top = self.vertical_span(d)
+            z = pos[2] + self.cfg.grasp_depth
+            z = max(min(z, top - self.cfg.below_top), bottom + self.cfg.above_bottom)
+            return np.array([centre[0], centre[1], z])
         axis = self.finger_axis[:2] / np.linalg.norm(self.finger_axis[:2])
         theta = np.linspace(0.0, 2 * np.pi, 72, endpoint=False)
         radial = rot @ np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)])  # [3, 72]
@@ -132,11 +184,14 @@ class PickPlaceExpert:
             phase = self.phase[i]
             grasp = self.grasp_point(d) if phase in (APPROACH, DESCEND, CLOSE) else obj
             place = tgt + np.array([0.0, 0.0, cfg.place_height])
+            yaw = self.yaw_error(d) if phase in (APPROACH, DESCEND) else 0.0
             if phase == APPROACH:
                 goal, grip = self.grasp_point(d) + [0, 0, cfg.hover], -1.0
                 self.count[i] += 1
-                # there; or above it and stalled, short of a hover height the arm cannot reach
-                if (np.linalg.norm(goal - eef) < cfg.reach_tol * 2
+                # there (and turned across the object); or above it and stalled, short of a hover height
+                # the arm cannot reach
+                if abs(yaw) < cfg.align_tol and (
+                        np.linalg.norm(goal - eef) < cfg.reach_tol * 2
                         or (self.count[i] > cfg.approach_steps and np.linalg.norm((goal - eef)[:2]) < cfg.reach_tol * 2)):
                     phase, self.count[i] = DESCEND, 0
             if phase == DESCEND:
@@ -150,9 +205,12 @@ class PickPlaceExpert:
                 self.count[i] += 1
                 if self.count[i] > cfg.close_steps:
                     phase = LIFT
-                    # carry at the hover height above the target, or high enough to clear where the
-                    # object was (a drawer, a cabinet top)
-                    self.travel[i] = max(tgt[2] + cfg.hover + cfg.place_height, eef[2] + cfg.lift_clearance)
+                    # carry at the hover height above the target, high enough to clear where the object
+                    # was (a drawer, a cabinet top), and with the object's lowest point the hover height
+                    # above the target (a tall bottle hangs far below the hand; a basket has walls)
+                    hang = eef[2] - self.vertical_span(d)[0]
+                    self.travel[i] = max(tgt[2] + cfg.hover + cfg.place_height, eef[2] + cfg.lift_clearance,
+                                         tgt[2] + cfg.hover + hang)
             if phase == LIFT:
                 goal, grip = np.array([eef[0], eef[1], self.travel[i]]), 1.0
                 if eef[2] > goal[2] - 0.02:
@@ -181,6 +239,7 @@ class PickPlaceExpert:
                 goal, grip = np.array([eef[0], eef[1], place[2] + cfg.hover]), -1.0
             self.phase[i] = phase
             actions[i, :3] = np.clip((goal - eef) / 0.05 * cfg.gain, -1.0, 1.0)
+            actions[i, 5] = np.clip(yaw / 0.5 * cfg.gain, -1.0, 1.0)  # OSC_POSE turns 0.5 rad at 1.0
             actions[i, 6] = grip
         return actions
 
