@@ -138,6 +138,9 @@ class PipelineEvalConfig:
     workers: int = 2
     videos: str = "all"  # failures | all | none
     video_max: int = 3
+    # cut episodes at this many steps (null: the tasks' own limits; another value is not the protocol, for
+    # quick checks, and the reports say so)
+    max_steps: Optional[int] = None
 
 
 @dataclass
@@ -306,7 +309,7 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
                          first_state=first,
                          num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
                          attempts=e.attempts, workers=e.workers,
-                         videos=e.videos, video_max=e.video_max,
+                         videos=e.videos, video_max=e.video_max, max_steps=e.max_steps,
                          compare=str(compare) if compare is not None else None))
     suite = res["suites"][cfg.sim.suite]
     pooled_k = sum(t["successes"] for t in suite["tasks"])

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BIN = Path(sys.executable).parent
 
 
@@ -124,8 +126,10 @@ def test_bench_train_times_sequential_overlap_and_cluster(tmp_path):
     init = policies.save(policies.make("flow", d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3,
                                        prefix_layers=1, expert_layers=1), tmp_path / "sft")
     out = tmp_path / "b"
+    # one remote env runner in the cluster cases (2 envs on it): the cases' process start-ups were most of
+    # the time; the same 2 envs per iteration as the local cases
     proc = _run("bench=train", f"out={out}", f"init={init}", "num_envs=2", "image_size=32", "chunks_per_iter=2",
-                "iterations=2", "rounds=1", "warmup=0", "max_episode_steps=5")
+                "iterations=2", "rounds=1", "warmup=0", "max_episode_steps=5", "cluster_env_runners=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "train.json").read_text())
     assert set(result["cases"]) == {"local-sequential", "local-overlap", "cluster-sequential", "cluster-overlap"}
@@ -141,5 +145,13 @@ def test_bench_train_times_sequential_overlap_and_cluster(tmp_path):
     assert isinstance(result["target"]["met"], bool)
     rows = list(csv.DictReader(open(out / "train.csv")))
     assert [r["case"] for r in rows] == ["local-sequential", "local-overlap", "cluster-sequential", "cluster-overlap"]
-    proc = _run("bench=train", f"out={tmp_path / 'c'}", "runtimes=[warp]")
-    assert proc.returncode != 0 and "runtimes" in proc.stderr
+    # an unknown case is refused before anything starts (in-process: the config the command builds; the
+    # command's own error path is test_bench_errors_are_clear's)
+    from conftest import compose
+
+    import benchmarks.cli  # noqa: F401  (registers the benchmark schemas)
+    from benchmarks.config import BenchError
+    from benchmarks.train import run
+
+    with pytest.raises(BenchError, match="runtimes"):
+        run(compose("bench", "bench=train", f"out={tmp_path / 'c'}", "runtimes=[warp]"), tmp_path / "c")

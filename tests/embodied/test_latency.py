@@ -226,12 +226,16 @@ def test_latency_aware_training_then_the_latency_bench(tmp_path):
 
     with pytest.raises(TrainError, match="below the policy's chunk size"):
         train(compose("train", f"init={init}", f"out={tmp_path / 'bad'}", "suite=goal", "latency_delays=[6]"))
+    # the latency bench in-process (the config embodied-bench builds from these arguments; the command
+    # itself is test_bench.py's): one process start-up fewer
+    import benchmarks.cli  # noqa: F401  (registers the benchmark schemas)
+    from benchmarks.latency import run
+
     out = tmp_path / "bench"
-    proc = subprocess.run([str(bin_dir / "embodied-bench"), "bench=latency", f"out={out}", f"checkpoint={init}",
-                           f"aware_checkpoint={aware}", "suite=goal", "tasks=[8]", "episodes=1", "num_envs=1",
-                           "image_size=32", "delays=[0,2,6]", "latency_probe_chunks=2"],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out.mkdir()
+    run(compose("bench", "bench=latency", f"out={out}", f"checkpoint={init}", f"aware_checkpoint={aware}", "suite=goal",
+                "tasks=[8]", "episodes=1", "num_envs=1", "image_size=32", "delays=[0,2,6]", "latency_probe_chunks=2"),
+        out)
     result = json.loads((out / "latency.json").read_text())
     cells = {(c["mode"], c["delay"]): c for c in result["cells"]}
     assert len(cells) == 12 and result["measured_latency"]["count"] == 2

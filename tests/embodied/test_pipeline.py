@@ -26,7 +26,12 @@ TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.nu
                  "policy.chunk_size=3", "policy.prefix_layers=1", "policy.expert_layers=1", "sft.steps=3",
                  "sft.batch_size=4", "sft.warmup_steps=1", "rl.iterations=2", "rl.num_envs=2", "rl.chunks_per_iter=2",
                  "rl.algo.critic_warmup=1", "rl.truncation=fail", "rl.max_episode_steps=6", "eval.episodes=2",
-                 "eval.num_envs=4", "eval.video_max=1", "eval.attempts=2"]
+                 "eval.num_envs=4", "eval.video_max=1", "eval.attempts=2", "eval.workers=1",
+                 "rl.runtime.num_env_runners=1", "eval.max_steps=30"]
+# Process start-ups were most of these runs' time: eval.workers=1 runs each evaluation in the pipeline's
+# process (workers=K, the same episodes from K worker processes, is embodied-eval's: test_eval_harness.py),
+# and the RL stage's Ray cluster runtime has one remote env runner holding both envs (several runners:
+# test_train.py's cluster test); evaluation episodes stop at 30 steps (an untrained policy plays to the limit)
 
 
 def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
@@ -158,9 +163,11 @@ def test_protocol_training_is_also_scored_on_held_out_states(tmp_path):
     from embodied.runners.pipeline import run
 
     out = tmp_path / "proto"
-    res = run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "tasks=[8]", "rl.init_states=protocol",
+    # one attempt per state (pass@k is the end-to-end test's): one wave per evaluation instead of two
+    tiny = [a for a in TINY_PIPELINE if not a.startswith("rl.runtime.")]  # runtime=local: no env runners
+    res = run(compose("pipeline", f"out={out}", *tiny, "tasks=[8]", "rl.init_states=protocol",
                       "eval.heldout_episodes=3", "runtime@rl.runtime=local", "video_tasks=0", "eval.videos=none",
-                      "eval.workers=1"))
+                      "eval.attempts=1"))
     assert res["stages_done"] == ["collect", "sft", "eval_sft", "eval_sft_heldout", "rl", "eval_rl", "eval_rl_heldout"]
 
     def states(stage: str) -> set[int]:
