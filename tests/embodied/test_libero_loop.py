@@ -110,3 +110,12 @@ def test_the_main_job_takes_a_libero_suite():
     with pytest.raises(PipelineError, match="libero_spatial"):
         check_config(compose("pipeline", "out=x", "sim.suite=libero_spacial"))
     assert sims.suites.heldout_states("spatial") == (50, 50)
+
+
+def test_grpo_groups_on_libero_start_from_its_training_states():
+    from embodied.rllib.env_runner import group_initial_states
+
+    _, inits = group_initial_states(0, 30, 0, 30, [0], None, suite="libero_spatial")
+    assert sorted(set(inits)) == list(range(25, 50))  # the 25 training states, cycled
+    _, inits = group_initial_states(0, 4, 0, 4, [0], None, protocol=True, suite="libero_spatial")
+    assert inits == [0, 1, 2, 3]
