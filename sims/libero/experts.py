@@ -48,6 +48,10 @@ class ExpertConfig:
     hold_tol: float = 0.025  # the held object's centre this much farther from the grip than grasped: dropped
     descend_steps: int = 15  # close after this many steps down even if short of the grasp point
     carry_tol: float = 0.012  # the held object's centre above the target's, horizontally, before lowering
+    # ... or this far, once the carry has stopped closing in for carry_stall_steps (the arm fully stretched:
+    # OSC_POSE cannot move the hand back along the straight arm)
+    carry_loose_tol: float = 0.04
+    carry_stall_steps: int = 10
     lower_steps: int = 20  # release after this many steps down even if short of the placing height
     close_steps: int = 8
     open_steps: int = 6
@@ -86,6 +90,7 @@ class PickPlaceExpert:
         self.phase = np.zeros(n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
         self.travel = np.zeros(n)  # the carry's height
+        self.closest = np.full(n, np.inf)  # the carry's closest horizontal distance to the target so far
 
     def _rim_radius(self, d: mujoco.MjData) -> float:
         """A bowl's rim radius: its collision geoms' largest distance from its axis (``d`` after
@@ -214,7 +219,7 @@ class PickPlaceExpert:
             if phase == LIFT:
                 goal, grip = np.array([eef[0], eef[1], self.travel[i]]), 1.0
                 if eef[2] > goal[2] - 0.02:
-                    phase = CARRY
+                    phase, self.count[i], self.closest[i] = CARRY, 0, np.inf
             # carrying, the object moves the eef: steer by where the held object is, not the plan
             held = eef + (np.r_[tgt[:2], tgt[2] + cfg.place_height] - obj)
             if phase in (CARRY, LOWER) and self.dropped(eef, obj):
@@ -222,7 +227,12 @@ class PickPlaceExpert:
                 goal, grip = self.grasp_point(d) + [0, 0, cfg.hover], -1.0
             if phase == CARRY:
                 goal, grip = np.r_[held[:2], self.travel[i]], 1.0
-                if np.linalg.norm((obj - tgt)[:2]) < cfg.carry_tol:
+                gap = np.linalg.norm((obj - tgt)[:2])
+                if gap < self.closest[i] - 1e-3:
+                    self.closest[i], self.count[i] = gap, 0
+                else:
+                    self.count[i] += 1
+                if gap < cfg.carry_tol or (gap < cfg.carry_loose_tol and self.count[i] > cfg.carry_stall_steps):
                     phase, self.count[i] = LOWER, 0
             if phase == LOWER:
                 goal, grip = held, 1.0
