@@ -47,25 +47,26 @@ def test_collect_sft_eval_and_train_on_libero_spatial(libero_exported, tmp_path,
     assert demos.state.shape[1] == 8 and demos.actions.shape[-1] == 7
     assert float(demos.actions[..., 6].max()) == 1.0  # the gripper closed on the bowl
 
-    # SFT sizes the policy's state from the data (LIBERO's 8-D state)
-    proc = _run("embodied-sft", f"data={data}", f"out={tmp_path / 'sft'}", "steps=2", "batch_size=8", *TINY,
-                cache=cache)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # SFT sizes the policy's state from the data (LIBERO's 8-D state); in-process, as the evaluations
+    from conftest import compose
+
+    from embodied.runners.eval import EvalConfig, EvalError, run
+    from embodied.runners.sft import train
+
+    train(compose("sft", f"data={data}", f"out={tmp_path / 'sft'}", "steps=2", "batch_size=8", *TINY))
     ckpt = tmp_path / "sft" / "ckpt"
     assert policies.load(ckpt).config.state_dim == 8
 
-    # evaluation on the held-out states, episodes cut short (a quick check, said in the report)
+    # evaluation on held-out states, episodes cut short (a quick check, said in the report)
     out = tmp_path / "eval"
-    proc = _run("embodied-eval", f"checkpoint={ckpt}", "suite=libero_spatial", "tasks=[0]", "episodes=2",
-                "num_envs=2", "max_steps=6", "image_size=32", "videos=none", f"out={out}", cache=cache)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((out / "results.json").read_text())
+    results = run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", tasks=[0], episodes=2, num_envs=2,
+                             max_steps=6, image_size=32, videos="none", out=str(out)))
     suite = results["suites"]["libero_spatial"]
     assert suite["episodes"] == 2 and results["env_steps"] == 12
     assert "cut at 6 steps" in (out / "report.md").read_text()
-    proc = _run("embodied-eval", f"checkpoint={ckpt}", "suite=libero_spatial", "first_state=40", "episodes=11",
-                f"out={tmp_path / 'bad'}", cache=cache)
-    assert proc.returncode != 0 and "within real LIBERO's 50" in proc.stderr
+    with pytest.raises(EvalError, match="within real LIBERO's 50"):
+        run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", first_state=40, episodes=11,
+                       out=str(tmp_path / "bad")))
 
     # Flow-SDE PPO on the same scenes, starting from the training states
     rl = tmp_path / "rl"
