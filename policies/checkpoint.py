@@ -71,13 +71,17 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load(path: str | os.PathLike, *, device: str = "cpu") -> Any:
-    """Load a bundle written by :func:`save`; returns the policy in eval mode."""
+    """Load a bundle written by :func:`save`, or a checkpoint folder written by LeRobot (pi0, pi0.5,
+    SmolVLA: :func:`policies.lerobot.load_lerobot`); returns the policy in eval mode."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    from policies.lerobot.checkpoint import is_lerobot_folder, load_lerobot
     from policies.registry import policy_class
 
     folder = Path(path)
+    if is_lerobot_folder(folder):
+        return load_lerobot(folder, device=device)
     meta = read_meta(folder)
     weights = folder / WEIGHTS
     if not weights.is_file():

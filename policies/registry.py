@@ -24,6 +24,10 @@ FAMILIES: Registry[Family] = Registry("policy family", {
                              "policies.autoregressive.configuration_autoregressive:AutoregressiveConfig"),
     "diffusion": Family("policies.diffusion.modeling_diffusion:DiffusionPolicy",
                         "policies.diffusion.configuration_diffusion:DiffusionConfig"),
+    # LeRobot's pretrained VLAs (in .venv-lerobot: LeRobot needs CPython >= 3.12, torch < 2.12)
+    "pi0": Family("policies.lerobot.modeling_lerobot:Pi0Policy", "policies.lerobot.configuration_lerobot:Pi0Config"),
+    "smolvla": Family("policies.lerobot.modeling_lerobot:SmolVLAPolicy",
+                      "policies.lerobot.configuration_lerobot:SmolVLAConfig"),
 })
 
 

@@ -76,3 +76,31 @@ else
     touch "$libero_stamp"
   fi
 fi
+
+# The LeRobot environment (.venv-lerobot): pretrained VLAs in LeRobot's format (pi0, pi0.5, SmolVLA)
+# as policy families (policies/lerobot). LeRobot needs CPython >= 3.12 and torch < 2.12, which cannot
+# share .venv (CPython 3.11, torch 2.13); the whole platform is installed there as well. PyPI's torch
+# builds for CPython 3.12 are its CUDA builds (about 4 GB installed): they run on the CPU too.
+# EMBODIED_LEROBOT=0 skips it (its tests then say that the environment is absent).
+lerobot_python=""
+if [ "${EMBODIED_LEROBOT:-1}" != "0" ]; then
+  for py in python3.12 python3.13 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 12), (3, 13)))' 2>/dev/null; then
+      lerobot_python="$py"; break
+    fi
+  done
+  if [ -z "$lerobot_python" ]; then
+    echo "[setup] WARNING: no CPython 3.12/3.13 found; the LeRobot families (.venv-lerobot) are not set up" >&2
+  else
+    lerobot_stamp=".venv-lerobot/.installed-$(cat requirements/lerobot.txt pyproject.toml | sha256sum | cut -c1-16)"
+    if [ ! -f "$lerobot_stamp" ]; then
+      echo "[setup] creating .venv-lerobot (LeRobot 0.6.1 on $("$lerobot_python" -c 'import platform; print(platform.python_version())'))"
+      [ -x .venv-lerobot/bin/python ] || "$lerobot_python" -m venv .venv-lerobot
+      .venv-lerobot/bin/python -m pip install -q --upgrade pip "setuptools>=71,<82" wheel
+      .venv-lerobot/bin/python -m pip install -q -r requirements/lerobot.txt
+      .venv-lerobot/bin/python -m pip install -q --no-deps -e .
+      rm -f .venv-lerobot/.installed-*
+      touch "$lerobot_stamp"
+    fi
+  fi
+fi

@@ -4,6 +4,8 @@
 # machine; 0 runs them in this process). Most tests are one single-threaded process start-up,
 # simulation or tiny training each, so two at a time use both cores (a file stays on one worker:
 # its module fixtures are built once).
+# Then the LeRobot families' tests (tests/lerobot_families) run in .venv-lerobot, where LeRobot is installed;
+# without that environment they are reported as not run, with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,4 +13,15 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAY_USAGE_STATS_ENABLED=0
 workers="${TEST_WORKERS:-2}"
 parallel=()
 [ "$workers" != "0" ] && parallel=(-n "$workers" --dist loadfile)
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@" tests
+status=0
+.venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" --ignore=tests/lerobot_families "$@" tests || status=$?
+if [ -x .venv-lerobot/bin/python ]; then
+  echo "[test] the LeRobot families, in .venv-lerobot"
+  lerobot_status=0
+  HF_HUB_OFFLINE=1 .venv-lerobot/bin/python -m pytest -q -p no:cacheprovider "$@" tests/lerobot_families || lerobot_status=$?
+  # 5: the arguments selected none of these tests
+  [ "$lerobot_status" -ne 0 ] && [ "$lerobot_status" -ne 5 ] && status=$lerobot_status
+else
+  echo "[test] tests/lerobot_families not run: .venv-lerobot is absent (scripts/setup.sh makes it where CPython 3.12 exists)"
+fi
+exit "$status"

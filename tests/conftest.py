@@ -78,3 +78,47 @@ def libero_exported(tmp_path_factory):
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return root, proc.stdout
+
+
+# The LeRobot family tests (tests/lerobot_families/, run in .venv-lerobot by scripts/test.sh): tiny, randomly
+# initialised models and a tokenizer built in code (a word-level vocabulary), so nothing is downloaded.
+# Here rather than in a tests/lerobot_families/conftest.py, for the reason above.
+
+WORDS = ("pick put place the a up and on in of to lift can cube bowl plate red blue green black white "
+         "top drawer open close turn stove basket box bottom middle cabinet next ramekin cookie mug").split()
+
+#: a pi0 small enough for a laptop (LeRobot's real sizes: gemma_2b / gemma_300m, SigLIP so400m). Both
+#: Gemmas keep 8 query heads of one width: their joint attention concatenates the two (LeRobot's
+#: training forward reshapes to 8 heads)
+TINY_PI0_SIZES = {
+    "gemma": {"gemma_2b": dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=8),
+              "gemma_300m": dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=8)},
+    "vision": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, patch_size=8),
+}
+
+
+def make_tokenizer(folder) -> str:
+    """A word-level tokenizer saved in ``folder`` (a stand-in for PaliGemma's, which is downloaded)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<unk>": 1, "<bos>": 2, "<eos>": 3}
+    for w in WORDS:
+        vocab.setdefault(w, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<bos>",
+                                   eos_token="<eos>")
+    fast.save_pretrained(str(folder))
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> str:
+    return make_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_pi0_kwargs(tokenizer_dir) -> dict:
+    return dict(model_sizes=TINY_PI0_SIZES, tokenizer=tokenizer_dir, image_size=32, chunk_size=4, num_steps=4,
+                tokenizer_max_length=12, lerobot_config={"max_state_dim": 16, "max_action_dim": 8})
