@@ -87,16 +87,6 @@ def libero_exported(tmp_path_factory):
 WORDS = ("pick put place the a up and on in of to lift can cube bowl plate red blue green black white "
          "top drawer open close turn stove basket box bottom middle cabinet next ramekin cookie mug").split()
 
-#: a pi0 small enough for a laptop (LeRobot's real sizes: gemma_2b / gemma_300m, SigLIP so400m). Both
-#: Gemmas keep 8 query heads of one width: their joint attention concatenates the two (LeRobot's
-#: training forward reshapes to 8 heads)
-TINY_PI0_SIZES = {
-    "gemma": {"gemma_2b": dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=8),
-              "gemma_300m": dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=8)},
-    "vision": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, patch_size=8),
-}
-
-
 def make_tokenizer(folder) -> str:
     """A word-level tokenizer saved in ``folder`` (a stand-in for PaliGemma's, which is downloaded)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -120,5 +110,5 @@ def tokenizer_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_pi0_kwargs(tokenizer_dir) -> dict:
-    return dict(model_sizes=TINY_PI0_SIZES, tokenizer=tokenizer_dir, image_size=32, chunk_size=4, num_steps=4,
+    return dict(model_sizes="tiny", tokenizer=tokenizer_dir, image_size=32, chunk_size=4, num_steps=4,
                 tokenizer_max_length=12, lerobot_config={"max_state_dim": 16, "max_action_dim": 8})

@@ -30,6 +30,18 @@ ALGORITHMS: Registry[AlgoSpec] = Registry("algo", {
 GROUP_ALGORITHMS = tuple(name for name, spec in ALGORITHMS.items() if not spec.critic)
 
 
+#: flow-matching families beyond ``flow`` and the samplers they have (LeRobot's pi0 and SmolVLA:
+#: Flow-SDE, one step or all): the flow algorithms with those samplers train them too
+FLOW_MATCHING_FAMILIES = {"pi0": ("sde", "sde_full"), "smolvla": ("sde", "sde_full")}
+
+
+def trains(spec: AlgoSpec, family: str) -> bool:
+    """Whether the algorithm ``spec`` trains a policy of ``family``."""
+    if spec.family == family:
+        return True
+    return spec.family == "flow" and spec.sampler in FLOW_MATCHING_FAMILIES.get(family, ())
+
+
 def algorithms_for(family: str) -> list[str]:
     """The algorithms that train a policy of ``family``."""
-    return [name for name, spec in ALGORITHMS.items() if spec.family == family]
+    return [name for name, spec in ALGORITHMS.items() if trains(spec, family)]

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
 from embodied.metrics_log import MetricsLog
 from embodied.algorithms.loss import LossConfig
-from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for
+from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for, trains
 from embodied.algorithms.update import UpdateConfig
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
@@ -328,7 +328,7 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
                              f"state_obs={policy.config.state_obs!r}: set policy.state_dim={width}")
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
-    if policy.family != family:
+    if not trains(ALGORITHMS[cfg.algo.name], policy.family):
         fits = ", ".join(algorithms_for(policy.family))
         raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
                          f"use one of algo={fits}")

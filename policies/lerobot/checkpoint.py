@@ -62,7 +62,7 @@ def _normalizer_stats(folder: Path, state_dim: int, action_dim: int) -> dict[str
 
 
 def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str = "",
-                 model_sizes_override: dict[str, Any] | None = None) -> Any:
+                 model_sizes_override: str | dict[str, Any] | None = None) -> Any:
     """Our policy of a LeRobot checkpoint folder (eval mode). ``tokenizer`` overrides the model's
     default (a local folder); ``model_sizes_override`` rebuilds a small model (see ``model_sizes``)."""
     from lerobot.configs.policies import PreTrainedConfig
@@ -98,7 +98,7 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
         train_expert_only=bool(lr_config.train_expert_only),
         freeze_vision_encoder=bool(getattr(lr_config, "freeze_vision_encoder", True)),
         lerobot_config={k: v for k, v in raw.items() if k not in _DERIVED},
-        model_sizes=dict(model_sizes_override or {}))
+        model_sizes=model_sizes_override or {})
     config = cls.config_class.from_dict({**cls.config_class().to_dict(), **fields})
     weights = folder / "model.safetensors"
     if not weights.is_file():

@@ -24,11 +24,12 @@ class LeRobotVLAConfig(PolicyConfig):
             ``SmolVLAConfig``) beyond those derived from ours (chunk size, action and state sizes,
             cameras, image resolution, denoising steps), e.g. ``{"max_action_dim": 32}``. A checkpoint
             loaded from a LeRobot folder keeps its whole config here.
-        model_sizes: size overrides for a small model built from scratch (tests, laptops):
+        model_sizes: size overrides for a small model built from scratch (tests, laptops): the name
+            of a preset of :data:`policies.lerobot.sizes.PRESETS` (``tiny``), or
             ``{"gemma": {variant: {width, depth, mlp_dim, num_heads, num_kv_heads, head_dim}},
             "vision": {hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
             patch_size}}`` for pi0/pi0.5 (LeRobot hard-codes the Gemma and SigLIP sizes), ``{}`` for
-            LeRobot's real sizes. Recorded in the bundle: the same overrides rebuild the model.
+            LeRobot's real sizes (also None). Recorded in the bundle: the same overrides rebuild the model.
         tokenizer: a local tokenizer folder, or a Hugging Face hub id found in the local cache
             (never downloaded: ``HF_HUB_OFFLINE`` reading). ``""``: the model's own (PaliGemma's for
             pi0/pi0.5; SmolVLA's VLM processor).
@@ -50,8 +51,10 @@ class LeRobotVLAConfig(PolicyConfig):
     #: LeRobot's default tokenizer of the family (its processor's hub id)
     default_tokenizer: ClassVar[str] = ""
 
-    lerobot_config: dict[str, Any] = field(default_factory=dict)
-    model_sizes: dict[str, Any] = field(default_factory=dict)
+    # Any-typed (not dict): Hydra then takes a whole mapping on the command line,
+    # policy.lerobot_config={max_action_dim:32}
+    lerobot_config: Any = None
+    model_sizes: Any = None
     tokenizer: str = ""
     tokenizer_max_length: int = 48
     camera_keys: list[str] = field(default_factory=list)
@@ -63,6 +66,12 @@ class LeRobotVLAConfig(PolicyConfig):
     image_size: int = 224
 
     def __post_init__(self) -> None:
+        from policies.lerobot.sizes import resolve_sizes
+
+        self.lerobot_config = dict(self.lerobot_config or {})
+        if not isinstance(self.model_sizes, str):
+            self.model_sizes = dict(self.model_sizes or {})
+        resolve_sizes(self.model_sizes)  # refuses an unknown preset or field early
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.num_steps < 1:
@@ -71,9 +80,6 @@ class LeRobotVLAConfig(PolicyConfig):
             raise ValueError(f"camera_keys {self.camera_keys} must name one key per camera {self.cameras}")
         if self.value_features != "detached":
             raise ValueError("the LeRobot families have the detached value head only: value_features='detached'")
-        unknown = sorted(set(self.model_sizes) - {"gemma", "vision", "vlm"})
-        if unknown:
-            raise ValueError(f"unknown model_sizes key(s) {unknown}; known: ['gemma', 'vision', 'vlm']")
         self.check_value_fields()
 
     def image_keys(self) -> list[str]:
