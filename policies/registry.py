@@ -26,6 +26,7 @@ FAMILIES: Registry[Family] = Registry("policy family", {
                         "policies.diffusion.configuration_diffusion:DiffusionConfig"),
     # LeRobot's pretrained VLAs (in .venv-lerobot: LeRobot needs CPython >= 3.12, torch < 2.12)
     "pi0": Family("policies.lerobot.modeling_lerobot:Pi0Policy", "policies.lerobot.configuration_lerobot:Pi0Config"),
+    "pi05": Family("policies.lerobot.modeling_lerobot:Pi05Policy", "policies.lerobot.configuration_lerobot:Pi05Config"),
     "smolvla": Family("policies.lerobot.modeling_lerobot:SmolVLAPolicy",
                       "policies.lerobot.configuration_lerobot:SmolVLAConfig"),
 })

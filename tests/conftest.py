@@ -108,6 +108,53 @@ def tokenizer_dir(tmp_path_factory) -> str:
     return make_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
+def make_smolvlm(folder) -> str:
+    """A tiny SmolVLM (config, processor and word-level tokenizer, no weights) saved in ``folder``: the
+    VLM folder SmolVLA builds on (``lerobot_config.vlm_model_name``) when its weights are not loaded."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor,
+                              SmolVLMVideoProcessor)
+
+    specials = ["<pad>", "<unk>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>", "<image>",
+                "<global-img>"]
+    vocab = {t: i for i, t in enumerate(specials)}
+    for w in WORDS:
+        vocab.setdefault(w, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<|im_start|>",
+                                   extra_special_tokens={"fake_image_token": "<fake_token_around_image>",
+                                                         "image_token": "<image>", "global_image_token": "<global-img>",
+                                                         "end_of_utterance_token": "<end_of_utterance>"})
+    SmolVLMConfig(text_config=dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=len(vocab)),
+                  vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                     patch_size=8, image_size=32),
+                  scale_factor=2, image_token_id=vocab["<image>"], vocab_size=len(vocab)).save_pretrained(str(folder))
+    images = SmolVLMImageProcessor(size={"longest_edge": 32}, max_image_size={"longest_edge": 32},
+                                   do_image_splitting=False)
+    SmolVLMProcessor(image_processor=images, tokenizer=fast, video_processor=SmolVLMVideoProcessor(),
+                     image_seq_len=4).save_pretrained(str(folder))
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def smolvlm_dir(tmp_path_factory) -> str:
+    return make_smolvlm(tmp_path_factory.mktemp("smolvlm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_smolvla_kwargs(smolvlm_dir) -> dict:
+    return dict(image_size=32, chunk_size=4, num_steps=4, tokenizer_max_length=12,
+                lerobot_config={"vlm_model_name": smolvlm_dir, "max_state_dim": 16, "max_action_dim": 8,
+                                "num_vlm_layers": 4})
+
+
+@pytest.fixture(scope="session")
+def tiny_pi05_kwargs(tiny_pi0_kwargs) -> dict:
+    return {**tiny_pi0_kwargs, "tokenizer_max_length": 48}  # the prompt holds the 15 state bins
+
+
 @pytest.fixture(scope="session")
 def tiny_pi0_kwargs(tokenizer_dir) -> dict:
     return dict(model_sizes="tiny", tokenizer=tokenizer_dir, image_size=32, chunk_size=4, num_steps=4,

@@ -30,9 +30,9 @@ ALGORITHMS: Registry[AlgoSpec] = Registry("algo", {
 GROUP_ALGORITHMS = tuple(name for name, spec in ALGORITHMS.items() if not spec.critic)
 
 
-#: flow-matching families beyond ``flow`` and the samplers they have (LeRobot's pi0 and SmolVLA:
+#: flow-matching families beyond ``flow`` and the samplers they have (LeRobot's pi0, pi0.5, SmolVLA:
 #: Flow-SDE, one step or all): the flow algorithms with those samplers train them too
-FLOW_MATCHING_FAMILIES = {"pi0": ("sde", "sde_full"), "smolvla": ("sde", "sde_full")}
+FLOW_MATCHING_FAMILIES = {"pi0": ("sde", "sde_full"), "pi05": ("sde", "sde_full"), "smolvla": ("sde", "sde_full")}
 
 
 def trains(spec: AlgoSpec, family: str) -> bool:

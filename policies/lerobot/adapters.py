@@ -61,6 +61,13 @@ class Adapter:
     #: appended to every instruction before tokenising (PaliGemma's prompts end with a newline)
     text_suffix: ClassVar[str] = ""
 
+    #: True where the prompt holds the (discretised) state: tokens are then made per observation
+    prompt_has_state: ClassVar[bool] = False
+
+    def prompts(self, texts: list[str], state: torch.Tensor) -> list[str]:
+        """The text each instruction is tokenised as (``state``: the normalised ``[N, S]``)."""
+        return [t + self.text_suffix for t in texts]
+
     def policy_class(self) -> Any:
         return _attr(self.policy_path)
 
@@ -137,6 +144,50 @@ class Pi0Adapter(Adapter):
         return policy.model.forward(images, img_masks, tokens, masks, policy.prepare_state(batch), actions, noise, time)
 
 
+class Pi05Adapter(Pi0Adapter):
+    """pi0.5: the normalised state (quantiles, in [-1, 1]) discretised into 256 bins in the prompt
+    (openpi's ``PaligemmaTokenizer``, LeRobot's ``Pi05PrepareStateTokenizerProcessorStep``), no state
+    in the suffix, adaRMS time conditioning inside the expert."""
+
+    lerobot_type = "pi05"
+    policy_path = "lerobot.policies.pi05.modeling_pi05:PI05Policy"
+    config_path = "lerobot.policies.pi05.configuration_pi05:PI05Config"
+    modeling = "lerobot.policies.pi05.modeling_pi05"
+    text_suffix = ""
+    prompt_has_state = True
+
+    def prompts(self, texts: list[str], state: torch.Tensor) -> list[str]:
+        import numpy as np
+
+        bins = np.digitize(state.detach().cpu().numpy(), bins=np.linspace(-1, 1, 256 + 1)[:-1]) - 1
+        out = []
+        for text, row in zip(texts, bins):
+            cleaned = text.strip().replace("_", " ").replace("\n", " ")
+            out.append(f"Task: {cleaned}, State: {' '.join(map(str, row))};\nAction: ")
+        return out
+
+    def prefix(self, policy: Any, batch: dict[str, Any]) -> Prefix:
+        mod = importlib.import_module(self.modeling)
+        model = policy.model
+        images, img_masks, tokens, masks = self._inputs(policy, batch)
+        embs, pad, att = model.embed_prefix(images, img_masks, tokens, masks)
+        att_2d = mod.make_att_2d_masks(pad, att)
+        positions = torch.cumsum(pad, dim=1) - 1
+        model.paligemma_with_expert.paligemma.model.language_model.config._attn_implementation = "eager"
+        (hidden, _), kv = model.paligemma_with_expert.forward(
+            attention_mask=mod.prepare_attention_masks_4d(att_2d), position_ids=positions, past_key_values=None,
+            inputs_embeds=[embs, None], use_cache=True)
+        return Prefix(pad=pad, kv=kv, hidden=hidden, state=batch[OBS_STATE])
+
+    def velocity(self, policy: Any, prefix: Prefix, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return policy.model.denoise_step(prefix.pad, prefix.kv, x_t, t)
+
+    def flow_losses(self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor,
+                    time: torch.Tensor) -> torch.Tensor:
+        images, img_masks, tokens, masks = self._inputs(policy, batch)
+        return policy.model.forward(images, img_masks, tokens, masks, actions, noise, time)
+
+
 class SmolVLAAdapter(Adapter):
     lerobot_type = "smolvla"
     policy_path = "lerobot.policies.smolvla.modeling_smolvla:SmolVLAPolicy"
@@ -174,7 +225,7 @@ class SmolVLAAdapter(Adapter):
         return policy.model.forward(images, img_masks, tokens, masks, state, actions, noise, time)
 
 
-ADAPTERS: dict[str, Adapter] = {a.lerobot_type: a for a in (Pi0Adapter(), SmolVLAAdapter())}
+ADAPTERS: dict[str, Adapter] = {a.lerobot_type: a for a in (Pi0Adapter(), Pi05Adapter(), SmolVLAAdapter())}
 
 
 def adapter(lerobot_type: str) -> Adapter:

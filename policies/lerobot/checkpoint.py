@@ -41,23 +41,33 @@ def is_lerobot_folder(path: str | os.PathLike) -> bool:
     return isinstance(meta, dict) and "type" in meta and "format_version" not in meta
 
 
-def _normalizer_stats(folder: Path, state_dim: int, action_dim: int) -> dict[str, list[float]] | None:
+#: the normalisation our processor of each family applies (LeRobot's names)
+NORMALISATION = {"pi0": "MEAN_STD", "pi05": "QUANTILES", "smolvla": "MEAN_STD"}
+#: our statistic -> LeRobot's flat normaliser key
+_STAT_NAMES = {"state_mean": "observation.state.mean", "state_std": "observation.state.std",
+               "action_mean": "action.mean", "action_std": "action.std",
+               "state_q01": "observation.state.q01", "state_q99": "observation.state.q99",
+               "action_q01": "action.q01", "action_q99": "action.q99"}
+
+
+def _normalizer_stats(folder: Path, state_dim: int, action_dim: int, mode: str) -> dict[str, list[float]] | None:
     from safetensors.torch import load_file
 
     files = sorted(folder.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
     if not files:
         return None
     flat = load_file(str(files[0]))
-    try:
-        stats = {"state_mean": flat["observation.state.mean"], "state_std": flat["observation.state.std"],
-                 "action_mean": flat["action.mean"], "action_std": flat["action.std"]}
-    except KeyError as err:
-        raise CheckpointError(f"{files[0]} lacks the mean/std statistic {err}: the policy's state and action "
-                              "normalisation cannot be reproduced") from None
-    out = {k: [float(x) for x in v.flatten()] for k, v in stats.items()}
-    if len(out["state_mean"]) != state_dim or len(out["action_mean"]) != action_dim:
-        raise CheckpointError(f"{files[0]}: statistics of {len(out['state_mean'])}-D state / "
-                              f"{len(out['action_mean'])}-D action, the model has {state_dim} / {action_dim}")
+    needed = [k for k in _STAT_NAMES if ("_q" in k) == (mode == "QUANTILES")]
+    missing = [_STAT_NAMES[k] for k in needed if _STAT_NAMES[k] not in flat]
+    if missing:
+        raise CheckpointError(f"{files[0]} lacks {missing}: the policy's state and action normalisation ({mode}) "
+                              "cannot be reproduced")
+    out = {k: [float(x) for x in flat[name].flatten()] for k, name in _STAT_NAMES.items() if name in flat}
+    key = "state_mean" if "state_mean" in out else "state_q01"
+    akey = "action_mean" if "action_mean" in out else "action_q01"
+    if len(out[key]) != state_dim or len(out[akey]) != action_dim:
+        raise CheckpointError(f"{files[0]}: statistics of {len(out[key])}-D state / "
+                              f"{len(out[akey])}-D action, the model has {state_dim} / {action_dim}")
     return out
 
 
@@ -80,8 +90,10 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
                               f"supported: {sorted(LEROBOT_FAMILIES)}")
     cls = policy_class(family)
     modes = {str(k): str(getattr(v, "value", v)) for k, v in getattr(lr_config, "normalization_mapping", {}).items()}
-    if any(modes.get(k, "MEAN_STD") not in ("MEAN_STD", "IDENTITY") for k in ("STATE", "ACTION")):
-        raise CheckpointError(f"{folder}: state/action normalisation {modes} is not supported (MEAN_STD only)")
+    mode = NORMALISATION[family]
+    if any(modes.get(k, mode) not in (mode, "IDENTITY") for k in ("STATE", "ACTION")):
+        raise CheckpointError(f"{folder}: state/action normalisation {modes}; the {family} family normalises with "
+                              f"{mode} (LeRobot's default for it)")
     image_keys = [k for k, f in lr_config.input_features.items() if str(getattr(f.type, "value", f.type)) == "VISUAL"]
     state = lr_config.input_features.get("observation.state")
     action = lr_config.output_features.get("action")
@@ -115,7 +127,9 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
         raise CheckpointError(f"{weights} does not fit LeRobot's {family} built from {folder}/config.json: "
                               f"missing {missing[:5]} ({len(missing)}), unexpected {unexpected[:5]} ({len(unexpected)})")
     policy = cls(config, lerobot_policy=lr_policy)
-    stats = _normalizer_stats(folder, config.state_dim, config.action_dim)
+    stats = _normalizer_stats(folder, config.state_dim, config.action_dim, mode)
+    if stats is None and (folder / "stats.json").is_file():  # written by export_lerobot
+        stats = json.loads((folder / "stats.json").read_text())
     if stats is None:
         log.warning("%s has no LeRobot normaliser statistics: states and actions pass un-normalised", folder)
     policy.processor.set_stats(stats)
@@ -131,7 +145,8 @@ def _lerobot_class(family: str) -> Any:
 def export_lerobot(policy: Any, path: str | os.PathLike) -> Path:
     """Write ``policy``'s LeRobot model as a LeRobot checkpoint folder (``config.json``,
     ``model.safetensors``: what LeRobot's ``from_pretrained`` reads) and our normalisation statistics
-    as ``stats.json``; returns the folder."""
+    as ``stats.json`` (:func:`load_lerobot` reads them back; in LeRobot, pass them as ``dataset_stats`` to
+    the family's ``make_*_pre_post_processors``); returns the folder."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     lr = policy.lerobot

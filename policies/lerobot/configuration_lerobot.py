@@ -112,4 +112,10 @@ class SmolVLAConfig(LeRobotVLAConfig):
     """SmolVLA (SmolVLM2 + a small action expert reading its KV cache)."""
 
     lerobot_type: ClassVar[str] = "smolvla"
+    #: LeRobot's default VLM (``lerobot_config.vlm_model_name`` names another: a local folder or hub id)
+    default_vlm: ClassVar[str] = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
     image_size: int = 512
+
+    def tokenizer_name(self) -> str:
+        """The VLM's own tokenizer unless ``tokenizer`` names another."""
+        return self.tokenizer or str(self.lerobot_config.get("vlm_model_name", self.default_vlm))

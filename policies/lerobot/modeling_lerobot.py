@@ -25,13 +25,14 @@ import torch
 try:
     import lerobot  # noqa: F401
 except ImportError as _err:
-    raise ImportError("the pi0 and smolvla families run LeRobot's models, which are not installed in this "
+    raise ImportError("the pi0, pi05 and smolvla families run LeRobot's models, which are not installed in this "
                       "environment: use .venv-lerobot (CPython 3.12; bash scripts/setup.sh makes it)") from _err
 
 from policies.base import ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.flow import sde as S
 from policies.lerobot.adapters import ACTION, OBS_STATE, OBS_TOKEN_MASK, OBS_TOKENS, Prefix, adapter
 from policies.lerobot.configuration_lerobot import SAMPLERS, LeRobotVLAConfig, Pi0Config, Pi05Config, SmolVLAConfig
+from policies.lerobot.quantiles import QuantileProcessor
 from policies.lerobot.sizes import model_sizes
 from sims.core import obs_views
 
@@ -97,18 +98,23 @@ class LeRobotVLAPolicy(Policy):
             self._tokenizer = load_tokenizer(self.config.tokenizer_name())
         return self._tokenizer
 
-    def tokens(self, instructions: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[N, L]`` token ids and attention mask (True = a real token), ``L = tokenizer_max_length``."""
+    def tokens(self, instructions: list[str], device: torch.device, state: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N, L]`` token ids and attention mask (True = a real token), ``L = tokenizer_max_length``,
+        of the model's prompts (pi0.5's hold the normalised ``state [N, S]``)."""
         if isinstance(instructions, str):
             raise TypeError("instruction must be a list of N strings, not one string")
+        prompts = self.adapter.prompts(list(instructions), state if state is not None else torch.zeros(len(instructions), 0))
+        cache = not self.adapter.prompt_has_state  # a prompt with the state is met once
         rows = []
-        for text in instructions:
-            row = self._token_cache.get(text)
+        for text in prompts:
+            row = self._token_cache.get(text) if cache else None
             if row is None:
-                enc = self.tokenizer()(text + self.adapter.text_suffix, max_length=self.config.tokenizer_max_length,
-                                       padding="max_length", padding_side="right", truncation=True,
-                                       return_tensors="pt")
-                row = self._token_cache[text] = (enc["input_ids"][0], enc["attention_mask"][0].bool())
+                enc = self.tokenizer()(text, max_length=self.config.tokenizer_max_length, padding="max_length",
+                                       padding_side="right", truncation=True, return_tensors="pt")
+                row = (enc["input_ids"][0], enc["attention_mask"][0].bool())
+                if cache:
+                    self._token_cache[text] = row
             rows.append(row)
         return (torch.stack([r[0] for r in rows]).to(device), torch.stack([r[1] for r in rows]).to(device))
 
@@ -131,7 +137,7 @@ class LeRobotVLAPolicy(Policy):
             images = rgb.to(device).permute(0, 1, 4, 2, 3).float() / 255.0
             for i, key in enumerate(cfg.image_keys()):
                 batch[key] = images[:, i]
-        batch[OBS_TOKENS], batch[OBS_TOKEN_MASK] = self.tokens(list(obs["instruction"]), device)
+        batch[OBS_TOKENS], batch[OBS_TOKEN_MASK] = self.tokens(list(obs["instruction"]), device, batch[OBS_STATE])
         return batch
 
     def _vlm_trainable(self) -> bool:
@@ -267,8 +273,14 @@ class Pi0Policy(LeRobotVLAPolicy):
 
 
 class Pi05Policy(LeRobotVLAPolicy):
+    """pi0.5: quantile normalisation (LeRobot's default for it), the state in the prompt."""
+
     family = "pi05"
     config_class = Pi05Config
+
+    def __init__(self, config: Pi05Config, lerobot_policy: Any | None = None):
+        super().__init__(config, lerobot_policy)
+        self.processor = QuantileProcessor(config)
 
 
 class SmolVLAPolicy(LeRobotVLAPolicy):

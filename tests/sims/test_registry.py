@@ -30,12 +30,12 @@ def test_policy_families_are_one_table():
     """Each family's config entry is the config class of its policy class."""
     import policies
 
-    assert policies.families() == ["flow", "autoregressive", "diffusion", "pi0", "smolvla"]
+    assert policies.families() == ["flow", "autoregressive", "diffusion", "pi0", "pi05", "smolvla"]
     for family in policies.families():
         try:
             cls = policies.policy_class(family)
         except ImportError:  # LeRobot's families outside .venv-lerobot: their configs still load
-            assert family in ("pi0", "smolvla")
+            assert family in ("pi0", "pi05", "smolvla")
             cls = None
         assert cls is None or policies.config_class(family) is cls.config_class
     with pytest.raises(ValueError, match="unknown policy family 'flwo'; did you mean 'flow'"):

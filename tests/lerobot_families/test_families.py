@@ -1,5 +1,5 @@
-"""LeRobot's pi0 behind our Policy contract: ODE parity with LeRobot's own sampling, exact Flow-SDE
-log-probabilities, the frozen VLM, SFT, bundles, and checkpoints that LeRobot itself loads."""
+"""LeRobot's pi0 and SmolVLA behind our Policy contract: ODE parity with LeRobot's own sampling, exact
+Flow-SDE log-probabilities, the frozen VLM, SFT, bundles, and checkpoints that LeRobot itself loads."""
 
 from __future__ import annotations
 
@@ -25,10 +25,21 @@ def obs(n: int = N, seed: int = 0) -> dict:
             "instruction": ["pick up the red cube", "put the bowl on the plate", "open the top drawer"][:n]}
 
 
+#: each family's VLM parameters (frozen by train_expert_only) and action-expert parameters
+VLM = {"pi0": ".paligemma.", "pi05": ".paligemma.", "smolvla": ".vlm."}
+EXPERT = {"pi0": ".gemma_expert.", "pi05": ".gemma_expert.", "smolvla": ".lm_expert."}
+
+
+@pytest.fixture(scope="module", params=["pi0", "pi05", "smolvla"])
+def family_kwargs(request, tiny_pi0_kwargs, tiny_pi05_kwargs, tiny_smolvla_kwargs):
+    return request.param, {"pi0": tiny_pi0_kwargs, "pi05": tiny_pi05_kwargs, "smolvla": tiny_smolvla_kwargs}[request.param]
+
+
 @pytest.fixture(scope="module")
-def pi0(tiny_pi0_kwargs):
+def pi0(family_kwargs):
+    family, kwargs = family_kwargs
     torch.manual_seed(0)
-    return policies.make("pi0", **tiny_pi0_kwargs)
+    return policies.make(family, **kwargs)
 
 
 def test_ode_equals_lerobot_predict_action_chunk(pi0):
@@ -64,20 +75,22 @@ def test_rl_gradients_reach_the_action_expert_not_the_vlm(pi0):
     lp, _, value = pi0.logprob(o, s.extras)
     (lp.sum() + value.sum()).backward()
     named = dict(pi0.named_parameters())
-    expert = [n for n in named if ".gemma_expert." in n and named[n].grad is not None]
+    vlm_mark, expert_mark = VLM[pi0.family], EXPERT[pi0.family]
+    expert = [n for n in named if expert_mark in n and named[n].grad is not None]
     assert expert and named["lerobot.model.action_out_proj.weight"].grad.abs().sum() > 0
-    assert all(p.grad is None for n, p in named.items() if ".paligemma." in n)  # train_expert_only
+    assert all(p.grad is None for n, p in named.items() if vlm_mark in n)  # train_expert_only
     assert named["value_mlp.mlp.0.weight"].grad.abs().sum() > 0
     actor, critic = split_parameters(pi0, freeze_prefix=True)
     assert {id(p) for p in critic} == {id(p) for p in pi0.value_mlp.parameters()}
-    vlm = {id(p) for n, p in named.items() if ".paligemma." in n}
+    vlm = {id(p) for n, p in named.items() if vlm_mark in n}
     assert vlm and not vlm & {id(p) for p in actor}
     pi0.zero_grad(set_to_none=True)
 
 
-def test_sft_lowers_the_flow_matching_loss(tiny_pi0_kwargs):
+def test_sft_lowers_the_flow_matching_loss(family_kwargs):
+    family, kwargs = family_kwargs
     torch.manual_seed(0)
-    policy = policies.make("pi0", **tiny_pi0_kwargs)
+    policy = policies.make(family, **kwargs)
     o = obs()
     target = torch.linspace(-0.5, 0.5, 4 * 7).reshape(1, 4, 7).repeat(N, 1, 1)
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -96,13 +109,30 @@ def test_sft_lowers_the_flow_matching_loss(tiny_pi0_kwargs):
     assert loss() < 0.5 * before
 
 
-def test_bundle_round_trip(pi0, tmp_path, tiny_pi0_kwargs):
-    pi0.processor.set_stats({"state_mean": [0.1] * 15, "state_std": [2.0] * 15,
-                             "action_mean": [0.05] * 7, "action_std": [0.5] * 7})
+STATS = {"state_mean": [0.1] * 15, "state_std": [2.0] * 15, "action_mean": [0.05] * 7, "action_std": [0.5] * 7,
+         "state_q01": [-2.0] * 15, "state_q99": [2.5] * 15, "action_q01": [-0.8] * 7, "action_q99": [0.6] * 7}
+
+
+def test_pi05_prompts_are_lerobots(tiny_pi05_kwargs):
+    """pi0.5's prompt (task and discretised state) is the one LeRobot's processor step writes."""
+    from lerobot.lerobot_types import TransitionKey
+    from lerobot.policies.pi05.processor_pi05 import Pi05PrepareStateTokenizerProcessorStep
+
+    from policies.lerobot.adapters import adapter
+
+    state = torch.linspace(-1.2, 1.2, 2 * 15).reshape(2, 15)
+    texts = ["pick_up the cube\n", " open the drawer"]
+    step = Pi05PrepareStateTokenizerProcessorStep()
+    out = step({TransitionKey.OBSERVATION: {"observation.state": state}, TransitionKey.COMPLEMENTARY_DATA: {"task": texts}})
+    assert adapter("pi05").prompts(texts, state) == out[TransitionKey.COMPLEMENTARY_DATA]["task"]
+
+
+def test_bundle_round_trip(pi0, tmp_path, family_kwargs):
+    pi0.processor.set_stats({k: v for k, v in STATS.items() if pi0.family == "pi05" or "_q" not in k})
     try:
         policies.save(pi0, tmp_path / "ckpt")
         loaded = policies.load(tmp_path / "ckpt")
-        assert loaded.family == "pi0" and loaded.config.model_sizes == tiny_pi0_kwargs["model_sizes"]
+        assert loaded.family == pi0.family and loaded.config == pi0.config
         noise = torch.randn(N, 4, pi0.max_action_dim, generator=torch.Generator().manual_seed(5))
         torch.testing.assert_close(loaded.sample(obs(), mode="greedy", noise=noise).actions,
                                    pi0.sample(obs(), mode="greedy", noise=noise).actions)
@@ -110,23 +140,23 @@ def test_bundle_round_trip(pi0, tmp_path, tiny_pi0_kwargs):
         pi0.processor.set_stats(None)
 
 
-def test_export_loads_in_lerobot_and_back(pi0, tmp_path, tiny_pi0_kwargs):
-    from lerobot.policies.pi0.modeling_pi0 import PI0Policy
-
+def test_export_loads_in_lerobot_and_back(pi0, tmp_path, family_kwargs):
+    family, kwargs = family_kwargs
     pi0.processor.set_stats({"state_mean": [0.0] * 15, "state_std": [1.0] * 15,
                              "action_mean": [0.1] * 7, "action_std": [0.5] * 7})
     try:
         folder = policies.lerobot.export_lerobot(pi0, tmp_path / "lerobot")
         o = obs()
         noise = torch.randn(N, 4, pi0.max_action_dim, generator=torch.Generator().manual_seed(6))
-        with model_sizes("pi0", tiny_pi0_kwargs["model_sizes"]):
-            theirs = PI0Policy.from_pretrained(str(folder), local_files_only=True)
+        with model_sizes(family, kwargs.get("model_sizes")):  # LeRobot's own loading of the folder
+            theirs = pi0.adapter.policy_class().from_pretrained(str(folder), local_files_only=True)
         out = theirs.predict_action_chunk(pi0.lerobot_batch(o), noise=noise)
         ours = pi0.sample(o, mode="greedy", noise=noise).actions
         torch.testing.assert_close(pi0.processor.unnormalize_actions(out), ours, atol=1e-5, rtol=0)
-        back = policies.lerobot.load_lerobot(folder, tokenizer=tiny_pi0_kwargs["tokenizer"],
-                                             model_sizes_override=tiny_pi0_kwargs["model_sizes"])
+        back = policies.lerobot.load_lerobot(folder, tokenizer=kwargs.get("tokenizer", ""),
+                                             model_sizes_override=kwargs.get("model_sizes"))
         assert back.config.cameras == ["agentview", "wrist"] and back.config.action_dim == 7
+        assert back.processor.stats == pi0.processor.stats
         torch.testing.assert_close(back.lerobot.predict_action_chunk(back.lerobot_batch(o), noise=noise), out,
                                    atol=1e-5, rtol=0)
     finally:
