@@ -1,6 +1,7 @@
 """``embodied-sft``: supervised fine-tuning of any policy family on a demonstration dataset.
 
     embodied-sft data=DIR policy=flow out=DIR [steps=2000] [resume=true] [eval.suite=spatial]
+    embodied-sft data=DIR init=LEROBOT_CHECKPOINT out=DIR      # fine-tune a pretrained pi0 / pi0.5 / SmolVLA
 
 Writes into ``out``: ``ckpt/`` (the policy bundle, refreshed every ``save_every`` steps and at the
 end), ``train_state/`` (optimizer, step, RNG: what ``resume=true`` continues from),
@@ -49,7 +50,11 @@ class SFTConfig:
 
     data: str = MISSING  # demonstration dataset (LeRobot v3.0 layout, e.g. from embodied-collect)
     out: str = MISSING  # run folder
-    policy: Any = MISSING  # config group policy/: flow | autoregressive | diffusion
+    policy: Any = MISSING  # config group policy/: flow | autoregressive | diffusion | pi0 | pi05 | smolvla
+    # start from this policy instead of a fresh one of the policy group: a bundle, or a LeRobot checkpoint
+    # folder (pi0, pi0.5, SmolVLA; in .venv-lerobot). Its state/action statistics are replaced by the
+    # dataset's, as LeRobot's fine-tuning does.
+    init: Optional[str] = None
     steps: int = 2000  # optimizer steps
     batch_size: int = 64
     lr: float = 3e-4
@@ -97,14 +102,20 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     else:
         if (out / "ckpt" / "config.json").is_file():
             raise FileExistsError(f"{out} already holds a checkpoint: pass resume=true to continue, or a new out=...")
-        policy = policies.make(family, **overrides).to(cfg.device)
+        if cfg.init is not None:
+            policy = policies.load(cfg.init, device=cfg.device).train()
+            family, overrides = policy.family, policy.config.to_dict()
+            print(f"embodied-sft: starting from {cfg.init} (a {family} policy; the policy group is not used)",
+                  flush=True)
+        else:
+            policy = policies.make(family, **overrides).to(cfg.device)
     state_obs = policy.config.state_obs
     demos = load_demonstrations(cfg.data, chunk_size=policy.config.chunk_size, image_size=policy.config.image_size,
                                 cameras=policy.config.cameras, episodes=cfg.episodes, state_obs=state_obs)
     width = int(demos.state.shape[1])
     if width != policy.config.state_dim:
         default_dim = policies.config_class(family)().state_dim
-        if cfg.resume or (state_obs != "privileged" and policy.config.state_dim != default_dim):
+        if cfg.resume or cfg.init is not None or (state_obs != "privileged" and policy.config.state_dim != default_dim):
             raise ValueError(f"the dataset's state has {width} values (state_obs={state_obs!r}), the policy reads "
                              f"{policy.config.state_dim}: set policy.state_dim={width} or use a matching dataset")
         # the state's size depends on the suite (privileged vectors, another robot's proprioception, as real

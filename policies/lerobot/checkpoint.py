@@ -41,6 +41,8 @@ def is_lerobot_folder(path: str | os.PathLike) -> bool:
     return isinstance(meta, dict) and "type" in meta and "format_version" not in meta
 
 
+#: our config of an exported checkpoint, beside LeRobot's files
+EMBODIED_CONFIG = "embodied_policy.json"
 #: the normalisation our processor of each family applies (LeRobot's names)
 NORMALISATION = {"pi0": "MEAN_STD", "pi05": "QUANTILES", "smolvla": "MEAN_STD"}
 #: our statistic -> LeRobot's flat normaliser key
@@ -111,6 +113,13 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
         freeze_vision_encoder=bool(getattr(lr_config, "freeze_vision_encoder", True)),
         lerobot_config={k: v for k, v in raw.items() if k not in _DERIVED},
         model_sizes=model_sizes_override or {})
+    ours = folder / EMBODIED_CONFIG
+    if ours.is_file():  # written by export_lerobot: our own fields (cameras, tokenizer, sizes) as they were
+        saved = json.loads(ours.read_text())
+        if saved.get("family") != family:
+            raise CheckpointError(f"{ours} is for a {saved.get('family')} policy, config.json for {family}")
+        fields = {**saved["config"], **({"tokenizer": tokenizer} if tokenizer else {}),
+                  **({"model_sizes": model_sizes_override} if model_sizes_override else {})}
     config = cls.config_class.from_dict({**cls.config_class().to_dict(), **fields})
     weights = folder / "model.safetensors"
     if not weights.is_file():
@@ -146,7 +155,8 @@ def export_lerobot(policy: Any, path: str | os.PathLike) -> Path:
     """Write ``policy``'s LeRobot model as a LeRobot checkpoint folder (``config.json``,
     ``model.safetensors``: what LeRobot's ``from_pretrained`` reads) and our normalisation statistics
     as ``stats.json`` (:func:`load_lerobot` reads them back; in LeRobot, pass them as ``dataset_stats`` to
-    the family's ``make_*_pre_post_processors``); returns the folder."""
+    the family's ``make_*_pre_post_processors``) and our config as ``embodied_policy.json`` (camera names,
+    tokenizer, sizes: :func:`load_lerobot` restores them); returns the folder."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     lr = policy.lerobot
@@ -154,4 +164,6 @@ def export_lerobot(policy: Any, path: str | os.PathLike) -> Path:
     state = {k: v.detach().cpu().contiguous() for k, v in lr.state_dict().items()}
     lr.save_pretrained(folder, state_dict=state)
     (folder / "stats.json").write_text(json.dumps(policy.processor.stats, indent=2))
+    (folder / EMBODIED_CONFIG).write_text(json.dumps({"family": policy.family, "config": policy.config.to_dict()},
+                                                     indent=2))
     return folder

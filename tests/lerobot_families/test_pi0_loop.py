@@ -41,6 +41,12 @@ def test_sft_rl_eval_and_serving(tmp_path, tokenizer_dir):
     assert summary["family"] == "pi0" and sft.config.model_sizes == "tiny"
     assert sft.processor.stats["action_std"] != [1.0] * 7  # the dataset's statistics
 
+    # fine-tuning from a LeRobot checkpoint folder (here: the SFT policy written in LeRobot's format)
+    folder = policies.lerobot.export_lerobot(sft, tmp_path / "lerobot")
+    again = train(compose("sft", f"data={data}", f"out={tmp_path / 'sft2'}", f"init={folder}", "steps=1",
+                          "batch_size=4"))
+    assert again["family"] == "pi0" and policies.load(tmp_path / "sft2" / "ckpt").config == sft.config
+
     rl = tmp_path / "rl"
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     proc = subprocess.run([str(BIN / "embodied-train"), f"init={ckpt}", "algo=flow_sde", f"out={rl}", "suite=goal",
