@@ -1,7 +1,8 @@
 """Policy inference benchmark (``embodied-bench bench=policy``): chunk latency of every family.
 
 What one run measures, for every family in ``families`` (default: flow, autoregressive,
-diffusion), each of its samplers, and every batch size N in ``batch_sizes`` (a *case*):
+diffusion; LeRobot's ``pi0``, ``pi05``, ``smolvla`` when named, in .venv-lerobot, at a tiny size),
+each of its samplers, and every batch size N in ``batch_sizes`` (a *case*):
 
 - ``flow``: ``policies.make("flow", sampler=S)`` then ``sample(obs, mode="explore")`` for the
   samplers ``ode`` (deterministic Euler ODE), ``sde`` (accelerated Flow-SDE: one stochastic step
@@ -9,7 +10,10 @@ diffusion), each of its samplers, and every batch size N in ``batch_sizes`` (a *
   head); greedy flow sampling is the ODE, so it is not timed twice;
 - ``autoregressive``: ``sample(obs, mode="greedy")`` (``greedy``) and ``mode="explore"``
   (``explore``), H*A tokens decoded with the KV cache;
-- ``diffusion``: ``sample(obs, mode="explore")`` (``ddim``: ``inference_steps`` DDIM steps).
+- ``diffusion``: ``sample(obs, mode="explore")`` (``ddim``: ``inference_steps`` DDIM steps);
+- ``pi0``, ``pi05``, ``smolvla``: ``sample(obs, mode="explore")`` with the samplers ``ode``, ``sde``,
+  ``sde_full``, LeRobot's models at the sizes of :func:`policies.lerobot.tiny.tiny_config` (image size
+  32 unless ``image_size`` is set, chunk 4, 4 denoising steps; ``policy_overrides`` apply on top).
 
 Every policy is built from its family's *default* config (``policies.make``), updated by
 ``image_size`` / ``cameras`` when set and by ``policy_overrides``; the weights are random (seeded
@@ -66,6 +70,9 @@ from policies.io import policy_inputs
 from embodied.runs import machine_info, write_json
 
 FAMILIES = ("flow", "autoregressive", "diffusion")
+#: LeRobot's families (in .venv-lerobot), benchmarked at the ``tiny`` size of
+#: :func:`policies.lerobot.tiny.tiny_config` (their published sizes need a GPU and downloaded weights)
+LEROBOT_FAMILIES = ("pi0", "pi05", "smolvla")
 
 #: family -> [(sampler name, extra ``policies.make`` kwargs, sample mode)]
 SAMPLERS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
@@ -82,6 +89,8 @@ SAMPLERS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "diffusion": [
         ("ddim", {}, "explore"),
     ],
+    **{fam: [("ode", {"sampler": "ode"}, "explore"), ("sde", {"sampler": "sde"}, "explore"),
+             ("sde_full", {"sampler": "sde_full"}, "explore")] for fam in LEROBOT_FAMILIES},
 }
 
 CSV_FIELDS = (
@@ -126,10 +135,11 @@ SCHEMA = PolicyBenchConfig
 def validate(cfg: PolicyBenchConfig) -> list[str]:
     """Check the config; return the families to run (raises :class:`BenchError`)."""
     families = list(cfg.families) if cfg.families else list(FAMILIES)
-    unknown = [f for f in families if f not in FAMILIES]
+    known = FAMILIES + LEROBOT_FAMILIES
+    unknown = [f for f in families if f not in known]
     if unknown:
         raise BenchError(f"unknown policy famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
-                         f"choose from {list(FAMILIES)}")
+                         f"choose from {list(known)}")
     if not cfg.batch_sizes or any(int(n) < 1 for n in cfg.batch_sizes):
         raise BenchError(f"batch_sizes must be a non-empty list of positive integers, got {list(cfg.batch_sizes)}")
     if cfg.repeats < 1:
@@ -235,9 +245,10 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def build_cases(cfg: PolicyBenchConfig, families: list[str], device: torch.device
+def build_cases(cfg: PolicyBenchConfig, families: list[str], device: torch.device, out: Path
                 ) -> tuple[list[_Case], dict[str, dict[str, Any]], list[str]]:
-    """Build one policy per (family, sampler). Returns the cases, per-family info and notes."""
+    """Build one policy per (family, sampler). Returns the cases, per-family info and notes. LeRobot's
+    families are built tiny (their tokenizer or VLM folder is written under ``out/lerobot_tiny``)."""
     import policies
 
     base: dict[str, Any] = dict(cfg.policy_overrides)
@@ -258,10 +269,17 @@ def build_cases(cfg: PolicyBenchConfig, families: list[str], device: torch.devic
             entry["error"] = _short(err)
             notes.append(f"family {fam!r} skipped: its code does not import ({entry['error']})")
             continue
+        fam_base = base
+        if fam in LEROBOT_FAMILIES:
+            from policies.lerobot.tiny import tiny_config
+
+            size = {"image_size": cfg.image_size} if cfg.image_size else {}
+            fam_base = {**tiny_config(fam, out / "lerobot_tiny", **size), **base}
+            entry["size"] = "tiny (policies.lerobot.tiny)"
         for name, extra, mode in SAMPLERS[fam]:
             try:
                 torch.manual_seed(cfg.seed)  # same weights for every sampler of a family
-                policy = policies.make(fam, **base, **extra).to(device).eval()
+                policy = policies.make(fam, **fam_base, **extra).to(device).eval()
             except Exception as err:  # noqa: BLE001
                 msg = _short(err)
                 entry["samplers"][name] = {"mode": mode, "error": msg, "batches": {}}
@@ -454,7 +472,7 @@ def run(cfg: PolicyBenchConfig, out: str | os.PathLike, *, progress: bool = True
         torch.set_num_threads(cfg.num_threads)
     start = time.perf_counter()
     try:
-        cases, info, notes = build_cases(cfg, families, device)
+        cases, info, notes = build_cases(cfg, families, device, out)
         time_cases(cfg, cases, device, notes, progress=progress)
         payload, rows = _report(cfg, cases, info, notes, device)
     finally:

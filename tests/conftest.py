@@ -80,82 +80,39 @@ def libero_exported(tmp_path_factory):
     return root, proc.stdout
 
 
-# The LeRobot family tests (tests/lerobot_families/, run in .venv-lerobot by scripts/test.sh): tiny, randomly
-# initialised models and a tokenizer built in code (a word-level vocabulary), so nothing is downloaded.
-# Here rather than in a tests/lerobot_families/conftest.py, for the reason above.
-
-WORDS = ("pick put place the a up and on in of to lift can cube bowl plate red blue green black white "
-         "top drawer open close turn stove basket box bottom middle cabinet next ramekin cookie mug").split()
-
-def make_tokenizer(folder) -> str:
-    """A word-level tokenizer saved in ``folder`` (a stand-in for PaliGemma's, which is downloaded)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<unk>": 1, "<bos>": 2, "<eos>": 3}
-    for w in WORDS:
-        vocab.setdefault(w, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<bos>",
-                                   eos_token="<eos>")
-    fast.save_pretrained(str(folder))
-    return str(folder)
+# The LeRobot family tests (tests/lerobot_families/, run in .venv-lerobot by scripts/test.sh): tiny,
+# randomly initialised models (policies.lerobot.tiny), so nothing is downloaded. Here rather than in a
+# tests/lerobot_families/conftest.py, for the reason above.
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory) -> str:
-    return make_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-def make_smolvlm(folder) -> str:
-    """A tiny SmolVLM (config, processor and word-level tokenizer, no weights) saved in ``folder``: the
-    VLM folder SmolVLA builds on (``lerobot_config.vlm_model_name``) when its weights are not loaded."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor,
-                              SmolVLMVideoProcessor)
-
-    specials = ["<pad>", "<unk>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>", "<image>",
-                "<global-img>"]
-    vocab = {t: i for i, t in enumerate(specials)}
-    for w in WORDS:
-        vocab.setdefault(w, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<|im_start|>",
-                                   extra_special_tokens={"fake_image_token": "<fake_token_around_image>",
-                                                         "image_token": "<image>", "global_image_token": "<global-img>",
-                                                         "end_of_utterance_token": "<end_of_utterance>"})
-    SmolVLMConfig(text_config=dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=len(vocab)),
-                  vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                     patch_size=8, image_size=32),
-                  scale_factor=2, image_token_id=vocab["<image>"], vocab_size=len(vocab)).save_pretrained(str(folder))
-    images = SmolVLMImageProcessor(size={"longest_edge": 32}, max_image_size={"longest_edge": 32},
-                                   do_image_splitting=False)
-    SmolVLMProcessor(image_processor=images, tokenizer=fast, video_processor=SmolVLMVideoProcessor(),
-                     image_seq_len=4).save_pretrained(str(folder))
-    return str(folder)
+def lerobot_tiny_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("lerobot_tiny")
 
 
 @pytest.fixture(scope="session")
-def smolvlm_dir(tmp_path_factory) -> str:
-    return make_smolvlm(tmp_path_factory.mktemp("smolvlm"))
+def tokenizer_dir(lerobot_tiny_dir) -> str:
+    from policies.lerobot.tiny import tiny_config
+
+    return tiny_config("pi0", lerobot_tiny_dir)["tokenizer"]
 
 
 @pytest.fixture(scope="session")
-def tiny_smolvla_kwargs(smolvlm_dir) -> dict:
-    return dict(image_size=32, chunk_size=4, num_steps=4, tokenizer_max_length=12,
-                lerobot_config={"vlm_model_name": smolvlm_dir, "max_state_dim": 16, "max_action_dim": 8,
-                                "num_vlm_layers": 4})
+def tiny_pi0_kwargs(lerobot_tiny_dir) -> dict:
+    from policies.lerobot.tiny import tiny_config
+
+    return tiny_config("pi0", lerobot_tiny_dir)
 
 
 @pytest.fixture(scope="session")
-def tiny_pi05_kwargs(tiny_pi0_kwargs) -> dict:
-    return {**tiny_pi0_kwargs, "tokenizer_max_length": 48}  # the prompt holds the 15 state bins
+def tiny_pi05_kwargs(lerobot_tiny_dir) -> dict:
+    from policies.lerobot.tiny import tiny_config
+
+    return tiny_config("pi05", lerobot_tiny_dir)
 
 
 @pytest.fixture(scope="session")
-def tiny_pi0_kwargs(tokenizer_dir) -> dict:
-    return dict(model_sizes="tiny", tokenizer=tokenizer_dir, image_size=32, chunk_size=4, num_steps=4,
-                tokenizer_max_length=12, lerobot_config={"max_state_dim": 16, "max_action_dim": 8})
+def tiny_smolvla_kwargs(lerobot_tiny_dir) -> dict:
+    from policies.lerobot.tiny import tiny_config
+
+    return tiny_config("smolvla", lerobot_tiny_dir)
