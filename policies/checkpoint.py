@@ -70,9 +70,10 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def load(path: str | os.PathLike, *, device: str = "cpu") -> Any:
+def load(path: str | os.PathLike, *, device: str = "cpu", cameras: list[str] | None = None) -> Any:
     """Load a bundle written by :func:`save`, or a checkpoint folder written by LeRobot (pi0, pi0.5,
-    SmolVLA: :func:`policies.lerobot.load_lerobot`); returns the policy in eval mode."""
+    SmolVLA: :func:`policies.lerobot.load_lerobot`, where ``cameras`` names our cameras for its image
+    features); returns the policy in eval mode."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -81,7 +82,9 @@ def load(path: str | os.PathLike, *, device: str = "cpu") -> Any:
 
     folder = Path(path)
     if is_lerobot_folder(folder):
-        return load_lerobot(folder, device=device)
+        return load_lerobot(folder, device=device, cameras=cameras)
+    if cameras is not None:
+        raise CheckpointError("cameras= renames a LeRobot checkpoint's image features; a bundle keeps its own")
     meta = read_meta(folder)
     weights = folder / WEIGHTS
     if not weights.is_file():

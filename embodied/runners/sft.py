@@ -55,6 +55,9 @@ class SFTConfig:
     # folder (pi0, pi0.5, SmolVLA; in .venv-lerobot). Its state/action statistics are replaced by the
     # dataset's, as LeRobot's fine-tuning does.
     init: Optional[str] = None
+    # with a LeRobot checkpoint as init: our camera names for its image features, in their order (e.g.
+    # [agentview,wrist] for LeRobot's LIBERO checkpoints, whose features are image and wrist_image)
+    init_cameras: Optional[list[str]] = None
     steps: int = 2000  # optimizer steps
     batch_size: int = 64
     lr: float = 3e-4
@@ -103,7 +106,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
         if (out / "ckpt" / "config.json").is_file():
             raise FileExistsError(f"{out} already holds a checkpoint: pass resume=true to continue, or a new out=...")
         if cfg.init is not None:
-            policy = policies.load(cfg.init, device=cfg.device).train()
+            policy = policies.load(cfg.init, device=cfg.device, cameras=cfg.init_cameras).train()
             family, overrides = policy.family, policy.config.to_dict()
             print(f"embodied-sft: starting from {cfg.init} (a {family} policy; the policy group is not used)",
                   flush=True)

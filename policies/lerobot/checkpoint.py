@@ -74,9 +74,12 @@ def _normalizer_stats(folder: Path, state_dim: int, action_dim: int, mode: str) 
 
 
 def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str = "",
-                 model_sizes_override: str | dict[str, Any] | None = None) -> Any:
+                 model_sizes_override: str | dict[str, Any] | None = None, cameras: list[str] | None = None) -> Any:
     """Our policy of a LeRobot checkpoint folder (eval mode). ``tokenizer`` overrides the model's
-    default (a local folder); ``model_sizes_override`` rebuilds a small model (see ``model_sizes``)."""
+    default (a local folder); ``model_sizes_override`` rebuilds a small model (see ``model_sizes``);
+    ``cameras`` names our cameras for the checkpoint's image features, in their order (LeRobot's
+    LIBERO checkpoints read ``observation.images.image`` and ``.wrist_image``: ``["agentview", "wrist"]``
+    for our LIBERO scenes); by default the features' own names."""
     from lerobot.configs.policies import PreTrainedConfig
     from safetensors.torch import load_file
 
@@ -113,13 +116,18 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
         freeze_vision_encoder=bool(getattr(lr_config, "freeze_vision_encoder", True)),
         lerobot_config={k: v for k, v in raw.items() if k not in _DERIVED},
         model_sizes=model_sizes_override or {})
+    if cameras is not None:
+        if len(cameras) != len(image_keys):
+            raise CheckpointError(f"cameras {list(cameras)} must name one camera per image feature {image_keys}")
+        fields["cameras"] = list(cameras)
     ours = folder / EMBODIED_CONFIG
     if ours.is_file():  # written by export_lerobot: our own fields (cameras, tokenizer, sizes) as they were
         saved = json.loads(ours.read_text())
         if saved.get("family") != family:
             raise CheckpointError(f"{ours} is for a {saved.get('family')} policy, config.json for {family}")
         fields = {**saved["config"], **({"tokenizer": tokenizer} if tokenizer else {}),
-                  **({"model_sizes": model_sizes_override} if model_sizes_override else {})}
+                  **({"model_sizes": model_sizes_override} if model_sizes_override else {}),
+                  **({"cameras": list(cameras), "camera_keys": image_keys} if cameras is not None else {})}
     config = cls.config_class.from_dict({**cls.config_class().to_dict(), **fields})
     weights = folder / "model.safetensors"
     if not weights.is_file():

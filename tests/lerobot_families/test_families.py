@@ -157,6 +157,8 @@ def test_export_loads_in_lerobot_and_back(pi0, tmp_path, family_kwargs):
                                              model_sizes_override=kwargs.get("model_sizes"))
         assert back.config.cameras == ["agentview", "wrist"] and back.config.action_dim == 7
         assert back.processor.stats == pi0.processor.stats
+        renamed = policies.load(folder, cameras=["front", "hand"])
+        assert renamed.config.cameras == ["front", "hand"] and renamed.config.image_keys() == pi0.config.image_keys()
         torch.testing.assert_close(back.lerobot.predict_action_chunk(back.lerobot_batch(o), noise=noise), out,
                                    atol=1e-5, rtol=0)
     finally:
