@@ -61,6 +61,21 @@ def test_sft_rl_eval_and_serving(tmp_path, tokenizer_dir):
     assert any(".gemma_expert." in k for k in moved)
     assert not any(".paligemma." in k for k in moved)  # the VLM stays as SFT left it
 
+    # the fine-tuned policy loads back in LeRobot itself and samples the same chunk from the same noise
+    import torch
+
+    from policies.lerobot.sizes import model_sizes
+
+    exported = policies.lerobot.export_lerobot(trained, tmp_path / "rl_lerobot")
+    with model_sizes("pi0", "tiny"):
+        theirs = trained.adapter.policy_class().from_pretrained(str(exported), local_files_only=True)
+    o = {"rgb": torch.zeros(2, 2, 32, 32, 3, dtype=torch.uint8), "state": torch.zeros(2, 15),
+         "instruction": ["put the bowl on the plate"] * 2}
+    noise = torch.randn(2, 4, trained.max_action_dim, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(trained.processor.unnormalize_actions(theirs.predict_action_chunk(
+        trained.lerobot_batch(o), noise=noise)), trained.sample(o, mode="greedy", noise=noise).actions,
+        atol=1e-5, rtol=0)
+
     results = run(EvalConfig(checkpoint=str(rl / "checkpoint" / "policy"), suite="goal", tasks=[2], episodes=2,
                              num_envs=2, max_steps=6, image_size=32, videos="none", out=str(tmp_path / "eval")))
     assert results["suites"]["goal"]["episodes"] == 2
