@@ -52,3 +52,15 @@ def test_expert_knows_a_dropped_bowl_and_an_unreachable_rim(libero_exported):
     nearer = expert.grasp_point(d)
     assert not np.allclose(higher, nearer) and expert._reach(nearer) < expert._reach(higher)
     assert abs(np.linalg.norm((nearer - higher)[:2]) - 2 * expert.rim) < 0.01  # the two ends of one diameter
+
+
+def test_expert_closed_loop_in_the_reference_env(libero_exported):
+    """The expert reads the reference env's state each step and its actions drive the reference env:
+    LIBERO's own simulator, controller and success check judge the episode."""
+    from sims.libero.closed_loop import ReferenceLoop, run_closed_loop
+
+    with ReferenceLoop("libero_spatial") as ref:
+        with pytest.raises(RuntimeError, match="refused step: ValueError: step before any reset"):
+            ref.step(np.zeros(7))
+        result = run_closed_loop(scenes.task_dir("libero_spatial", 0, libero_exported[0]), ref, [0])
+    assert result["success"].tolist() == [True] and 0 < result["length"][0] < 220
