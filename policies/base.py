@@ -283,7 +283,7 @@ class Policy(nn.Module, abc.ABC):
 
     def check_env(self, env: Any) -> None:
         """Raise a clear error if this policy cannot drive ``env`` (action/observation specs)."""
-        from policies.checkpoint import SpecMismatchError
+        from policies.errors import SpecMismatchError
 
         a_env = tuple(env.action_spec.shape)
         if a_env != (self.action_dim,):

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from policies.errors import CheckpointError, SpecMismatchError
 from policies.files import sha256_file, write_atomic
 
 FORMAT_VERSION = 1
@@ -24,12 +25,7 @@ WEIGHTS = "model.safetensors"
 LEGACY_CONFIG = {"state_std_floor": 1e-3, "state_clip": 0.0}
 
 
-class CheckpointError(ValueError):
-    """A bundle that cannot be loaded: missing, incomplete, tampered, or not safetensors."""
-
-
-class SpecMismatchError(ValueError):
-    """A policy whose action or observation spec does not fit an environment."""
+__all__ = ["CheckpointError", "SpecMismatchError", "load", "read_meta", "save"]
 
 
 def save(policy: Any, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:

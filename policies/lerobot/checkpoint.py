@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from policies.checkpoint import CheckpointError
+from policies.errors import CheckpointError
 from policies.lerobot.sizes import model_sizes
 
 log = logging.getLogger(__name__)

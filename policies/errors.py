@@ -1,0 +1,12 @@
+"""The errors of loading and checking policies (their own module: the families' code raises them
+without importing the bundle loader)."""
+
+from __future__ import annotations
+
+
+class CheckpointError(ValueError):
+    """A bundle that cannot be loaded: missing, incomplete, tampered, or not safetensors."""
+
+
+class SpecMismatchError(ValueError):
+    """A policy whose action or observation spec does not fit an environment."""
