@@ -1,11 +1,25 @@
-"""MP4 videos with OpenCV: episodes for people to watch (camera views side by side, instruction and
-step drawn on; lossy ``mp4v``) and the lossless camera streams of demonstration datasets (``ffv1``)."""
+"""MP4 videos: episodes for people to watch (camera views side by side, instruction and step drawn
+on; lossy ``mp4v`` through OpenCV) and the camera streams of demonstration datasets, stored
+losslessly: HEVC in its lossless mode on planar RGB (``hevc``, the default of new datasets; a codec
+LeRobot's tools re-encode with) or FFV1 (``ffv1``, datasets written before, and the fallback where
+no HEVC encoder is installed).
+
+Lossless HEVC is libx265 with ``x265-params lossless=1`` on ``gbrp`` frames (8-bit R, G, B planes: no
+RGB -> YUV conversion, no chroma subsampling), every frame intra-coded (see :data:`HEVC_GOP`), so the
+decoders give back the written frames bit for bit. OpenCV's FFmpeg has no libx265 encoder: it is
+driven through PyAV where installed (as LeRobot does; ``.venv-lerobot``) or else an ``ffmpeg``
+executable that has libx265 (imageio-ffmpeg's, or one on the PATH). OpenCV's FFmpeg decodes HEVC."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import subprocess
+import tempfile
+from fractions import Fraction
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import cv2
 import numpy as np
@@ -24,29 +38,159 @@ def annotate_frame(views: Sequence[np.ndarray], lines: Sequence[str], scale: int
     return np.concatenate([row, band], axis=0)
 
 
-# codec name -> (OpenCV fourcc, codec name ffprobe reports, pixel format the stream holds)
+# codec name -> (OpenCV fourcc or None when OpenCV cannot write it, codec name ffprobe reports,
+# pixel format the stream holds)
 CODECS = {
     # MPEG-4 Part 2: small, lossy (yuv420p: chroma at half resolution, blocks); videos for people
     "mp4v": ("mp4v", "mpeg4", "yuv420p"),
     # FFV1: lossless intra-only; OpenCV stores 8-bit colour frames as bgra (no chroma subsampling),
-    # so decoding gives back the written frames bit for bit, whatever the FFmpeg build
+    # so decoding gives back the written frames bit for bit, whatever the FFmpeg build. LeRobot's
+    # tools refuse to re-encode it (their codecs: h264, hevc, libsvtav1, libaom-av1, hardware ones).
     "ffv1": ("FFV1", "ffv1", "bgra"),
+    # HEVC, lossless (libx265 lossless=1) on planar RGB: bit for bit too, and a codec LeRobot accepts
+    "hevc": (None, "hevc", "gbrp"),
 }
+LOSSLESS_CODECS = ("hevc", "ffv1")
+# The encoder settings of lossless HEVC, recorded in a dataset's info.json the way LeRobot records its
+# own (``video.g``, ``video.extra_options``), so LeRobot's tools re-encode with the same settings.
+# Intra-only (GOP 1), like FFV1: x265's lossless *inter* frames do not always decode to the input
+# (libx265 in PyAV 15's wheels and in imageio-ffmpeg's ffmpeg 9, FFmpeg's decoder: at 16, 32 and 64 px a
+# few frames of a 64-frame clip came back with 5x5-pixel blocks off by up to 174; at 24, 48, 96 and
+# 160 px none did), while intra frames came back exact at every size tried. No B-frames (should a GOP
+# be raised), x265's own log quiet.
+HEVC_GOP = 1
+HEVC_X265_PARAMS = "lossless=1:bframes=0:log-level=error"
+
+
+def is_lossless(info: dict[str, Any]) -> bool:
+    """Whether a video feature's ``info`` block (info.json) describes a lossless stream."""
+    codec, pix_fmt = info.get("video.codec"), info.get("video.pix_fmt")
+    if codec == "ffv1":
+        return pix_fmt in ("bgra", "bgr0", "rgb24", "bgr24", "gbrp", "rgba")
+    if codec == "hevc":  # lossless x265 on planar RGB, intra-only (see HEVC_GOP)
+        params = str((info.get("video.extra_options") or {}).get("x265-params", ""))
+        return pix_fmt == "gbrp" and "lossless=1" in params.split(":") and info.get("video.g") == 1
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def ffmpeg_executable() -> str | None:
+    """An ``ffmpeg`` executable with the libx265 encoder (imageio-ffmpeg's, else one on the PATH), or None."""
+    candidates = []
+    try:
+        import imageio_ffmpeg
+
+        candidates.append(imageio_ffmpeg.get_ffmpeg_exe())
+    except Exception:  # not installed, or its binary missing
+        pass
+    if shutil.which("ffmpeg"):
+        candidates.append(shutil.which("ffmpeg"))
+    for exe in candidates:
+        try:
+            out = subprocess.run([exe, "-hide_banner", "-encoders"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if " libx265 " in out:
+            return exe
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _pyav_has_libx265() -> bool:
+    try:
+        import av
+
+        return "gbrp" in [f.name for f in (av.codec.Codec("libx265", "w").video_formats or [])]
+    except Exception:  # PyAV missing, or its FFmpeg without libx265
+        return False
+
+
+def hevc_backend() -> str | None:
+    """How lossless HEVC gets encoded here: ``"pyav"``, ``"ffmpeg"`` (a subprocess), or None (no encoder)."""
+    if _pyav_has_libx265():
+        return "pyav"
+    if ffmpeg_executable() is not None:
+        return "ffmpeg"
+    return None
+
+
+class _PyAVHevc:
+    def __init__(self, path: Path, fps: float, width: int, height: int):
+        import av
+
+        self._out = av.open(str(path), "w")
+        self._stream = self._out.add_stream("libx265", rate=Fraction(fps).limit_denominator(1000),
+                                            options={"g": str(HEVC_GOP), "x265-params": HEVC_X265_PARAMS})
+        self._stream.width, self._stream.height, self._stream.pix_fmt = width, height, "gbrp"
+        self._av = av
+
+    def write(self, frame: np.ndarray) -> None:
+        vf = self._av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24").reformat(format="gbrp")
+        for packet in self._stream.encode(vf):
+            self._out.mux(packet)
+
+    def close(self) -> None:
+        for packet in self._stream.encode():
+            self._out.mux(packet)
+        self._out.close()
+
+
+class _FFmpegHevc:
+    def __init__(self, path: Path, fps: float, width: int, height: int):
+        exe = ffmpeg_executable()
+        if exe is None:
+            raise RuntimeError("no ffmpeg executable with libx265 found")
+        self.path = path
+        self._log = tempfile.TemporaryFile()
+        rate = Fraction(fps).limit_denominator(1000)
+        self._proc = subprocess.Popen(
+            [exe, "-y", "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+             "-s", f"{width}x{height}", "-framerate", f"{rate.numerator}/{rate.denominator}", "-i", "pipe:0", "-an",
+             "-c:v", "libx265", "-pix_fmt", "gbrp", "-g", str(HEVC_GOP), "-x265-params", HEVC_X265_PARAMS,
+             "-f", "mp4", str(path)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log)
+
+    def _failure(self) -> RuntimeError:
+        self._log.seek(0)
+        return RuntimeError(f"ffmpeg failed to encode {self.path}: {self._log.read().decode(errors='replace')[-2000:]}")
+
+    def write(self, frame: np.ndarray) -> None:
+        try:
+            self._proc.stdin.write(np.ascontiguousarray(frame).tobytes())
+        except BrokenPipeError:
+            self._proc.wait()
+            raise self._failure() from None
+
+    def close(self) -> None:
+        try:
+            self._proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        if self._proc.wait() != 0:
+            raise self._failure()
+        self._log.close()
 
 
 class VideoWriter:
     """Writes RGB frames to an mp4 (``codec``: one of :data:`CODECS`, default the lossy ``mp4v`` for
-    videos people watch; ``ffv1`` for frames a model trains on); the file is complete once
-    :meth:`close` returns."""
+    videos people watch; ``hevc`` (lossless) or ``ffv1`` for frames a model trains on); the file is
+    complete once :meth:`close` returns. ``backend`` (``hevc`` only): ``"pyav"`` or ``"ffmpeg"``, default
+    :func:`hevc_backend`."""
 
-    def __init__(self, path: str | os.PathLike, fps: float, codec: str = "mp4v"):
+    def __init__(self, path: str | os.PathLike, fps: float, codec: str = "mp4v", backend: str | None = None):
         if codec not in CODECS:
             raise ValueError(f"codec={codec!r}: choose one of {', '.join(CODECS)}")
+        if codec == "hevc":
+            backend = backend or hevc_backend()
+            if backend not in ("pyav", "ffmpeg"):
+                raise RuntimeError("lossless HEVC needs libx265: install PyAV (pip install av) or imageio-ffmpeg, "
+                                   "or put an ffmpeg with libx265 on the PATH; or write codec='ffv1'")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fps = fps
         self.codec = codec
-        self._writer: cv2.VideoWriter | None = None
+        self.backend = backend if codec == "hevc" else "opencv"
+        self._writer: Any = None
         self._size: tuple[int, int] = (0, 0)
         self.frames = 0
 
@@ -60,24 +204,44 @@ class VideoWriter:
         if self._writer is None:
             h, w = frame.shape[:2]
             self._size = (h, w)
-            fourcc = CODECS[self.codec][0]
-            self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*fourcc), self.fps, (w, h))
-            if not self._writer.isOpened():
-                raise RuntimeError(f"OpenCV could not open a {self.codec} video writer for {self.path} "
-                                   "(its FFmpeg backend lacks the encoder?)")
-        self._writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+            if self.codec == "hevc":
+                self._writer = (_PyAVHevc if self.backend == "pyav" else _FFmpegHevc)(self.path, self.fps, w, h)
+            else:
+                fourcc = CODECS[self.codec][0]
+                self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*fourcc), self.fps, (w, h))
+                if not self._writer.isOpened():
+                    raise RuntimeError(f"OpenCV could not open a {self.codec} video writer for {self.path} "
+                                       "(its FFmpeg backend lacks the encoder?)")
+        if self.codec == "hevc":
+            self._writer.write(frame)
+        else:
+            self._writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
         self.frames += 1
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.release()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            writer.release() if isinstance(writer, cv2.VideoWriter) else writer.close()
 
     def __enter__(self) -> "VideoWriter":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def video_codec(path: str | os.PathLike) -> str | None:
+    """The codec of a video file's stream as ffprobe names it (``hevc``, ``ffv1``, ``mpeg4``, ``av1``,
+    ``h264``), from OpenCV's FOURCC; None if unreadable."""
+    cap = cv2.VideoCapture(str(path))
+    try:
+        if not cap.isOpened():
+            return None
+        tag = int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode("ascii", "replace").strip("\x00 ").lower()
+    finally:
+        cap.release()
+    return {"hev1": "hevc", "hvc1": "hevc", "hevc": "hevc", "ffv1": "ffv1", "mp4v": "mpeg4", "fmp4": "mpeg4",
+            "av01": "av1", "avc1": "h264", "h264": "h264"}.get(tag, tag)
 
 
 def count_frames(path: str | os.PathLike) -> int:

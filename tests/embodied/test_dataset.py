@@ -64,16 +64,16 @@ def test_sft_frames_are_the_rendered_frames_bit_for_bit(tmp_path, record_propert
     assert ds.lossless_video
     for cam in ds.cameras:
         info = ds.features[video_key(cam)]["info"]
-        assert (info["video.codec"], info["video.pix_fmt"]) == ("ffv1", "bgra")
+        assert (info["video.codec"], info["video.pix_fmt"], info["video.g"]) == ("hevc", "gbrp", 1)
 
 
-def _write_random_dataset(root: Path, frames: np.ndarray) -> None:
+def _write_random_dataset(root: Path, frames: np.ndarray, video_codec: str | None = None) -> None:
     """A dataset of one episode with the given frames ``[T, V, H, W, 3]``."""
     from embodied.data.lerobot_format import DatasetWriter, Episode
 
     t, v, size = frames.shape[0], frames.shape[1], frames.shape[2]
     writer = DatasetWriter(root, fps=20.0, cameras=["agentview", "wrist"][:v], image_size=size,
-                           state_names=["s"], action_names=["a"], privileged_dim=0)
+                           state_names=["s"], action_names=["a"], privileged_dim=0, video_codec=video_codec)
     writer.add_episode(Episode(task_index=0, instruction="x", state=np.zeros((t, 1)), privileged=np.zeros((t, 0)),
                                action=np.zeros((t, 1)), reward=np.zeros(t), done=np.arange(t) == t - 1,
                                success=np.zeros(t, bool), rgb=frames))
@@ -82,7 +82,8 @@ def _write_random_dataset(root: Path, frames: np.ndarray) -> None:
 
 def test_dataset_video_is_lossless_and_older_mp4v_datasets_still_load(tmp_path):
     """Random frames (every channel independent, so a swapped R/B or any chroma subsampling shows) come
-    back bit for bit; a dataset from before, its videos in lossy mp4v, still loads."""
+    back bit for bit, from lossless HEVC (new datasets) and FFV1 (datasets from before); a dataset from
+    before that, its videos in lossy mp4v and its fps a float, still loads."""
     import json
 
     from embodied.data.lerobot_format import Dataset, video_key
@@ -91,10 +92,11 @@ def test_dataset_video_is_lossless_and_older_mp4v_datasets_still_load(tmp_path):
 
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (12, 2, 32, 32, 3), dtype=np.uint8)
-    _write_random_dataset(tmp_path / "new", frames)
-    ds = Dataset(tmp_path / "new")
-    assert ds.lossless_video
-    np.testing.assert_array_equal(ds.episode(0)["rgb"], frames)
+    for codec in ("hevc", "ffv1"):
+        _write_random_dataset(tmp_path / codec, frames, video_codec=codec)
+        ds = Dataset(tmp_path / codec)
+        assert ds.lossless_video and ds.features[video_key("wrist")]["info"]["video.codec"] == codec
+        np.testing.assert_array_equal(ds.episode(0)["rgb"], frames)
     # an old dataset: the same layout, videos in mp4v and info.json saying so
     smooth = np.broadcast_to(np.linspace(0, 255, 32, dtype=np.uint8)[None, None, None, :, None],
                              (12, 2, 32, 32, 3)).copy()
@@ -106,7 +108,9 @@ def test_dataset_video_is_lossless_and_older_mp4v_datasets_still_load(tmp_path):
                                                                       file_index=0), fps=20.0) as w:
             for f in smooth[:, v]:
                 w.write(f)
-        info["features"][video_key(cam)]["info"].update({"video.codec": "mpeg4", "video.pix_fmt": "yuv420p"})
+        info["features"][video_key(cam)]["info"].update({"video.codec": "mpeg4", "video.pix_fmt": "yuv420p",
+                                                          "video.fps": 20.0})
+    info["fps"] = 20.0
     (tmp_path / "old" / "meta" / "info.json").write_text(json.dumps(info))
     old = Dataset(tmp_path / "old")
     assert not old.lossless_video
@@ -116,7 +120,8 @@ def test_dataset_video_is_lossless_and_older_mp4v_datasets_still_load(tmp_path):
 
 
 def test_dataset_video_decodes_identically_with_another_ffmpeg(tmp_path):
-    """FFV1 is bit-exact by design: a separate FFmpeg build (imageio-ffmpeg's binary) decodes the same frames."""
+    """Lossless video is bit-exact by design: a separate FFmpeg build (imageio-ffmpeg's binary) decodes the
+    same frames."""
     import subprocess
 
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")

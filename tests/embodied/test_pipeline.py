@@ -200,7 +200,10 @@ def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):
             "task_index", "timestamp"} <= set(data.column_names)
     episodes = pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet").to_pylist()
     assert [e["length"] for e in episodes] == np.bincount(data.column("episode_index").to_numpy()).tolist()
-    assert all(e["success"] for e in episodes)
+    # our per-episode fields sit beside LeRobot's columns (LeRobot appends rows of its columns only)
+    extra = [json.loads(line) for line in (out / "meta" / "embodied" / "episodes.jsonl").read_text().splitlines()]
+    assert [e["episode_index"] for e in extra] == [e["episode_index"] for e in episodes]
+    assert all(e["success"] for e in extra) and {"stats/action/mean", "stats/action/q99"} <= set(episodes[0])
     # every episode ends with done=True at its last step, and only there
     done = data.column("next.done").to_numpy()
     assert done.sum() == 4 and all(done[e["dataset_to_index"] - 1] for e in episodes)
