@@ -24,7 +24,7 @@ Per-step columns: ``observation.state`` float32[S], ``observation.privileged`` f
 Frame ``frame_index`` of episode ``e`` in a camera's video is at ``from_timestamp(e) + timestamp``
 in the file that episode's row names (``videos/<key>/chunk_index``, ``file_index``).
 
-What LeRobot's tools need, and how this layout meets it (issue 36, lerobot 0.6.1):
+What LeRobot's tools need, and how this layout meets it (lerobot 0.6.1):
 
 - ``fps`` is an integer (LeRobot's ``DatasetInfo.fps: int``; with ``20.0`` its append fails, PyAV
   getting a float rate, and its re-encoding uses ``int(fps)``). The writer refuses a fractional rate; our

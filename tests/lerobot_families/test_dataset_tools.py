@@ -1,5 +1,5 @@
 """Our demonstration datasets (``embodied.data.lerobot_format``, LeRobot v3.0) under LeRobot's own
-dataset API (issue 36): LeRobot opens a dataset ``collect_suite`` wrote, its ``delete_episodes`` and
+dataset API: LeRobot opens a dataset ``collect_suite`` wrote, its ``delete_episodes`` and
 ``split_dataset`` edit it (re-encoding the video files that mix kept and dropped episodes, with the
 encoder ``info.json`` names) and ``LeRobotDataset.resume`` + ``add_frame`` / ``save_episode`` append
 to it; every result reloads with LeRobot and with our :class:`Dataset`, and the frames both decode
