@@ -91,13 +91,6 @@ def lerobot_tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dir(lerobot_tiny_dir) -> str:
-    from policies.lerobot.tiny import tiny_config
-
-    return tiny_config("pi0", lerobot_tiny_dir)["tokenizer"]
-
-
-@pytest.fixture(scope="session")
 def tiny_pi0_kwargs(lerobot_tiny_dir) -> dict:
     from policies.lerobot.tiny import tiny_config
 
