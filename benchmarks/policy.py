@@ -12,7 +12,7 @@ each of its samplers, and every batch size N in ``batch_sizes`` (a *case*):
   (``explore``), H*A tokens decoded with the KV cache;
 - ``diffusion``: ``sample(obs, mode="explore")`` (``ddim``: ``inference_steps`` DDIM steps);
 - ``pi0``, ``pi05``, ``smolvla``: ``sample(obs, mode="explore")`` with the samplers ``ode``, ``sde``,
-  ``sde_full``, LeRobot's models at the sizes of :func:`policies.lerobot.tiny.tiny_config` (image size
+  ``sde_full``, ``noise``, LeRobot's models at the sizes of :func:`policies.lerobot.tiny.tiny_config` (image size
   32 unless ``image_size`` is set, chunk 4, 4 denoising steps; ``policy_overrides`` apply on top).
 
 Every policy is built from its family's *default* config (``policies.make``), updated by
@@ -90,7 +90,8 @@ SAMPLERS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
         ("ddim", {}, "explore"),
     ],
     **{fam: [("ode", {"sampler": "ode"}, "explore"), ("sde", {"sampler": "sde"}, "explore"),
-             ("sde_full", {"sampler": "sde_full"}, "explore")] for fam in LEROBOT_FAMILIES},
+             ("sde_full", {"sampler": "sde_full"}, "explore"), ("noise", {"sampler": "noise"}, "explore")]
+       for fam in LEROBOT_FAMILIES},
 }
 
 CSV_FIELDS = (

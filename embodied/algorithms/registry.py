@@ -31,8 +31,8 @@ GROUP_ALGORITHMS = tuple(name for name, spec in ALGORITHMS.items() if not spec.c
 
 
 #: flow-matching families beyond ``flow`` and the samplers they have (LeRobot's pi0, pi0.5, SmolVLA:
-#: Flow-SDE, one step or all): the flow algorithms with those samplers train them too
-FLOW_MATCHING_FAMILIES = {"pi0": ("sde", "sde_full"), "pi05": ("sde", "sde_full"), "smolvla": ("sde", "sde_full")}
+#: Flow-SDE, one step or all, and Flow-Noise): the flow algorithms with those samplers train them too
+FLOW_MATCHING_FAMILIES = {fam: ("sde", "sde_full", "noise") for fam in ("pi0", "pi05", "smolvla")}
 
 
 def trains(spec: AlgoSpec, family: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from policies.base import PolicyConfig
 
 #: exploration samplers of the LeRobot families (greedy mode always runs the ODE)
-SAMPLERS = ("ode", "sde", "sde_full")
+SAMPLERS = ("ode", "sde", "sde_full", "noise")
 
 
 @dataclass
@@ -38,10 +38,12 @@ class LeRobotVLAConfig(PolicyConfig):
             ``observation.images.<camera>``.
         num_steps: K Euler denoising steps (LeRobot's ``num_inference_steps`` / ``num_steps``).
         sampler: ``ode``, ``sde`` (Flow-SDE, one stochastic step per chunk, drawn uniformly) or
-            ``sde_full`` (every step stochastic). Only the first ``action_dim`` dimensions are
-            stochastic; the model's padding dimensions follow the ODE, so the log-probability covers
-            exactly what becomes the action.
+            ``sde_full`` (every step stochastic), or ``noise`` (Flow-Noise: every step the ODE step
+            plus a learned, bounded std on the expert's output features). Only the first ``action_dim``
+            dimensions are stochastic; the model's padding dimensions follow the ODE, so the
+            log-probability covers exactly what becomes the action.
         noise_level: Flow-SDE noise level a (``sigma_t = a * sqrt(t / (1 - t))``).
+        noise_std_min / noise_std_max: bounds of Flow-Noise's learned std ([0.08, 0.16] in pi_RL).
         train_expert_only: freeze the VLM (vision tower and language model): SFT and RL train the
             action expert, its projections and the value head (RLinf's pi0 RL setting).
         freeze_vision_encoder: freeze the vision tower only (with ``train_expert_only`` False).
@@ -61,6 +63,8 @@ class LeRobotVLAConfig(PolicyConfig):
     num_steps: int = 10
     sampler: str = "sde"
     noise_level: float = 0.5
+    noise_std_min: float = 0.08
+    noise_std_max: float = 0.16
     train_expert_only: bool = True
     freeze_vision_encoder: bool = True
     image_size: int = 224
@@ -74,6 +78,8 @@ class LeRobotVLAConfig(PolicyConfig):
         resolve_sizes(self.model_sizes)  # refuses an unknown preset or field early
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if not 0 < self.noise_std_min <= self.noise_std_max:
+            raise ValueError("need 0 < noise_std_min <= noise_std_max")
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {self.num_steps}")
         if self.camera_keys and len(self.camera_keys) != len(self.cameras):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 try:
     import lerobot  # noqa: F401
@@ -76,6 +77,9 @@ class LeRobotVLAPolicy(Policy):
         if config.action_dim > self.max_action_dim:
             raise ValueError(f"action_dim {config.action_dim} exceeds the model's max_action_dim {self.max_action_dim}")
         self.value_mlp = self._make_value_head()
+        # Flow-Noise's learned std, on the action expert's output features (what LeRobot's action_out_proj
+        # reads); a fresh head in an SFT bundle (SFT never trains it), dropped at deployment
+        self.noise_head = nn.Linear(self.lerobot.model.action_out_proj.in_features, config.action_dim)
         self._tokenizer: Any | None = None
         self._token_cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -154,6 +158,31 @@ class LeRobotVLAPolicy(Policy):
     def _velocity(self, prefix: Prefix, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return self.adapter.velocity(self.lerobot, prefix, x, t).float()
 
+    def _velocity_and_std(self, prefix: Prefix, x: torch.Tensor, t: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The velocity and Flow-Noise's std ``[N, H, A]``, bounded to ``[noise_std_min, noise_std_max]``,
+        from the expert's output features: the input of LeRobot's ``action_out_proj``, read by a hook
+        during the same denoising step."""
+        seen: list[torch.Tensor] = []
+        hook = self.lerobot.model.action_out_proj.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+        try:
+            v = self._velocity(prefix, x, t)
+        finally:
+            hook.remove()
+        c = self.config
+        std = c.noise_std_min + (c.noise_std_max - c.noise_std_min) * torch.sigmoid(self.noise_head(seen[-1].float()))
+        return v, std
+
+    def _step(self, sampler: str, prefix: Prefix, x: torch.Tensor, t: torch.Tensor, dt: float
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The ODE step of all dims, and the stochastic transition's mean and std on the action dims:
+        Flow-SDE's (``sde``, ``sde_full``) or the ODE step with the learned std (``noise``)."""
+        if sampler == "noise":
+            v, std = self._velocity_and_std(prefix, x, t)
+            ode = S.ode_step(x, v, dt)
+            return ode, ode[..., :self.config.action_dim], std
+        return self._split_step(x, self._velocity(prefix, x, t), t, dt)
+
     def _value(self, prefix: Prefix, batch: dict[str, Any], time_left: torch.Tensor) -> torch.Tensor:
         feats = torch.cat([prefix.pooled().float(), batch[OBS_STATE].float()], dim=1)
         return self.value_mlp(feats, time_left)
@@ -190,11 +219,10 @@ class LeRobotVLAPolicy(Policy):
         with torch.no_grad():
             for k, t_val in enumerate(S.time_grid(k_steps)):
                 t = torch.full((n,), t_val, device=device)
-                v = self._velocity(prefix, x, t)
                 if sampler == "ode":
-                    x_next = S.ode_step(x, v, dt)
+                    x_next = S.ode_step(x, self._velocity(prefix, x, t), dt)
                 else:
-                    ode, mean, std = self._split_step(x, v, t, dt)
+                    ode, mean, std = self._step(sampler, prefix, x, t, dt)
                     noisy = mean + std * normal(tuple(mean.shape))
                     x_next = ode.clone()
                     if sampler == "sde":
@@ -213,7 +241,7 @@ class LeRobotVLAPolicy(Policy):
                 chain.append(x)
             if sampler == "sde":
                 extras["step"] = stoch
-            elif sampler == "sde_full":
+            elif sampler in ("sde_full", "noise"):
                 extras["chain"] = torch.stack(chain, dim=1)
             extras["sampler"] = torch.full((n,), SAMPLERS.index(sampler), dtype=torch.long, device=device)
             value = self._value(prefix, batch, obs_time_left(obs, n, device))
@@ -224,7 +252,7 @@ class LeRobotVLAPolicy(Policy):
     def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Exact log-probability of a sampled chunk under the current weights: the one stochastic
-        transition (``sde``) or the sum over all K (``sde_full``); 0 for ODE chunks."""
+        transition (``sde``) or the sum over all K (``sde_full``, ``noise``); 0 for ODE chunks."""
         cfg = self.config
         prefix, batch = self.encode(obs)
         n, device, dt = prefix.pad.shape[0], prefix.pad.device, 1.0 / cfg.num_steps
@@ -237,18 +265,21 @@ class LeRobotVLAPolicy(Policy):
             return S.gaussian_logprob(x_next[..., :a], mean, std), S.gaussian_entropy(std), value
         if "chain" in extras:
             chain = extras["chain"].to(device)  # [N, K+1, H, max_action_dim]
+            kind = SAMPLERS[int(extras["sampler"][0])] if "sampler" in extras else cfg.sampler
+            if "sampler" in extras and not bool((extras["sampler"] == extras["sampler"][0]).all()):
+                raise ValueError("extras mix chunks of different samplers; compute their log-probs separately")
             lp = torch.zeros(n, device=device)
             ent = torch.zeros(n, device=device)
             for k, t_val in enumerate(S.time_grid(cfg.num_steps)):
                 t = torch.full((n,), t_val, device=device)
-                _, mean, std = self._split_step(chain[:, k], self._velocity(prefix, chain[:, k], t), t, dt)
+                _, mean, std = self._step(kind, prefix, chain[:, k], t, dt)
                 lp = lp + S.gaussian_logprob(chain[:, k + 1, ..., :a], mean, std)
                 ent = ent + S.gaussian_entropy(std)
             return lp, ent, value
         if "sampler" in extras and SAMPLERS[int(extras["sampler"][0])] == "ode":
             zero = torch.zeros(n, device=device)
             return zero, zero, value
-        raise KeyError("extras need 'step', 'x_t', 'x_next' (Flow-SDE) or 'chain' (sde_full)")
+        raise KeyError("extras need 'step', 'x_t', 'x_next' (Flow-SDE) or 'chain' (sde_full, noise)")
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         with torch.no_grad():

@@ -52,7 +52,7 @@ def test_ode_equals_lerobot_predict_action_chunk(pi0):
     torch.testing.assert_close(ours, theirs.clamp(-1, 1), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("sampler", ["sde", "sde_full"])
+@pytest.mark.parametrize("sampler", ["sde", "sde_full", "noise"])
 def test_flow_sde_logprob_is_recomputed_exactly(pi0, sampler):
     pi0.config.sampler = sampler
     try:
@@ -64,6 +64,11 @@ def test_flow_sde_logprob_is_recomputed_exactly(pi0, sampler):
         assert torch.isfinite(ent).all() and bool((s.logprob != 0).all())
         greedy = pi0.sample(o, mode="greedy", noise=torch.zeros(N, 4, pi0.max_action_dim)).actions
         assert not torch.allclose(s.actions, greedy)  # exploration moved the chunk
+        if sampler == "noise":  # the learned std is trained by the log-probability
+            pi0.zero_grad(set_to_none=True)
+            lp.sum().backward()
+            assert pi0.noise_head.weight.grad.abs().sum() > 0
+            pi0.zero_grad(set_to_none=True)
     finally:
         pi0.config.sampler = "sde"
 
