@@ -42,10 +42,13 @@ def load_resumed_policy(folder: Path) -> Any:
 
 
 def load_init_policy(bundle: str) -> Any:
-    """An SFT bundle to start RL from, on the CPU."""
+    """An SFT bundle (or a LeRobot checkpoint folder) to start RL from, on the CPU."""
     import policies
+    from policies.lerobot.checkpoint import is_lerobot_folder
 
     policy = policies.load(bundle, device="cpu")
+    if is_lerobot_folder(bundle):  # a pretrained LeRobot VLA: the detached value head, fresh
+        return policy
     meta = policies.checkpoint.read_meta(bundle)
     if "value_features" not in meta.get("config", {}) and hasattr(policy, "use_value_features"):
         # a bundle from before the detached, time-aware critic: SFT never trained its value head,

@@ -88,11 +88,15 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
     folder = Path(path)
     if not is_lerobot_folder(folder):
         raise CheckpointError(f"{folder} is not a LeRobot checkpoint folder (config.json with a 'type')")
-    lr_config = PreTrainedConfig.from_pretrained(str(folder), local_files_only=True)
-    family = LEROBOT_FAMILIES.get(lr_config.type)
+    kind = json.loads((folder / "config.json").read_text())["type"]
+    family = LEROBOT_FAMILIES.get(kind)
     if family is None:
-        raise CheckpointError(f"{folder}: LeRobot policy type {lr_config.type!r} has no family here; "
+        raise CheckpointError(f"{folder}: LeRobot policy type {kind!r} has no family here; "
                               f"supported: {sorted(LEROBOT_FAMILIES)}")
+    from policies.lerobot.adapters import adapter
+
+    adapter(family).config_class()  # imported: LeRobot registers the config type on import
+    lr_config = PreTrainedConfig.from_pretrained(str(folder), local_files_only=True)
     cls = policy_class(family)
     modes = {str(k): str(getattr(v, "value", v)) for k, v in getattr(lr_config, "normalization_mapping", {}).items()}
     mode = NORMALISATION[family]

@@ -62,7 +62,8 @@ def test_sft_rl_eval_and_serving(tmp_path, lerobot_tiny_dir, family):
 
     rl = tmp_path / "rl"
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.run([str(BIN / "embodied-train"), f"init={ckpt}", "algo=flow_sde", f"out={rl}", "suite=goal",
+    # RL straight from the LeRobot checkpoint folder (a pretrained VLA as users bring it)
+    proc = subprocess.run([str(BIN / "embodied-train"), f"init={folder}", "algo=flow_sde", f"out={rl}", "suite=goal",
                            "tasks=[2]", "num_envs=2", "image_size=32", "iterations=2", "chunks_per_iter=2",
                            "max_episode_steps=8", "algo.minibatch_size=4", "algo.critic_warmup=0"],
                           capture_output=True, text=True, env=env, timeout=600)
