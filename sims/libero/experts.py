@@ -9,9 +9,9 @@ target, through LIBERO's own action space (OSC_POSE deltas), batched over the en
 The goal must be one ``on`` or ``in`` predicate with a movable object (libero_spatial: a bowl onto the
 plate; libero_object: a grocery item into the basket). The grasp is top-down: a bowl by its rim, on
 the side the fingers close across, with the gripper's initial orientation; anything else at the
-centre of its collision box, below its top and above its bottom, the hand first turned about the
-vertical so that the fingers close across the short side of an elongated object (a butter pack, a
-cream-cheese box). The carry keeps the object's lowest point above the target's walls. Phases per
+centre of its collision box, below its top and above its bottom (a bottle by its neck, just below
+its top), the hand first turned about the vertical so that the fingers close across the short side of
+an elongated object (a butter pack, a cream-cheese box). The carry keeps the object's lowest point above the target's walls. Phases per
 env: above the grasp, down, close, lift, carry above the target, lower, open, up.
 """
 
@@ -79,9 +79,14 @@ class PickPlaceExpert:
         self._body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, info["root_body"])
         self._base = np.array(d.xpos[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "robot0_base")])
         self.rim = self._rim_radius(d) if "bowl" in info["class"].lower() else 0.0
+        # a bottle is taken by its neck: its body is about as wide as the open hand, whose fingers
+        # would land on the shoulders
+        self.neck = "bottle" in info["class"].lower()
         self._finger = finger
         self._half = self._body_extent(d)  # [3] half extents of the object's collision geoms, body frame
         self._center = self._box_center  # [3] their box's centre, body frame
+        # the grip site's height above the object's origin once grasped (a neck: near the top of the box)
+        self._grip_height = self._center[2] + self._half[2] - cfg.below_top if self.neck else cfg.grasp_depth
         hx, hy = self._half[:2]
         # the body axis to close the fingers across (the shorter horizontal side), or None for a round object
         self._across = None if self.rim or max(hx, hy) < cfg.align_ratio * min(hx, hy) else (
@@ -145,7 +150,7 @@ class PickPlaceExpert:
             # and above the bottom of the object as it lies now
             centre = pos + rot @ self._center
             bottom, top = self.vertical_span(d)
-            z = pos[2] + self.cfg.grasp_depth
+            z = top - self.cfg.below_top if self.neck else pos[2] + self.cfg.grasp_depth
             z = max(min(z, top - self.cfg.below_top), bottom + self.cfg.above_bottom)
             return np.array([centre[0], centre[1], z])
         axis = self.finger_axis[:2] / np.linalg.norm(self.finger_axis[:2])
@@ -170,7 +175,7 @@ class PickPlaceExpert:
         than a grasp holds it (a bowl's rim radius, plus ``hold_tol``), or farther below it."""
         cfg = self.cfg
         return bool(np.linalg.norm((eef - obj)[:2]) > self.rim + cfg.hold_tol
-                    or eef[2] - obj[2] > cfg.grasp_depth + cfg.hold_tol + 0.02)
+                    or eef[2] - obj[2] > self._grip_height + cfg.hold_tol + 0.02)
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         """Start over (every env, or the envs ``env_ids`` of its worlds) from the approach."""

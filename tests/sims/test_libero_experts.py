@@ -64,3 +64,20 @@ def test_expert_closed_loop_in_the_reference_env(libero_exported):
             ref.step(np.zeros(7))
         result = run_closed_loop(scenes.task_dir("libero_spatial", 0, libero_exported[0]), ref, [0])
     assert result["success"].tolist() == [True] and 0 < result["length"][0] < 220
+
+
+def test_expert_takes_a_bottle_by_its_neck(tmp_path):
+    """The wine bottle (libero_goal task 9, onto the rack): grasped just below its top, where the open
+    hand fits around the neck, it is carried and placed (its body is as wide as the open hand)."""
+    import subprocess
+
+    argv, env = scenes.export_command(tmp_path, ["libero_goal"], [9])
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    worlds = LiberoWorlds(scenes.task_dir("libero_goal", 9, tmp_path), 2, box_contacts="reference")
+    expert = PickPlaceExpert(worlds)
+    assert expert.neck and expert.obj == "wine_bottle_1"
+    worlds.reset([0, 1])
+    top = expert.vertical_span(worlds.datas[0])[1]
+    assert expert.grasp_point(worlds.datas[0])[2] == pytest.approx(top - expert.cfg.below_top)
+    assert run_episodes(worlds, np.array([0, 1]), expert)["success"].all()
