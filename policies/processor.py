@@ -118,8 +118,8 @@ class Processor:
         ids = ids.to(device)
         return ids, ids == 0
 
-    def prepare(self, obs: dict[str, Any], device: torch.device) -> dict[str, Any]:
-        """All model inputs of a batch: ``images``, ``state``, ``tokens``, ``token_pad``, ``texts``."""
+    def check_obs(self, obs: dict[str, Any]) -> None:
+        """Raise when ``obs`` lacks a key this policy reads, or its instructions do not match its batch."""
         needed = ("rgb", "state", "instruction") if self.config.cameras else ("state", "instruction")
         missing = [k for k in needed if k not in obs]
         if missing:
@@ -127,6 +127,10 @@ class Processor:
         n = obs["state"].shape[0]
         if len(obs["instruction"]) != n:
             raise ValueError(f"{len(obs['instruction'])} instructions for a batch of {n}")
+
+    def prepare(self, obs: dict[str, Any], device: torch.device) -> dict[str, Any]:
+        """All model inputs of a batch: ``images``, ``state``, ``tokens``, ``token_pad``, ``texts``."""
+        self.check_obs(obs)
         tokens, pad = self.tokens(obs["instruction"], device)
         return {
             "images": self.images(obs_views(obs), device),

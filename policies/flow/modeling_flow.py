@@ -214,11 +214,7 @@ class FlowPolicy(Policy):
                     x_next = torch.where(is_k[:, None, None], noisy, S.ode_step(x, v, dt))
                     lp = S.gaussian_logprob(noisy, mean, std)
                     logprob = torch.where(is_k, lp, logprob)
-                    if k == 0:
-                        extras = {"x_t": x.clone(), "x_next": x_next.clone()}
-                    else:
-                        extras["x_t"] = torch.where(is_k[:, None, None], x, extras["x_t"])
-                        extras["x_next"] = torch.where(is_k[:, None, None], x_next, extras["x_next"])
+                    S.keep_stochastic_step(extras, k, is_k, x, x_next)
                 else:
                     x_next = noisy
                     logprob = logprob + S.gaussian_logprob(noisy, mean, std)

@@ -71,3 +71,15 @@ def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
 def time_grid(num_steps: int) -> list[float]:
     """The K denoising times ``[1, 1 - 1/K, ..., 1/K]`` (each step goes from t to t - 1/K)."""
     return [1.0 - k / num_steps for k in range(num_steps)]
+
+
+def keep_stochastic_step(extras: dict[str, torch.Tensor], k: int, is_k: torch.Tensor, x: torch.Tensor,
+                         x_next: torch.Tensor) -> None:
+    """Accelerated Flow-SDE's record of each sample's one stochastic transition: at step ``k`` of the
+    chain, rows with ``is_k [N]`` keep ``x_t`` / ``x_next`` (``[N, ...]``) in ``extras`` (filled at k=0)."""
+    if k == 0:
+        extras["x_t"], extras["x_next"] = x.clone(), x_next.clone()
+        return
+    rows = is_k.reshape(is_k.shape + (1,) * (x.ndim - 1))
+    extras["x_t"] = torch.where(rows, x, extras["x_t"])
+    extras["x_next"] = torch.where(rows, x_next, extras["x_next"])

@@ -133,7 +133,11 @@ class Pi0Adapter(Adapter):
         (hidden, _), kv = model.paligemma_with_expert.forward(
             attention_mask=mod.prepare_attention_masks_4d(att_2d), position_ids=positions, past_key_values=None,
             inputs_embeds=[embs, None], use_cache=True)
-        return Prefix(pad=pad, kv=kv, hidden=hidden, state=policy.prepare_state(batch))
+        return Prefix(pad=pad, kv=kv, hidden=hidden, state=self.suffix_state(policy, batch))
+
+    def suffix_state(self, policy: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """The state the expert's suffix reads: pi0's padded, normalised state."""
+        return policy.prepare_state(batch)
 
     def velocity(self, policy: Any, prefix: Prefix, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return policy.model.denoise_step(prefix.state, prefix.pad, prefix.kv, x_t, t)
@@ -166,18 +170,8 @@ class Pi05Adapter(Pi0Adapter):
             out.append(f"Task: {cleaned}, State: {' '.join(map(str, row))};\nAction: ")
         return out
 
-    def prefix(self, policy: Any, batch: dict[str, Any]) -> Prefix:
-        mod = importlib.import_module(self.modeling)
-        model = policy.model
-        images, img_masks, tokens, masks = self._inputs(policy, batch)
-        embs, pad, att = model.embed_prefix(images, img_masks, tokens, masks)
-        att_2d = mod.make_att_2d_masks(pad, att)
-        positions = torch.cumsum(pad, dim=1) - 1
-        model.paligemma_with_expert.paligemma.model.language_model.config._attn_implementation = "eager"
-        (hidden, _), kv = model.paligemma_with_expert.forward(
-            attention_mask=mod.prepare_attention_masks_4d(att_2d), position_ids=positions, past_key_values=None,
-            inputs_embeds=[embs, None], use_cache=True)
-        return Prefix(pad=pad, kv=kv, hidden=hidden, state=batch[OBS_STATE])
+    def suffix_state(self, policy: Any, batch: dict[str, Any]) -> torch.Tensor:
+        return batch[OBS_STATE]  # in the prompt, not in the suffix: kept for the value head only
 
     def velocity(self, policy: Any, prefix: Prefix, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return policy.model.denoise_step(prefix.pad, prefix.kv, x_t, t)

@@ -76,6 +76,9 @@ class LeRobotVLAPolicy(Policy):
         self.max_action_dim = self.adapter.max_action_dim(lerobot_policy)
         if config.action_dim > self.max_action_dim:
             raise ValueError(f"action_dim {config.action_dim} exceeds the model's max_action_dim {self.max_action_dim}")
+        mark = f".{self.adapter.vlm_module}."
+        # the VLM's weights (whether any trains decides if the prefix runs with gradients), found once
+        self._vlm_params = [p for name, p in self.lerobot.named_parameters() if mark in f".{name}"]
         self.value_mlp = self._make_value_head()
         # Flow-Noise's learned std, on the action expert's output features (what LeRobot's action_out_proj
         # reads); a fresh head in an SFT bundle (SFT never trains it), dropped at deployment
@@ -125,13 +128,7 @@ class LeRobotVLAPolicy(Policy):
     def lerobot_batch(self, obs: dict[str, Any]) -> dict[str, Any]:
         """LeRobot's batch of our observation (state normalised, images in [0, 1], tokens)."""
         cfg, device = self.config, self.device
-        needed = ("rgb", "state", "instruction") if cfg.cameras else ("state", "instruction")
-        missing = [k for k in needed if k not in obs]
-        if missing:
-            raise KeyError(f"observation is missing {missing}; this policy needs {list(needed)}")
-        n = obs["state"].shape[0]
-        if len(obs["instruction"]) != n:
-            raise ValueError(f"{len(obs['instruction'])} instructions for a batch of {n}")
+        self.processor.check_obs(obs)
         batch: dict[str, Any] = {OBS_STATE: self.processor.state(torch.as_tensor(obs["state"]), device)}
         rgb = torch.as_tensor(obs_views(obs)) if cfg.cameras else None
         if rgb is not None:
@@ -145,8 +142,7 @@ class LeRobotVLAPolicy(Policy):
         return batch
 
     def _vlm_trainable(self) -> bool:
-        mark = f".{self.adapter.vlm_module}."
-        return any(p.requires_grad for name, p in self.lerobot.named_parameters() if mark in f".{name}")
+        return any(p.requires_grad for p in self._vlm_params)
 
     def encode(self, obs: dict[str, Any]) -> tuple[Prefix, dict[str, Any]]:
         """The VLM prefix of a batch (with gradients only where the VLM trains) and LeRobot's batch."""
@@ -229,11 +225,7 @@ class LeRobotVLAPolicy(Policy):
                         is_k = stoch == k
                         x_next[..., :a] = torch.where(is_k[:, None, None], noisy, ode[..., :a])
                         logprob = torch.where(is_k, S.gaussian_logprob(noisy, mean, std), logprob)
-                        if k == 0:
-                            extras = {"x_t": x.clone(), "x_next": x_next.clone()}
-                        else:
-                            extras["x_t"] = torch.where(is_k[:, None, None], x, extras["x_t"])
-                            extras["x_next"] = torch.where(is_k[:, None, None], x_next, extras["x_next"])
+                        S.keep_stochastic_step(extras, k, is_k, x, x_next)
                     else:
                         x_next[..., :a] = noisy
                         logprob = logprob + S.gaussian_logprob(noisy, mean, std)
