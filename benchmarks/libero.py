@@ -9,8 +9,8 @@ each) at the protocol's 256 px, env time only (the policy's inference comes on t
 task's exported scene in our batched physics (:class:`sims.libero.worlds.LiberoWorlds`: LIBERO's
 controller and goal on MuJoCo 4, no rendering) at each of ``batched_num_envs``, with both box-contact
 settings, against the reference's no-rendering rate measured in the same run (``ratio_vs_reference``),
-and with the two cameras at 128 px (visual meshes as they are, and decimated to ``render_faces``)
-against the reference's rate with its two cameras at 128 px (when ``image_sizes`` has 128).
+and with the two cameras at 128 px (visual meshes as they are, and decimated to ``render_faces``
+with and without multisampling) against the reference's rate with its two cameras at 128 px (when ``image_sizes`` has 128).
 Writes ``libero.json`` and ``libero.csv``.
 """
 
@@ -41,7 +41,8 @@ class LiberoBenchConfig(BenchConfig):
     resets: int = 3  # resets timed per reset mode (the median is reported)
     batched_num_envs: list[int] = field(default_factory=lambda: [1, 8, 32])  # our LiberoWorlds; [] skips them
     # ours with the two cameras at 128 px (at the first of batched_num_envs), the visual meshes as they
-    # are and decimated to each of these face budgets; [] renders only as they are
+    # are and decimated to each of these face budgets (with and without multisampling); [] renders
+    # only as they are
     render_faces: list[int] = field(default_factory=lambda: [2000])
     cache: Optional[str] = None  # the scene cache root (default: $EMBODIED_LIBERO_CACHE or ~/.cache/embodied/libero)
 
@@ -110,6 +111,7 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
         w.writerow(["hard reset", "", "", result["hard_reset_s"], ""])
         for b in result["batched"]:
             meshes = "" if b["render_faces"] is None else f", meshes {b['render_faces']} faces"
+            meshes += "" if b.get("antialias", True) else ", no multisampling"
             w.writerow([f"ours {b['box_contacts']} contacts, {b['num_envs']} envs{meshes}", b["image_size"],
                         b["steps_per_s"], "", ""])
     return result
@@ -158,13 +160,15 @@ def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: fl
     if camera_rate is None:
         return rows
     n = cfg.batched_num_envs[0]
-    for faces in [None, *cfg.render_faces]:
+    for faces, antialias in [(None, True), *[(f, aa) for f in cfg.render_faces for aa in (True, False)]]:
         worlds = LiberoWorlds(folder, n, box_contacts="native", cameras=("agentview", "wrist"), image_size=128,
-                              render_faces=faces)
+                              render_faces=faces, antialias=antialias)
         rate = steps_per_s(worlds)
         rows.append({"box_contacts": "native", "num_envs": n, "image_size": 128, "render_faces": faces,
+                     "antialias": antialias,
                      "steps_per_s": round(rate, 2), "ratio_vs_reference": round(rate / camera_rate, 2)})
         what = "meshes as they are" if faces is None else f"meshes decimated to {faces} faces"
+        what += "" if antialias else ", no multisampling"
         print(f"[libero bench] ours, two 128 px cameras, {what}, {n} envs: {rate:.1f} env steps/s "
               f"({rate / camera_rate:.2f}x the reference with its two 128 px cameras)", flush=True)
         worlds.close()

@@ -51,7 +51,7 @@ MAX_QVEL = 1e3
 DEFAULT_RENDER_FACES = 2000
 #: options of :class:`LiberoVecEnv` that :func:`sims.make` passes through
 OPTIONS = ("cameras", "image_size", "tasks", "cache", "box_contacts", "shadows", "reflections", "render_faces",
-           "max_steps", "reward_type", "wait_steps", "num_threads", "state_obs")
+           "antialias", "max_steps", "reward_type", "wait_steps", "num_threads", "state_obs")
 
 
 #: LIBERO's task table (index, name, instruction, goal, movable objects per task of each standard suite),
@@ -91,7 +91,7 @@ class LiberoVecEnv(VecEnv):
             ``reset(task_ids=...)`` index into this list. A task's scene must be in the cache when an
             env first runs it (named ``tasks``: when the env is made).
         cache: the scene cache root (default :func:`sims.libero.scenes.cache_root`).
-        box_contacts, shadows, reflections, render_faces: see :class:`~sims.libero.worlds.LiberoWorlds`
+        box_contacts, shadows, reflections, render_faces, antialias: see :class:`~sims.libero.worlds.LiberoWorlds`
             (datasets, training and evaluation must render alike); ``render_faces`` defaults to
             :data:`DEFAULT_RENDER_FACES`, None renders the meshes as they are.
         max_steps: overrides the suite's step limit.
@@ -106,7 +106,7 @@ class LiberoVecEnv(VecEnv):
                  cameras: Sequence[str] = ("agentview", "wrist"), image_size: int = 128,
                  tasks: Sequence[int] | None = None, cache: str | None = None, box_contacts: str = "reference",
                  shadows: bool = False, reflections: bool = False,
-                 render_faces: int | None = DEFAULT_RENDER_FACES,
+                 render_faces: int | None = DEFAULT_RENDER_FACES, antialias: bool = True,
                  max_steps: int | None = None,
                  reward_type: str = "sparse", wait_steps: int = NUM_WAIT_STEPS, num_threads: int | None = None,
                  state_obs: str = "proprio") -> None:
@@ -146,7 +146,7 @@ class LiberoVecEnv(VecEnv):
         self.wait_steps = int(wait_steps)
         self._world_options = dict(box_contacts=box_contacts, cameras=self.cameras, image_size=self.image_size,
                                    shadows=shadows, reflections=reflections, render_faces=render_faces,
-                                   nthread=num_threads)
+                                   antialias=antialias, nthread=num_threads)
         self.action_spec = Spec((ACTION_DIM,), torch.float32, -1.0, 1.0,
                                 "OSC_POSE: delta position 3, delta axis-angle 3, gripper (-1 open, +1 close)")
         self.observation_spec = {"state": Spec((len(STATE_NAMES),), torch.float32, doc=", ".join(STATE_NAMES)),

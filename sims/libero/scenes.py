@@ -166,10 +166,15 @@ def load_scene(task_dir: str | Path, assets_root: str | Path | None = None,
         raise ValueError(f"box_contacts={box_contacts!r}: choose one of {BOX_CONTACTS}")
     xml = scene_xml(task_dir, assets_root)
     if box_contacts == "native":
-        return mujoco.MjModel.from_xml_string(xml)
-    spec = mujoco.MjSpec.from_string(xml)
-    add_reference_box_pairs(spec)
-    return spec.compile()
+        model = mujoco.MjModel.from_xml_string(xml)
+    else:
+        spec = mujoco.MjSpec.from_string(xml)
+        add_reference_box_pairs(spec)
+        model = spec.compile()
+    # mujoco 2.3.7 draws every texture's bytes as they are; MuJoCo 4 decodes PNGs that declare sRGB
+    # (LIBERO's floor among them) to linear light, which draws them darker
+    model.tex_colorspace[:] = mujoco.mjtColorSpace.mjCOLORSPACE_LINEAR
+    return model
 
 
 def load_init_states(task_dir: str | Path) -> np.ndarray:

@@ -38,12 +38,15 @@ def test_bench_libero_writes_its_cases(tmp_path, libero_exported):
     assert all(c["steps_per_s"] > 0 and len(c["steps_per_s_runs"]) == 1 for c in res["cases"])
     assert res["hard_reset_s"] > 0 and set(res["official_evaluation_hours"]["soft_reset"]) == set(libero.MAX_STEPS)
     # our batched physics on the exported scene, both box-contact settings, against the reference; then
-    # with the two cameras, the meshes as they are and decimated, against the reference's 128 px rate
-    assert [(b["box_contacts"], b["num_envs"], b["image_size"], b["render_faces"]) for b in res["batched"]] == [
-        ("native", 2, 0, None), ("reference", 2, 0, None), ("native", 2, 128, None), ("native", 2, 128, 2000)]
+    # with the two cameras, the meshes as they are and decimated (with and without multisampling),
+    # against the reference's 128 px rate
+    assert [(b["box_contacts"], b["num_envs"], b["image_size"], b["render_faces"], b.get("antialias"))
+            for b in res["batched"]] == [
+        ("native", 2, 0, None, None), ("reference", 2, 0, None, None), ("native", 2, 128, None, True),
+        ("native", 2, 128, 2000, True), ("native", 2, 128, 2000, False)]
     assert all(b["steps_per_s"] > 0 and b["ratio_vs_reference"] > 0 for b in res["batched"])
     rows = list(csv.reader((out / "libero.csv").open()))
-    assert rows[0][:3] == ["case", "image_size", "steps_per_s"] and len(rows) == 8
+    assert rows[0][:3] == ["case", "image_size", "steps_per_s"] and len(rows) == 9
 
 
 def test_bench_libero_refuses_an_unknown_suite(tmp_path):

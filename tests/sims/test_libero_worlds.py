@@ -60,15 +60,17 @@ def test_worlds_reset_step_and_refuse_bad_input(libero_exported):
 @needs_libero_venv
 def test_views_match_the_reference_renders(libero_exported, tmp_path):
     """The protocol's two views after the reset of init state 0: with MuJoCo's shadow and reflection
-    passes (as the reference renders) 44 / 50 dB PSNR measured, without them 28 / 48 dB, and with the
-    visual meshes decimated 26 / 30 dB."""
+    passes (as the reference renders) 51 / 50 dB PSNR measured, without them 28 / 48 dB, without
+    multisampling 26 / 28 dB, and with the visual meshes decimated 26 / 30 dB. (The textures drawn as
+    sRGB, as MuJoCo 4 reads LIBERO's floor, gave 44 dB for the agent view with the passes.)"""
     from sims.libero import parity
 
     folder = scenes.task_dir("libero_spatial", 0, libero_exported[0])
     (row,) = parity.view_parity(folder, "libero_spatial", 0, [0], tmp_path, render_faces=2000)
     assert row["state_err"] < 1e-6, row
-    assert row["agentview_psnr_shadows"] > 38 and row["wrist_psnr_shadows"] > 40, row
+    assert row["agentview_psnr_shadows"] > 48 and row["wrist_psnr_shadows"] > 40, row
     assert row["agentview_psnr_plain"] > 24 and row["wrist_psnr_plain"] > 40, row
+    assert row["agentview_psnr_aliased"] > 23 and row["wrist_psnr_aliased"] > 25, row
     # visual meshes decimated to 2000 faces each (measured 25.7 / 30.0 dB): the same scene, coarser
     assert row["agentview_psnr_decimated"] > 22 and row["wrist_psnr_decimated"] > 26, row
     ref = np.load(tmp_path / "libero_spatial_0_views.npz")
