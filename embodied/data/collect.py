@@ -87,10 +87,13 @@ def collect_suite(
     max_attempts = max_attempts_per_task or 2 * episodes_per_task + 2
     available = sims.suites.num_training_states(suite)
     if available is not None:
-        if episodes_per_task > available:
+        # a suite with few training states (real LIBERO: 25) gives several demonstrations per state only
+        # with DART noise: the experts and the physics are deterministic, so repeats would be copies
+        if episodes_per_task > available and action_noise == 0:
             raise ValueError(f"episodes_per_task={episodes_per_task}: {suite} has {available} training states per "
-                             "task (the rest of its 50 are held out), one demonstration each")
-        max_attempts = min(max_attempts, available)
+                             "task (the rest of its 50 are held out), one noiseless demonstration each; set "
+                             "action_noise > 0 (e.g. 0.1) for several per state, each with other noise")
+        max_attempts = min(max_attempts, available * -(-episodes_per_task // available))
     n = max(1, min(num_envs, episodes_per_task * len(ids)))
     env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
                     image_size=image_size, num_threads=num_threads)
@@ -131,7 +134,8 @@ def collect_suite(
                 while len(wave) < n and any(need.values()):
                     for t in queue:
                         if need[t] > 0 and len(wave) < n and stats[t]["attempts"] < max_attempts:
-                            wave.append((t, sims.suites.training_init_id(suite, next_init[t])))
+                            k = next_init[t] if available is None else next_init[t] % available
+                            wave.append((t, sims.suites.training_init_id(suite, k)))
                             next_init[t] += 1
                             stats[t]["attempts"] += 1
                             need[t] -= 1

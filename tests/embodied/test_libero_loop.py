@@ -120,3 +120,28 @@ def test_grpo_groups_on_libero_start_from_its_training_states():
     assert sorted(set(inits)) == list(range(25, 50))  # the 25 training states, cycled
     _, inits = group_initial_states(0, 4, 0, 4, [0], None, protocol=True, suite="libero_spatial")
     assert inits == [0, 1, 2, 3]
+
+
+def test_collect_repeats_training_states_only_with_dart_noise(libero_exported, tmp_path, monkeypatch):
+    """Real LIBERO has 25 training states per task: more demonstrations than that are refused without
+    noise (the expert and the physics are deterministic: repeats would be copies) and, with DART noise,
+    come from the same states again, each with its own noise."""
+    import numpy as np
+
+    from embodied.data.lerobot_format import Dataset
+
+    monkeypatch.setenv(scenes.CACHE_ENV, str(libero_exported[0]))
+    with pytest.raises(ValueError, match="action_noise > 0"):
+        collect_suite("libero_spatial", tmp_path / "refused", episodes_per_task=26, task_ids=[0])
+    monkeypatch.setattr(sims.suites, "num_training_states", lambda suite: 1)  # one training state: 25
+    data = tmp_path / "data"
+    result = collect_suite("libero_spatial", data, episodes_per_task=2, task_ids=[0], num_envs=2, image_size=32,
+                           action_noise=0.1)
+    assert result.episodes == 2
+    episodes = [json.loads(line) for line in (data / "meta" / "embodied" / "episodes.jsonl").read_text().splitlines()]
+    assert [e["init_id"] for e in episodes] == [25, 25]
+    ds = Dataset(data)
+    first, second = (ds.episode(e, images=False)["observation.state"] for e in (0, 1))
+    assert np.array_equal(first[0], second[0])  # the same initial state ...
+    n = min(len(first), len(second))
+    assert not np.allclose(first[:n], second[:n])  # ... and other trajectories
