@@ -181,7 +181,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
               on_frames: FrameSink | None = None, progress: Any = None,
               check: Callable[[Any], None] | None = None,
               should_stop: Callable[[], bool] | None = None, attempts: int = 1,
-              first_state: int = 0, shard: tuple[int, int] = (0, 1), max_steps: int | None = None) -> dict[str, Any]:
+              first_state: int = 0, shard: tuple[int, int] = (0, 1), max_steps: int | None = None,
+              env_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -202,6 +203,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         shard: ``(i, k)``: run only every k-th remaining wave from the i-th (a worker's share, see
             :mod:`embodied.eval.parallel`); a wave's episodes do not depend on who runs it.
         max_steps: a step limit per episode other than the tasks' own (not the protocol's: quick checks).
+        env_options: further options of the suite's env for :func:`sims.make` (e.g. a LIBERO suite's
+            ``render_faces``).
     """
     import sims
 
@@ -217,7 +220,7 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         return {"env_steps": 0, "seconds": 0.0, "latency": {}, "latency_samples": {}}
     limit = {} if max_steps is None else {"max_steps": int(max_steps)}
     env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
-                    image_size=image_size, state_obs=agent.state_obs, **limit)
+                    image_size=image_size, state_obs=agent.state_obs, **limit, **(env_options or {}))
     if latency.mode == "aware":  # sets latency.max_delay
         policy = getattr(agent, "policy", None)
         policy_state = policy.config.state_dim if policy is not None else env.observation_spec["state"].shape[0]

@@ -46,6 +46,7 @@ class WorkerSpec:
     video_max: int = 0  # episodes a worker films at most
     threads: int = 1  # torch intra-op threads per worker
     max_steps: int | None = None  # step limit per episode (None: the tasks' own)
+    env_options: dict[str, Any] = field(default_factory=dict)  # further options of the suite's env
     done: list[dict[str, Any]] = field(default_factory=list)  # records of an interrupted run
 
 
@@ -81,7 +82,7 @@ def _worker(index: int, count: int, spec: WorkerSpec, out: Any, stop: Any) -> No
                           on_episode=lambda rec: out.put(("episode", rec.__dict__)),
                           record_frames=spec.videos != "none", on_frames=film, check=check,
                           should_stop=stop.is_set, attempts=spec.attempts, first_state=spec.first_state,
-                          shard=(index, count), max_steps=spec.max_steps)
+                          shard=(index, count), max_steps=spec.max_steps, env_options=spec.env_options)
         out.put(("done", stats))
     except KeyboardInterrupt:
         out.put(("stopped", None))

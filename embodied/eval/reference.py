@@ -36,6 +36,7 @@ UNSUPPORTED = {
     "delay": (0, "the reference client executes chunks synchronously"),
     "mode": ("greedy", "embodied-serve samples greedily"),
     "action_offset": (0, "a diagnostic of the batched harness"),
+    "meshes": ("decimated", "the reference env draws the scenes' meshes as they are"),
 }
 
 

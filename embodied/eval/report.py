@@ -175,7 +175,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{cfg['mode']} policy, execution `{cfg['execution']}` with an inference delay of "
         f"{cfg.get('delay', 0)} control steps ({cfg.get('delay_source', 'steps')}), "
         f"{cfg['num_envs']} parallel envs, seed {cfg['seed']}."
-        + (f" Episodes cut at {cfg['max_steps']} steps: not the protocol's limit." if cfg.get("max_steps") else ""))
+        + (f" Episodes cut at {cfg['max_steps']} steps: not the protocol's limit." if cfg.get("max_steps") else "")
+        + (" Visual meshes drawn as the scenes have them (meshes=full)." if cfg.get("meshes") == "full" else ""))
     lines += [protocol, f"Wall time {results['wall_s']:.1f} s, {results['env_steps_per_s']:.1f} env-steps/s.", ""]
     for suite, lat in (results.get("latency") or {}).items():
         inf = lat.get("inference")

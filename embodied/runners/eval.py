@@ -38,6 +38,7 @@ from policies.files import sha256_file
 
 VIDEO_CHOICES = ("failures", "all", "none")
 SIMULATORS = ("mujoco", "robosuite")
+MESHES = ("decimated", "full")
 
 
 @dataclass
@@ -83,6 +84,9 @@ class EvalConfig:
     server: Optional[str] = None  # robosuite: HOST:PORT of a running openpi-compatible server instead of checkpoint
     # policy steps per episode (default: the suite's official limit; another one is not the protocol: quick checks)
     max_steps: Optional[int] = None
+    # LIBERO suites in our simulator: the visual meshes drawn decimated (the env's default, its
+    # render_faces) | full (as the scenes have them and the reference draws them; ~4x slower on a CPU renderer)
+    meshes: str = "decimated"
     hard_reset: bool = False  # robosuite: rebuild the model at every reset (robosuite's default; slow)
 
 
@@ -272,6 +276,8 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         return _run_reference(cfg)
     if cfg.server is not None or cfg.hard_reset:
         raise EvalError("server= and hard_reset= belong to simulator=robosuite (real LIBERO's reference env)")
+    if cfg.meshes not in MESHES:
+        raise EvalError(f"meshes must be one of {MESHES}, got {cfg.meshes!r}")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise EvalError(f"max_steps must be >= 1 (null: the tasks' own limits), got {cfg.max_steps}")
     import policies
@@ -281,6 +287,13 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     from embodied.video import VideoWriter, annotate_frame
 
     suites, tasks_of, names = _resolve(cfg)
+    env_options: dict[str, Any] = {}
+    if cfg.meshes == "full":
+        import sims
+
+        if not all(sims.suites.is_libero(s) for s in suites):
+            raise EvalError(f"meshes=full applies to real LIBERO's suites only, not {[s for s in suites if not sims.suites.is_libero(s)]}")
+        env_options["render_faces"] = None
     family = None if cfg.policy is None else (cfg.policy.get("family") if isinstance(cfg.policy, dict)
                                                else getattr(cfg.policy, "family", None))
     if (cfg.checkpoint is None) == (family is None):
@@ -356,6 +369,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                                       checkpoint=cfg.checkpoint, device=cfg.device, mode=cfg.mode,
                                       rtc_beta=cfg.rtc_beta, videos=cfg.videos, video_max=cfg.video_max,
                                       threads=default_threads(workers), max_steps=cfg.max_steps,
+                                      env_options=env_options,
                                       done=[r.__dict__ for r in records if r.suite == suite])
                     stats = run_suite_parallel(spec, workers, on_episode=record, on_frames=film, progress=bar,
                                                should_stop=stop)
@@ -365,7 +379,8 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                                       latency=latency, done=records[:], on_episode=record,
                                       record_frames=cfg.videos != "none", on_frames=film, progress=bar,
                                       check=check, should_stop=stop, attempts=cfg.attempts,
-                                      first_state=cfg.first_state, max_steps=cfg.max_steps)
+                                      first_state=cfg.first_state, max_steps=cfg.max_steps,
+                                      env_options=env_options)
                 env_steps += stats["env_steps"]
                 seconds += stats["seconds"]
                 if stats["latency"]:

@@ -64,6 +64,15 @@ def test_collect_sft_eval_and_train_on_libero_spatial(libero_exported, tmp_path,
     suite = results["suites"]["libero_spatial"]
     assert suite["episodes"] == 2 and results["env_steps"] == 12
     assert "cut at 6 steps" in (out / "report.md").read_text()
+    # the same with the visual meshes as the reference draws them (the policy saw decimated ones)
+    full = run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", tasks=[0], episodes=2, num_envs=2,
+                          max_steps=6, image_size=32, videos="none", meshes="full", out=str(tmp_path / "full")))
+    assert full["env_steps"] == 12 and full["config"]["meshes"] == "full"
+    assert "meshes=full" in (tmp_path / "full" / "report.md").read_text()
+    with pytest.raises(EvalError, match="meshes must be one of"):
+        run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", meshes="coarse", out=str(tmp_path / "bad")))
+    with pytest.raises(EvalError, match="real LIBERO's suites only"):
+        run(EvalConfig(checkpoint=str(ckpt), suite="spatial", meshes="full", out=str(tmp_path / "bad")))
     with pytest.raises(EvalError, match="within real LIBERO's 50"):
         run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", first_state=40, episodes=11,
                        out=str(tmp_path / "bad")))
