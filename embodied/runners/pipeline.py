@@ -591,10 +591,11 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     done = results.get("stages_done", [])
 
     def identity(c: dict[str, Any] | None) -> dict[str, Any] | None:
-        # rl.control only adds stages; eval.workers changes the wall time, not the episodes
+        # stages and rl.control only choose what runs (a run may go on with more stages); eval.workers
+        # changes the wall time, not the episodes
         if c is None:
             return None
-        return {**c, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
+        return {**{k: v for k, v in c.items() if k != "stages"}, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
                 "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
 
     stored = results.get("config")

@@ -75,6 +75,9 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     rerun = run(compose("pipeline", f"out={out}", *TINY_PIPELINE))
     assert "done in a previous run" in capsys.readouterr().out
     assert rerun["stages_done"] == results["stages_done"] and rerun["eval_rl"] == results["eval_rl"]
+    # stages= only chooses what runs: fewer (or, later, more) stages go on in the same folder
+    assert run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "stages=[collect,sft,eval_sft]")
+               )["stages_done"] == results["stages_done"]
     # rl.control=true adds the frozen-actor control to the finished run: the same RL stage with algo.lr=0
     control = run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "rl.control=true"))
     assert control["stages_done"] == results["stages_done"] + ["rl_control", "eval_control"]
