@@ -10,7 +10,8 @@ task's exported scene in our batched physics (:class:`sims.libero.worlds.LiberoW
 controller and goal on MuJoCo 4, no rendering) at each of ``batched_num_envs``, with both box-contact
 settings, against the reference's no-rendering rate measured in the same run (``ratio_vs_reference``),
 and with the two cameras at 128 px (visual meshes as they are, and decimated to ``render_faces``
-with and without multisampling) against the reference's rate with its two cameras at 128 px (when ``image_sizes`` has 128).
+with and without multisampling) against the reference's rate with its two cameras at 128 px (when
+``image_sizes`` has 128).
 Writes ``libero.json`` and ``libero.csv``.
 """
 

@@ -291,9 +291,10 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     if cfg.meshes == "full":
         import sims
 
-        if not all(sims.suites.is_libero(s) for s in suites):
-            raise EvalError(f"meshes=full applies to real LIBERO's suites only, not {[s for s in suites if not sims.suites.is_libero(s)]}")
-        env_options["render_faces"] = None
+        ours = [s for s in suites if not sims.suites.is_libero(s)]
+        if ours:
+            raise EvalError(f"meshes=full applies to real LIBERO's suites only, not {ours}")
+        env_options["render_faces"] = None  # the env's decimation off
     family = None if cfg.policy is None else (cfg.policy.get("family") if isinstance(cfg.policy, dict)
                                                else getattr(cfg.policy, "family", None))
     if (cfg.checkpoint is None) == (family is None):

@@ -595,7 +595,8 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
         # changes the wall time, not the episodes
         if c is None:
             return None
-        return {**{k: v for k, v in c.items() if k != "stages"}, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
+        kept = {k: v for k, v in c.items() if k != "stages"}
+        return {**kept, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
                 "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
 
     stored = results.get("config")
