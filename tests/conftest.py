@@ -80,6 +80,21 @@ def libero_exported(tmp_path_factory):
     return root, proc.stdout
 
 
+@pytest.fixture(scope="session")
+def libero_goal_exported(tmp_path_factory):
+    """Tasks 0 (open the middle drawer), 7 (turn on the stove) and 9 (the wine bottle onto the rack) of
+    libero_goal exported by the reference venv into a fresh cache: its root."""
+    import subprocess
+
+    from sims.libero import scenes
+
+    root = tmp_path_factory.mktemp("libero_goal_cache")
+    argv, env = scenes.export_command(root, ["libero_goal"], [0, 7, 9])
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return root
+
+
 # The LeRobot family tests (tests/lerobot_families/, run in .venv-lerobot by scripts/test.sh): tiny,
 # randomly initialised models (policies.lerobot.tiny), so nothing is downloaded. Here rather than in a
 # tests/lerobot_families/conftest.py, for the reason above.

@@ -6,7 +6,7 @@ The reference env runs the episode: its reset (official init state, the protocol
 OSC_POSE controller, its physics and its success check (:mod:`sims.libero.reference.state_server`,
 a child process). Each step its simulator state comes over a pipe into a *shadow* of the exported scene
 (:class:`~sims.libero.worlds.LiberoWorlds`, the reference's fixture placement applied), where
-:class:`~sims.libero.experts.PickPlaceExpert` reads the hand and the objects and picks the action that
+:func:`~sims.libero.experts.make_expert`'s expert reads the hand and the objects and picks the action that
 goes back to the reference. The shadow never steps: nothing of our physics or controller takes part,
 so the success rate is the expert's in LIBERO's own simulator (demonstrations collected this way
 need no teleoperation).
@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sims.libero import reference_command, scenes
-from sims.libero.experts import PHASES, PickPlaceExpert
+from sims.libero.experts import make_expert
 from sims.libero.worlds import LiberoWorlds
 
 
@@ -81,7 +81,7 @@ def run_closed_loop(folder: Path, ref: ReferenceLoop, init_ids: Sequence[int]) -
     meta = scenes.read_meta(folder)
     task = int(meta["task_index"])
     shadow = LiberoWorlds(folder, 1, box_contacts="reference")
-    expert = PickPlaceExpert(shadow)
+    expert = make_expert(shadow)
     success, length, phase = [], [], []
     try:
         for init in init_ids:
@@ -98,7 +98,7 @@ def run_closed_loop(folder: Path, ref: ReferenceLoop, init_ids: Sequence[int]) -
                 shadow.continue_from(np.asarray([answer["state"]]))
             success.append(done)
             length.append(steps)
-            phase.append(PHASES[int(expert.phase[0])])
+            phase.append(expert.phases[int(expert.phase[0])])
     finally:
         shadow.close()
     return {"success": np.array(success), "length": np.array(length), "phase": phase}

@@ -1,8 +1,9 @@
 """Scripted experts for LIBERO tasks on privileged state: pick the goal's object, put it on / in its
 target, through LIBERO's own action space (OSC_POSE deltas), batched over the envs of a
-:class:`sims.libero.worlds.LiberoWorlds`.
+:class:`sims.libero.worlds.LiberoWorlds`; :func:`make_expert` also hands out the drawer and stove-knob
+experts of :mod:`sims.libero.fixture_experts`.
 
-    expert = PickPlaceExpert(worlds)
+    expert = make_expert(worlds)
     worlds.reset(init_ids); expert.reset()
     while ...: success = worlds.step(expert.act())
 
@@ -18,6 +19,7 @@ env: above the grasp, down, close, lift, carry above the target, lower, open, up
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -60,6 +62,8 @@ class ExpertConfig:
 
 class PickPlaceExpert:
     """The scripted expert of a one-predicate ``on`` / ``in`` task, for every env of ``worlds``."""
+
+    phases = PHASES
 
     def __init__(self, worlds: LiberoWorlds, cfg: ExpertConfig = ExpertConfig()) -> None:
         goal = worlds.goal.goal
@@ -259,6 +263,50 @@ class PickPlaceExpert:
         return actions
 
 
+#: what each kind of expert does, by the goal it handles (:func:`expert_kind`)
+EXPERT_KINDS = {"pick_place": "one 'on' / 'in' predicate moving an object",
+                "drawer": "one 'open' predicate on a cabinet's drawer region",
+                "knob": "one 'turnon' predicate on a stove"}
+
+
+def expert_kind(meta: dict) -> str | None:
+    """Which scripted expert handles a task's goal (a key of :data:`EXPERT_KINDS`), from its scene
+    metadata (``goal_state``, ``objects`` and, once exported, ``sites``), or None. A drawer region's
+    ``in`` goal (libero_goal's "open the top drawer and put the bowl inside") has none: the drawer
+    starts closed (told apart from a basket's region by the exported ``sites``)."""
+    goal, sites = meta["goal_state"], meta.get("sites")  # no sites: judged by the goal alone (not exported yet)
+    if len(goal) != 1:
+        return None
+    pred = goal[0]
+    if pred[0] == "in" and sites is not None and (sites.get(pred[2]) or {}).get("joints"):
+        return None  # into a drawer, which starts closed
+    if pick_place_goal(meta) is not None:
+        return "pick_place"
+    if pred[0] == "open" and (sites is None or (sites.get(pred[1]) or {}).get("joints")):
+        return "drawer"
+    if pred[0] == "turnon":
+        return "knob"
+    return None
+
+
+def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> "PickPlaceExpert | DrawerExpert | KnobExpert":
+    """The scripted expert of ``worlds``' task (:func:`expert_kind`); ``ValueError`` naming the goal when
+    none handles it. Every expert has ``act() -> [N, 7]``, ``reset(env_ids)``, ``phase [N]`` and
+    ``phases`` (the names of its phases)."""
+    from sims.libero.fixture_experts import DrawerExpert, FixtureExpertConfig, KnobExpert
+
+    kind = expert_kind(worlds.meta)
+    pred = worlds.goal.goal[0] if worlds.goal.goal else None
+    if kind == "pick_place":
+        return PickPlaceExpert(worlds, ExpertConfig(gain=gain))
+    if kind == "drawer":
+        return DrawerExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
+    if kind == "knob":
+        return KnobExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
+    raise ValueError(f"no scripted expert for {worlds.suite} task {worlds.task_index} (goal {worlds.goal.goal}); "
+                     "the experts handle " + "; ".join(EXPERT_KINDS.values()) + " (not into a closed drawer)")
+
+
 def pick_place_goal(meta: dict) -> tuple[str, str] | None:
     """``(object, target)`` of a task whose goal :class:`PickPlaceExpert` handles (one ``on`` / ``in``
     predicate moving an object), from its scene metadata (``goal_state`` and ``objects``, the movable
@@ -282,12 +330,18 @@ class LiberoSuiteExpert:
         if gain <= 0:
             raise ValueError(f"gain must be > 0, got {gain}")
         self.env, self.cfg = env, ExpertConfig(gain=gain)
-        self._experts: dict[int, PickPlaceExpert] = {}
+        self._experts: dict[int, Any] = {}  # task -> its expert (make_expert)
 
     def supported(self, task: int) -> bool:
         """Whether task ``task`` of the env (an index into ``env.tasks``) has a scripted expert."""
+        from sims.libero import scenes
+
         extras = self.env.tasks[task].extras
-        return pick_place_goal({"goal_state": extras["goal"], "objects": extras["objects"]}) is not None
+        try:  # the exported scene knows which regions are drawers
+            meta = scenes.read_meta(scenes.task_dir(self.env.suite, extras["task_index"], self.env.cache))
+        except scenes.SceneCacheError:
+            meta = {"goal_state": extras["goal"], "objects": extras["objects"]}
+        return expert_kind(meta) is not None
 
     def check_tasks(self, tasks: list[int]) -> None:
         """``ValueError`` naming the tasks of ``tasks`` without a scripted expert."""
@@ -295,13 +349,14 @@ class LiberoSuiteExpert:
         if missing:
             goals = {t: self.env.tasks[t].extras["goal"] for t in missing}
             raise ValueError(f"no scripted expert for {self.env.suite} task(s) {missing} (goals {goals}): the "
-                             "experts pick one object and put it on or in a target; choose tasks=[...] among the others")
+                             "experts handle " + "; ".join(EXPERT_KINDS.values())
+                             + " (not into a closed drawer); choose tasks=[...] among the others")
 
-    def _expert(self, task: int) -> PickPlaceExpert:
+    def _expert(self, task: int) -> "PickPlaceExpert | DrawerExpert | KnobExpert":  # noqa: F821
         worlds = self.env.worlds(task)
         expert = self._experts.get(task)
         if expert is None or expert.worlds is not worlds:
-            expert = self._experts[task] = PickPlaceExpert(worlds, self.cfg)
+            expert = self._experts[task] = make_expert(worlds, self.cfg.gain)
         return expert
 
     def act(self, obs: dict | None = None) -> torch.Tensor:
@@ -330,12 +385,13 @@ class LiberoSuiteExpert:
             expert.reset(np.flatnonzero(ended[rows]))
 
 
-def run_episodes(worlds: LiberoWorlds, init_ids: np.ndarray, expert: PickPlaceExpert | None = None,
+def run_episodes(worlds: LiberoWorlds, init_ids: np.ndarray, expert: Any = None,
                  max_steps: int | None = None) -> dict[str, np.ndarray]:
     """One episode per env from ``init_ids [N]`` (the protocol's reset and wait steps), the expert
-    acting until the goal holds or ``max_steps`` (the suite's limit); ``success [N]`` bool and
-    ``length [N]`` (steps until success, or the limit)."""
-    expert = expert or PickPlaceExpert(worlds)
+    (default: :func:`make_expert`'s) acting until the goal holds or ``max_steps`` (the suite's limit);
+    ``success [N]`` bool, ``length [N]`` (steps until success, or the limit) and ``phase [N]`` (the
+    phase each ended in, an index into ``expert.phases``)."""
+    expert = expert or make_expert(worlds)
     limit = max_steps or worlds.max_steps
     worlds.reset(init_ids)
     expert.reset()
@@ -379,14 +435,15 @@ def main(argv: list[str] | None = None) -> int:
         row = {"suite": meta["suite"], "task": int(meta["task_index"]), "goal": meta["goal_state"]}
         t0 = time.perf_counter()
         try:
-            result = run_episodes(worlds, np.arange(args.states))
+            expert = make_expert(worlds)
+            result = run_episodes(worlds, np.arange(args.states), expert)
         except ValueError as err:  # a goal this expert does not handle
             row["skipped"] = str(err)
             print(f"{row['suite']} {row['task']}: skipped ({err})", flush=True)
         else:
             ok = result["success"]
             row.update(success=float(ok.mean()), lengths=result["length"][ok].tolist(),
-                       failed_in=[PHASES[p] for p, s in zip(result["phase"], ok) if not s])
+                       failed_in=[expert.phases[p] for p, s in zip(result["phase"], ok) if not s])
             print(f"{row['suite']} {row['task']}: {row['success']:.0%} ({time.perf_counter() - t0:.0f} s); failures end "
                   f"in {row['failed_in'] or 'none'}", flush=True)
         worlds.close()

@@ -104,10 +104,11 @@ def test_the_libero_expert_follows_each_env_through_regrouping(libero_exported, 
         expert.reset(np.array([True, False]))
         assert expert._expert(0).count.tolist() == [0, phases[1]]
         assert expert(None).shape == (2, 1, 7)
-    with sims.make("mujoco", suite="libero_goal", num_envs=1, cameras=()) as env:
-        expert = sims.suites.expert("libero_goal", env=env)
-        with pytest.raises(ValueError, match=r"no scripted expert for libero_goal task\(s\) \[0, 7\]"):
-            expert.check_tasks([0, 1, 7])
+    with sims.make("mujoco", suite="libero_10", num_envs=1, cameras=()) as env:
+        expert = sims.suites.expert("libero_10", env=env)
+        # two-predicate goals: none; one object into a region: the pick-and-place expert
+        with pytest.raises(ValueError, match=r"no scripted expert for libero_10 task\(s\) \[0, 9\]"):
+            expert.check_tasks([0, 5, 9])
 
 
 def test_the_main_job_takes_a_libero_suite():

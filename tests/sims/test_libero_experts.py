@@ -66,15 +66,10 @@ def test_expert_closed_loop_in_the_reference_env(libero_exported):
     assert result["success"].tolist() == [True] and 0 < result["length"][0] < 220
 
 
-def test_expert_takes_a_bottle_by_its_neck(tmp_path):
+def test_expert_takes_a_bottle_by_its_neck(libero_goal_exported):
     """The wine bottle (libero_goal task 9, onto the rack): grasped just below its top, where the open
     hand fits around the neck, it is carried and placed (its body is as wide as the open hand)."""
-    import subprocess
-
-    argv, env = scenes.export_command(tmp_path, ["libero_goal"], [9])
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    worlds = LiberoWorlds(scenes.task_dir("libero_goal", 9, tmp_path), 2, box_contacts="reference")
+    worlds = LiberoWorlds(scenes.task_dir("libero_goal", 9, libero_goal_exported), 2, box_contacts="reference")
     expert = PickPlaceExpert(worlds)
     assert expert.neck and expert.obj == "wine_bottle_1"
     worlds.reset([0, 1])
