@@ -88,6 +88,19 @@ class PipelineRLConfig:
     control: bool = False
 
 
+def rl_step_limit(suite: str) -> Optional[int]:
+    """The main job's default RL step limit (``rl.max_episode_steps``) on ``suite``: 60 steps on our suites
+    (the main job's measured setting), None (each task's own limit) on real LIBERO, whose expert episodes
+    take 80-130 steps: 60 would end nearly every training episode as a failure."""
+    import sims.suites
+
+    return None if sims.suites.is_libero(suite) else 60
+
+
+# configs/pipeline.yaml: rl.max_episode_steps: ${pipeline_rl_step_limit:${sim.suite}}
+OmegaConf.register_new_resolver("pipeline_rl_step_limit", rl_step_limit, replace=True)
+
+
 #: ``rl.*`` keys of the layout before ``rl.algo`` / ``rl.runtime`` were embodied-train's groups, and where
 #: each went; the old keys still work for one release, with a deprecation message
 MOVED_RL_KEYS = {"rl.lr": "rl.algo.lr", "rl.critic_warmup": "rl.algo.critic_warmup", "rl.critic": "rl.algo.critic",

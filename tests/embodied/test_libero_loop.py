@@ -117,7 +117,12 @@ def test_the_main_job_takes_a_libero_suite():
 
     from embodied.runners.pipeline import PipelineError, check_config
 
-    check_config(compose("pipeline", "out=x", "sim.suite=libero_spatial", "tasks=[0,1]"))
+    cfg = compose("pipeline", "out=x", "sim.suite=libero_spatial", "tasks=[0,1]")
+    check_config(cfg)
+    # RL's training episodes keep the suite's own step limit there (60, the main job's, on our suites)
+    assert cfg.rl.max_episode_steps is None
+    assert compose("pipeline", "out=x").rl.max_episode_steps == 60
+    assert compose("pipeline", "out=x", "sim.suite=libero_goal", "rl.max_episode_steps=200").rl.max_episode_steps == 200
     with pytest.raises(PipelineError, match="libero_spatial"):
         check_config(compose("pipeline", "out=x", "sim.suite=libero_spacial"))
     assert sims.suites.heldout_states("spatial") == (50, 50)
