@@ -104,6 +104,24 @@ class _Scripted:
             raise ValueError(f"the scene has no joint {name!r}")
         return jid, int(m.jnt_qposadr[jid])
 
+    def _articulated(self, name: str, predicate: str, joint_type: mujoco.mjtJoint, margin: float) -> None:
+        """Sets ``joint``, ``qadr`` (its qpos address), ``sign`` (the way ``predicate`` moves the joint) and
+        ``target`` (``margin`` past LIBERO's threshold) for the first joint of fixture or region ``name``;
+        ``ValueError`` unless it is of ``joint_type``."""
+        joints, op, threshold = articulation(self.worlds, name, predicate)
+        self.joint, self.qadr = self._joint(joints[0])
+        if self.worlds.model.jnt_type[self.joint] != joint_type:
+            raise ValueError(f"{name}: joint {joints[0]!r} is not a {joint_type.name[6:].lower()} joint; the "
+                             f"{type(self).__name__} works {predicate!r} with one")
+        # LIBERO's cabinets open below -0.14; its stoves turn on above 0.5
+        self.sign = -1.0 if op == "<" else 1.0
+        self.target = threshold + self.sign * margin
+
+    def past_target(self, d: mujoco.MjData) -> bool:
+        """Whether the joint has moved past ``target`` (the goal holds, with the margin)."""
+        q = float(d.qpos[self.qadr])
+        return q < self.target if self.sign < 0 else q > self.target
+
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         """Start over (every env, or the envs ``env_ids`` of its worlds) from the first phase."""
         rows = slice(None) if env_ids is None else np.asarray(env_ids, np.int64)
@@ -159,14 +177,8 @@ class DrawerExpert(_Scripted):
 
     def __init__(self, worlds: LiberoWorlds, region: str, cfg: FixtureExpertConfig = FixtureExpertConfig()) -> None:
         super().__init__(worlds, cfg)
-        joints, op, threshold = articulation(worlds, region, "open")
+        self._articulated(region, "open", mujoco.mjtJoint.mjJNT_SLIDE, cfg.open_margin)
         m = worlds.model
-        self.joint, self.qadr = self._joint(joints[0])
-        if m.jnt_type[self.joint] != mujoco.mjtJoint.mjJNT_SLIDE:
-            raise ValueError(f"{region}: joint {joints[0]!r} does not slide; the drawer expert pulls drawers")
-        # opening moves the joint down (LIBERO's cabinets: open below -0.14) or up
-        self.sign = -1.0 if op == "<" else 1.0
-        self.target = threshold + self.sign * cfg.open_margin
         self._drawer = int(m.jnt_bodyid[self.joint])
         self._geoms = collision_geoms(m, self._drawer)
         n = worlds.num_envs
@@ -189,10 +201,6 @@ class DrawerExpert(_Scripted):
         lo, hi = world_box(self.worlds.model, d, [g for r, g in reach if r > front - 0.003])
         centre = 0.5 * (lo + hi)
         return centre + out * (0.5 * float(np.abs(hi - lo) @ np.abs(out)) - self.cfg.handle_depth)
-
-    def opened(self, d: mujoco.MjData) -> bool:
-        q = float(d.qpos[self.qadr])
-        return q < self.target if self.sign < 0 else q > self.target
 
     def _act(self, i: int, d: mujoco.MjData) -> np.ndarray:
         cfg, site = self.cfg, self.worlds.arm.site
@@ -228,7 +236,7 @@ class DrawerExpert(_Scripted):
         if phase == self.PULL:
             # ahead of the handle by a step: the drawer's damping holds the hand back
             goal = self.handle_point(d) + out * 0.03
-            if self.opened(d) or self.count[i] > 2 * cfg.stall_steps:
+            if self.past_target(d) or self.count[i] > 2 * cfg.stall_steps:
                 phase, self.count[i] = self.RELEASE, 0
         if phase == self.RELEASE:
             goal = eef.copy()
@@ -237,7 +245,7 @@ class DrawerExpert(_Scripted):
         if phase == self.BACK:
             goal = self.handle_point(d) + out * cfg.standoff
             # the handle slipped out of the hand short of open: reach for it again
-            if not self.opened(d) and (np.linalg.norm(goal - eef) < 2 * cfg.reach_tol or self.count[i] > cfg.stall_steps):
+            if not self.past_target(d) and (np.linalg.norm(goal - eef) < 2 * cfg.reach_tol or self.count[i] > cfg.stall_steps):
                 phase, self.count[i] = self.REACH, 0
                 goal = self.handle_point(d)
         self.phase[i] = phase
@@ -255,17 +263,9 @@ class KnobExpert(_Scripted):
 
     def __init__(self, worlds: LiberoWorlds, stove: str, cfg: FixtureExpertConfig = FixtureExpertConfig()) -> None:
         super().__init__(worlds, cfg)
-        joints, op, threshold = articulation(worlds, stove, "turnon")
-        m = worlds.model
-        self.joint, self.qadr = self._joint(joints[0])
-        if m.jnt_type[self.joint] != mujoco.mjtJoint.mjJNT_HINGE:
-            raise ValueError(f"{stove}: joint {joints[0]!r} is not a hinge; the knob expert turns knobs")
-        self.sign = -1.0 if op == "<" else 1.0
-        self.target = threshold + self.sign * cfg.turn_margin
-        self._geoms = collision_geoms(m, int(m.jnt_bodyid[self.joint]))
-        n = worlds.num_envs
-        self.goal_mat = np.tile(np.eye(3), (n, 1, 1))
-        self.turn_from = np.zeros(n)
+        self._articulated(stove, "turnon", mujoco.mjtJoint.mjJNT_HINGE, cfg.turn_margin)
+        self._geoms = collision_geoms(worlds.model, int(worlds.model.jnt_bodyid[self.joint]))
+        self.goal_mat = np.tile(np.eye(3), (worlds.num_envs, 1, 1))
 
     def ridge(self, d: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
         """The box ``(lo, hi)`` around the knob's geoms that rise to within 2 cm of its top (the ridge
@@ -279,10 +279,6 @@ class KnobExpert(_Scripted):
         lo, hi = self.ridge(d)
         axis = np.asarray(d.xanchor[self.joint])
         return np.array([axis[0], axis[1], hi[2] - self.cfg.knob_height])
-
-    def turned_on(self, d: mujoco.MjData) -> bool:
-        q = float(d.qpos[self.qadr])
-        return q > self.target if self.sign > 0 else q < self.target
 
     def _act(self, i: int, d: mujoco.MjData) -> np.ndarray:
         cfg, site = self.cfg, self.worlds.arm.site
@@ -319,7 +315,7 @@ class KnobExpert(_Scripted):
             c, s = np.cos(step), np.sin(step)
             k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
             goal_mat = (np.eye(3) + s * k + (1 - c) * k @ k) @ mat
-            if self.turned_on(d) or self.count[i] > 2 * cfg.stall_steps:
+            if self.past_target(d) or self.count[i] > 2 * cfg.stall_steps:
                 phase, self.count[i] = self.RELEASE, 0
         if phase == self.RELEASE:
             goal, goal_mat = eef.copy(), None
