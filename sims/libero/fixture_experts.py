@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from sims.libero.osc import GRIPPER_JOINTS
+from sims.libero.osc import GRIPPER_JOINTS, axisangle_to_matrix
 from sims.libero.predicates import ARTICULATION
 from sims.libero.worlds import LiberoWorlds
 
@@ -138,6 +138,13 @@ class _Scripted:
         action[6] = grip
         return action
 
+    def _arrived(self, i: int, d: mujoco.MjData, goal: np.ndarray, tol: float, steps: int,
+                 goal_mat: np.ndarray | None = None) -> bool:
+        """Whether env ``i``'s phase is over: the grip site within ``tol`` of ``goal`` (and the hand turned to
+        ``goal_mat``, where given), or ``steps`` steps spent in it."""
+        there = np.linalg.norm(goal - d.site_xpos[self.worlds.arm.site]) < tol
+        return bool(there and (goal_mat is None or self._turned(d, goal_mat))) or self.count[i] > steps
+
     def _turned(self, d: mujoco.MjData, goal_mat: np.ndarray) -> bool:
         site = self.worlds.arm.site
         return float(np.linalg.norm(rotation_vector(goal_mat @ d.site_xmat[site].reshape(3, 3).T))) < self.cfg.turn_tol
@@ -195,8 +202,10 @@ class DrawerExpert(_Scripted):
         """Where the grip site grasps the handle bar ``[3]``: the middle of the drawer's geoms that reach
         farthest along the opening direction (the bar), ``cfg.handle_depth`` behind its front face."""
         out = self.open_direction(d)
-        reach = [(float(world_box(self.worlds.model, d, [g])[1] @ np.maximum(out, 0)
-                        - world_box(self.worlds.model, d, [g])[0] @ np.maximum(-out, 0)), g) for g in self._geoms]
+        reach = []
+        for g in self._geoms:
+            g_lo, g_hi = world_box(self.worlds.model, d, [g])
+            reach.append((float(g_hi @ np.maximum(out, 0) - g_lo @ np.maximum(-out, 0)), g))
         front = max(r for r, _ in reach)
         lo, hi = world_box(self.worlds.model, d, [g for r, g in reach if r > front - 0.003])
         centre = 0.5 * (lo + hi)
@@ -218,16 +227,15 @@ class DrawerExpert(_Scripted):
                 self.handle[i] = self.handle_point(d)
             # turned high above the table (the hand, fingers closing vertically, spans 20 cm of height)
             goal = self.handle[i] + out * cfg.standoff + [0.0, 0.0, cfg.turn_height]
-            if (self._turned(d, self.goal_mat[i]) and np.linalg.norm(goal - eef) < 2 * cfg.reach_tol) \
-                    or self.count[i] > 3 * cfg.stall_steps:
+            if self._arrived(i, d, goal, 2 * cfg.reach_tol, 3 * cfg.stall_steps, self.goal_mat[i]):
                 phase, self.count[i] = self.LOWER, 0
         if phase == self.LOWER:
             goal = self.handle[i] + out * cfg.standoff
-            if np.linalg.norm(goal - eef) < 2 * cfg.reach_tol or self.count[i] > cfg.stall_steps:
+            if self._arrived(i, d, goal, 2 * cfg.reach_tol, cfg.stall_steps):
                 phase, self.count[i] = self.REACH, 0
         if phase == self.REACH:
             goal = self.handle_point(d)
-            if np.linalg.norm(goal - eef) < cfg.reach_tol or self.count[i] > cfg.stall_steps:
+            if self._arrived(i, d, goal, cfg.reach_tol, cfg.stall_steps):
                 phase, self.count[i] = self.CLOSE, 0
         if phase == self.CLOSE:
             goal = self.handle_point(d)
@@ -245,7 +253,7 @@ class DrawerExpert(_Scripted):
         if phase == self.BACK:
             goal = self.handle_point(d) + out * cfg.standoff
             # the handle slipped out of the hand short of open: reach for it again
-            if not self.past_target(d) and (np.linalg.norm(goal - eef) < 2 * cfg.reach_tol or self.count[i] > cfg.stall_steps):
+            if not self.past_target(d) and self._arrived(i, d, goal, 2 * cfg.reach_tol, cfg.stall_steps):
                 phase, self.count[i] = self.REACH, 0
                 goal = self.handle_point(d)
         self.phase[i] = phase
@@ -295,12 +303,11 @@ class KnobExpert(_Scripted):
                     across = -across
                 self.goal_mat[i] = frame_rotation(DOWN, finger, DOWN, across) @ mat
             goal = self.grasp_point(d) + [0.0, 0.0, cfg.hover]
-            if (self._turned(d, self.goal_mat[i]) and np.linalg.norm(goal - eef) < 2 * cfg.reach_tol) \
-                    or self.count[i] > 3 * cfg.stall_steps:
+            if self._arrived(i, d, goal, 2 * cfg.reach_tol, 3 * cfg.stall_steps, self.goal_mat[i]):
                 phase, self.count[i] = self.DESCEND, 0
         if phase == self.DESCEND:
             goal = self.grasp_point(d)
-            if np.linalg.norm(goal - eef) < cfg.reach_tol or self.count[i] > cfg.stall_steps:
+            if self._arrived(i, d, goal, cfg.reach_tol, cfg.stall_steps):
                 phase, self.count[i] = self.CLOSE, 0
         if phase == self.CLOSE:
             goal = self.grasp_point(d)
@@ -309,12 +316,9 @@ class KnobExpert(_Scripted):
         goal_mat = self.goal_mat[i]
         if phase == self.TURN:
             goal = self.grasp_point(d)
-            # a quarter turn ahead of the hand, about the knob's axis (world z for LIBERO's stoves)
+            # 0.25 rad ahead of the hand, about the knob's axis (world z for LIBERO's stoves)
             axis = self.sign * np.asarray(d.xaxis[self.joint])
-            step = 0.25
-            c, s = np.cos(step), np.sin(step)
-            k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
-            goal_mat = (np.eye(3) + s * k + (1 - c) * k @ k) @ mat
+            goal_mat = axisangle_to_matrix(0.25 * axis[None])[0] @ mat
             if self.past_target(d) or self.count[i] > 2 * cfg.stall_steps:
                 phase, self.count[i] = self.RELEASE, 0
         if phase == self.RELEASE:
