@@ -47,6 +47,9 @@ class ExpertConfig:
     place_height: float = 0.04  # the object's origin above the target's when released
     reach_tol: float = 0.008
     reach: float = 0.8  # horizontal distance from the robot's base beyond which a grasp point is not taken
+    # a bowl whose two candidate rim points differ more in height than this is tilted (on a ramekin): taken
+    # by the higher one; a level bowl by the one nearer the robot's base at the grasp and at the place
+    rim_tilt: float = 0.004
     hold_tol: float = 0.025  # the held object's centre this much farther from the grip than grasped: dropped
     descend_steps: int = 15  # close after this many steps down even if short of the grasp point
     carry_tol: float = 0.012  # the held object's centre above the target's, horizontally, before lowering
@@ -54,7 +57,8 @@ class ExpertConfig:
     # OSC_POSE cannot move the hand back along the straight arm)
     carry_loose_tol: float = 0.04
     carry_stall_steps: int = 10
-    lower_steps: int = 20  # release after this many steps down even if short of the placing height
+    lower_steps: int = 60  # release after this many steps down even if short of the placing height
+    lower_stall_steps: int = 5  # ... or once the held object has not come 1 mm lower for this many steps
     close_steps: int = 8
     open_steps: int = 6
     gain: float = 1.0  # action per 5 cm of position error (OSC_POSE moves its goal 5 cm at 1.0)
@@ -100,6 +104,9 @@ class PickPlaceExpert:
         self.count = np.zeros(n, dtype=np.int64)
         self.travel = np.zeros(n)  # the carry's height
         self.closest = np.full(n, np.inf)  # the carry's closest horizontal distance to the target so far
+        self.lowest = np.full(n, np.inf)  # the held object's lowest height while lowering
+        self.still = np.zeros(n, dtype=np.int64)  # steps since it last came 1 mm lower
+        self.side = np.zeros(n, dtype=np.int64)  # the bowl's rim point each env grasps (rim_side), chosen at the approach
 
     def _rim_radius(self, d: mujoco.MjData) -> float:
         """A bowl's rim radius: its collision geoms' largest distance from its axis (``d`` after
@@ -142,14 +149,12 @@ class PickPlaceExpert:
         err = np.arctan2(have[0] * want[1] - have[1] * want[0], have @ want)
         return float((err + np.pi / 2) % np.pi - np.pi / 2)
 
-    def grasp_point(self, d: mujoco.MjData) -> np.ndarray:
-        """Where the grip site goes to grasp, in the world ``[3]``. A bowl: of the two rim points whose
-        radial direction lies along the finger axis (so the fingers straddle the wall), the higher
-        one (the bowl may be tilted), unless it lies farther than ``cfg.reach`` from the robot's base
-        (at the hover height the arm does not get there)."""
-        pos = d.xpos[self._body]
-        rot = d.xmat[self._body].reshape(3, 3)
+    def grasp_point(self, d: mujoco.MjData, side: int = 0) -> np.ndarray:
+        """Where the grip site goes to grasp, in the world ``[3]``. A bowl: the rim point ``side`` (0:
+        :meth:`rim_side`'s choice now) of :meth:`rim_points`."""
         if not self.rim:
+            pos = d.xpos[self._body]
+            rot = d.xmat[self._body].reshape(3, 3)
             # the box's centre horizontally; vertically grasp_depth above the origin, kept below the top
             # and above the bottom of the object as it lies now
             centre = pos + rot @ self._center
@@ -157,19 +162,37 @@ class PickPlaceExpert:
             z = top - self.cfg.below_top if self.neck else pos[2] + self.cfg.grasp_depth
             z = max(min(z, top - self.cfg.below_top), bottom + self.cfg.above_bottom)
             return np.array([centre[0], centre[1], z])
+        return self.rim_points(d)[side if side else self.rim_side(d)]
+
+    def rim_points(self, d: mujoco.MjData) -> dict[int, np.ndarray]:
+        """A bowl's two grasp points ``{+1, -1: [3]}``: the rim points whose radial direction lies along
+        (+1) and against (-1) the finger axis, so that the fingers straddle the wall there."""
+        pos = d.xpos[self._body]
+        rot = d.xmat[self._body].reshape(3, 3)
         axis = self.finger_axis[:2] / np.linalg.norm(self.finger_axis[:2])
         theta = np.linspace(0.0, 2 * np.pi, 72, endpoint=False)
         radial = rot @ np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)])  # [3, 72]
         horizontal = radial[:2] / np.maximum(np.linalg.norm(radial[:2], axis=0), 1e-9)
         along = horizontal.T @ axis
-        best = []
-        for sign in (1.0, -1.0):
-            k = int(np.argmax(sign * along))
-            best.append(pos + self.rim * radial[:, k] + rot[:, 2] * self.cfg.grasp_depth)
-        best.sort(key=lambda p: -p[2])
-        if self._reach(best[0]) > self.cfg.reach and self._reach(best[1]) < self._reach(best[0]):
-            return best[1]  # the higher rim is beyond the arm's reach at the hover height
-        return best[0]
+        return {sign: pos + self.rim * radial[:, int(np.argmax(sign * along))] + rot[:, 2] * self.cfg.grasp_depth
+                for sign in (1, -1)}
+
+    def rim_side(self, d: mujoco.MjData) -> int:
+        """Which of :meth:`rim_points` to grasp (+1 / -1). A tilted bowl (the two differ in height by more
+        than ``cfg.rim_tilt``: on a ramekin): the higher, unless it lies farther than ``cfg.reach`` from
+        the robot's base and the other nearer. A level bowl: the one that keeps the hand nearer the base,
+        summed over the grasp and the place (the hand holds the bowl there by the same rim point): near
+        the arm's full extension OSC_POSE cannot bring the hand back toward the base."""
+        points = self.rim_points(d)
+        if abs(points[1][2] - points[-1][2]) > self.cfg.rim_tilt:
+            high, low = (1, -1) if points[1][2] > points[-1][2] else (-1, 1)
+            if self._reach(points[high]) > self.cfg.reach and self._reach(points[low]) < self._reach(points[high]):
+                return low
+            return high
+        centre = d.xpos[self._body]
+        target = self.worlds.goal.position(d, self.target)
+        cost = {s: self._reach(p) + self._reach(target + p - centre) for s, p in points.items()}
+        return min(cost, key=cost.get)
 
     def _reach(self, point: np.ndarray) -> float:
         return float(np.linalg.norm((point - self._base)[:2]))
@@ -196,11 +219,13 @@ class PickPlaceExpert:
             obj = w.goal.position(d, self.obj)
             tgt = w.goal.position(d, self.target)
             phase = self.phase[i]
-            grasp = self.grasp_point(d) if phase in (APPROACH, DESCEND, CLOSE) else obj
+            if phase == APPROACH and self.count[i] == 0 and self.rim:
+                self.side[i] = self.rim_side(d)  # kept to the close: the bowl moves as the fingers reach it
+            grasp = self.grasp_point(d, self.side[i]) if phase in (APPROACH, DESCEND, CLOSE) else obj
             place = tgt + np.array([0.0, 0.0, cfg.place_height])
             yaw = self.yaw_error(d) if phase in (APPROACH, DESCEND) else 0.0
             if phase == APPROACH:
-                goal, grip = self.grasp_point(d) + [0, 0, cfg.hover], -1.0
+                goal, grip = grasp + [0, 0, cfg.hover], -1.0
                 self.count[i] += 1
                 # there (and turned across the object); or above it and stalled, short of a hover height
                 # the arm cannot reach
@@ -242,12 +267,16 @@ class PickPlaceExpert:
                 else:
                     self.count[i] += 1
                 if gap < cfg.carry_tol or (gap < cfg.carry_loose_tol and self.count[i] > cfg.carry_stall_steps):
-                    phase, self.count[i] = LOWER, 0
+                    phase, self.count[i], self.lowest[i], self.still[i] = LOWER, 0, np.inf, 0
             if phase == LOWER:
                 goal, grip = held, 1.0
                 self.count[i] += 1
+                if obj[2] < self.lowest[i] - 1e-3:
+                    self.lowest[i], self.still[i] = obj[2], 0
+                else:
+                    self.still[i] += 1
                 if (np.linalg.norm(obj - np.r_[tgt[:2], tgt[2] + cfg.place_height]) < cfg.reach_tol
-                        or self.count[i] > cfg.lower_steps):
+                        or self.still[i] > cfg.lower_stall_steps or self.count[i] > cfg.lower_steps):
                     phase, self.count[i] = OPEN, 0
             if phase == OPEN:
                 goal, grip = eef.copy(), -1.0

@@ -43,15 +43,44 @@ def test_expert_knows_a_dropped_bowl_and_an_unreachable_rim(libero_exported):
     assert not expert.dropped(eef, held)
     assert expert.dropped(eef, held - [0.05, 0.0, 0.0])  # left the hand sideways
     assert expert.dropped(eef, held - [0.0, 0.0, 0.08])  # fell below it
-    # the higher rim point, unless it lies beyond the arm's reach: then the other, nearer the base
+
+
+def test_expert_grasps_a_level_bowl_near_the_base_and_a_tilted_one_by_its_higher_rim(libero_exported):
+    """The two rim points the fingers can straddle lie along the finger axis, on either side of the
+    bowl. A level bowl is taken by the one that keeps the hand nearer the robot's base at the grasp
+    and at the place (near full extension OSC_POSE cannot bring the hand back); a tilted one by the
+    higher, unless that lies beyond the arm's reach."""
     from dataclasses import replace
 
+    import mujoco
+
+    worlds = LiberoWorlds(scenes.task_dir("libero_spatial", 0, libero_exported[0]), 1, box_contacts="native")
+    worlds.reset([0])
+    expert = PickPlaceExpert(worlds)
     d = worlds.datas[0]
-    higher = expert.grasp_point(d)
-    expert.cfg = replace(expert.cfg, reach=0.0)
-    nearer = expert.grasp_point(d)
-    assert not np.allclose(higher, nearer) and expert._reach(nearer) < expert._reach(higher)
-    assert abs(np.linalg.norm((nearer - higher)[:2]) - 2 * expert.rim) < 0.01  # the two ends of one diameter
+    points = expert.rim_points(d)
+    assert abs(np.linalg.norm((points[1] - points[-1])[:2]) - 2 * expert.rim) < 0.01  # one diameter's ends
+    level = expert.rim_side(d)
+    centre, plate = d.xpos[expert._body], worlds.goal.position(d, "plate_1")
+    assert expert._reach(points[level]) < expert._reach(points[-level])
+    assert expert._reach(plate + points[level] - centre) < expert._reach(plate + points[-level] - centre)
+
+    # tilt the bowl 10 degrees so that the rim point on the chosen side is the lower one
+    joint = worlds.model.body_jntadr[expert._body]
+    adr = worlds.model.jnt_qposadr[joint]
+    tilt_axis = np.cross([0.0, 0.0, 1.0], expert.finger_axis)
+    tilt = np.zeros(4)
+    mujoco.mju_axisAngle2Quat(tilt, tilt_axis, np.deg2rad(10.0) * level)
+    quat = np.zeros(4)
+    mujoco.mju_mulQuat(quat, tilt, d.qpos[adr + 3:adr + 7].copy())
+    d.qpos[adr + 3:adr + 7] = quat
+    mujoco.mj_kinematics(worlds.model, d)
+    points = expert.rim_points(d)
+    higher = 1 if points[1][2] > points[-1][2] else -1
+    assert higher == -level and points[higher][2] - points[level][2] > expert.cfg.rim_tilt
+    assert expert.rim_side(d) == higher
+    expert.cfg = replace(expert.cfg, reach=expert._reach(points[higher]) - 0.01)  # the higher one out of reach
+    assert expert.rim_side(d) == level
 
 
 def test_expert_closed_loop_in_the_reference_env(libero_exported):
