@@ -8,12 +8,14 @@ experts of :mod:`sims.libero.fixture_experts`.
     while ...: success = worlds.step(expert.act())
 
 The goal must be one ``on`` or ``in`` predicate with a movable object (libero_spatial: a bowl onto the
-plate; libero_object: a grocery item into the basket). The grasp is top-down: a bowl by its rim, on
-the side the fingers close across, with the gripper's initial orientation; anything else at the
+plate; libero_object: a grocery item into the basket). The grasp is top-down: a bowl by its rim, at
+one of the two points the fingers can straddle with the gripper's initial orientation (a level bowl's
+nearer the robot's base, a tilted one's higher); anything else at the
 centre of its collision box, below its top and above its bottom (a bottle by its neck, just below
 its top), the hand first turned about the vertical so that the fingers close across the short side of
 an elongated object (a butter pack, a cream-cheese box). The carry keeps the object's lowest point above the target's walls. Phases per
-env: above the grasp, down, close, lift, carry above the target, lower, open, up.
+env: above the grasp, down, close, lift, carry above the target, lower (until the object stops
+coming lower), open, up.
 """
 
 from __future__ import annotations
@@ -294,6 +296,7 @@ class PickPlaceExpert:
 
 #: what each kind of expert does, by the goal it handles (:func:`expert_kind`)
 EXPERT_KINDS = {"pick_place": "one 'on' / 'in' predicate moving an object",
+                "push": "one 'on' predicate moving a flat object (a plate) onto a table region",
                 "drawer": "one 'open' predicate on a cabinet's drawer region",
                 "knob": "one 'turnon' predicate on a stove"}
 
@@ -310,6 +313,10 @@ def expert_kind(meta: dict) -> str | None:
     if pred[0] == "in" and sites is not None and (sites.get(pred[2]) or {}).get("joints"):
         return None  # into a drawer, which starts closed
     if pick_place_goal(meta) is not None:
+        if pred[0] == "on" and _pushed(meta, pred[1]):
+            # onto a table region (no parent fixture), or not exported yet
+            on_region = sites is None or (pred[2] in sites and sites[pred[2]].get("parent") is None)
+            return "push" if on_region else None
         return "pick_place"
     if pred[0] == "open" and (sites is None or (sites.get(pred[1]) or {}).get("joints")):
         return "drawer"
@@ -318,16 +325,29 @@ def expert_kind(meta: dict) -> str | None:
     return None
 
 
-def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> "PickPlaceExpert | DrawerExpert | KnobExpert":
+def _pushed(meta: dict, obj: str) -> bool:
+    """Whether ``obj`` is of a class that is pushed rather than grasped (its class in the exported
+    metadata, or its name where only names are known)."""
+    from sims.libero.push_expert import PUSHED_CLASSES
+
+    info = meta["objects"][obj] if isinstance(meta["objects"], dict) else None
+    name = (info.get("class") if isinstance(info, dict) else None) or obj
+    return any(c in name.lower() for c in PUSHED_CLASSES)
+
+
+def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> "PickPlaceExpert | DrawerExpert | KnobExpert | PushExpert":
     """The scripted expert of ``worlds``' task (:func:`expert_kind`); ``ValueError`` naming the goal when
     none handles it. Every expert has ``act() -> [N, 7]``, ``reset(env_ids)``, ``phase [N]`` and
     ``phases`` (the names of its phases)."""
     from sims.libero.fixture_experts import DrawerExpert, FixtureExpertConfig, KnobExpert
+    from sims.libero.push_expert import PushExpert, PushExpertConfig
 
     kind = expert_kind(worlds.meta)
     pred = worlds.goal.goal[0] if worlds.goal.goal else None
     if kind == "pick_place":
         return PickPlaceExpert(worlds, ExpertConfig(gain=gain))
+    if kind == "push":
+        return PushExpert(worlds, pred[1], pred[2], PushExpertConfig(gain=gain))
     if kind == "drawer":
         return DrawerExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
     if kind == "knob":

@@ -38,6 +38,13 @@ def test_expert_kind_by_goal():
     assert expert_kind({**meta, "goal_state": [["on", "bowl_1", "stove_cook_region"]]}) == "pick_place"
     assert expert_kind({**meta, "goal_state": [["open", "cab_middle_region"]]}) == "drawer"
     assert expert_kind({**meta, "goal_state": [["turnon", "stove_1"]]}) == "knob"
+    # a plate is pushed onto a table region (no parent fixture); onto a fixture's surface it has no expert
+    table = {"main_table_front_region": {"joints": None, "parent": None},
+             "stove_cook_region": {"joints": [], "parent": "stove_1"}}
+    plate = {"objects": {"plate_1": {"class": "Plate"}}, "sites": table}
+    assert expert_kind({**plate, "goal_state": [["on", "plate_1", "main_table_front_region"]]}) == "push"
+    assert expert_kind({**plate, "goal_state": [["on", "plate_1", "stove_cook_region"]]}) is None
+    assert expert_kind({"objects": ["plate_1"], "goal_state": [["on", "plate_1", "main_table_front_region"]]}) == "push"
     # into a drawer that starts closed, two predicates, a fixed object moved: none
     assert expert_kind({**meta, "goal_state": [["in", "bowl_1", "cab_top_region"]]}) is None
     assert expert_kind({**meta, "goal_state": [["open", "cab_middle_region"], ["turnon", "stove_1"]]}) is None
