@@ -298,20 +298,21 @@ class PickPlaceExpert:
 EXPERT_KINDS = {"pick_place": "one 'on' / 'in' predicate moving an object",
                 "push": "one 'on' predicate moving a flat object (a plate) onto a table region",
                 "drawer": "one 'open' predicate on a cabinet's drawer region",
+                "drawer_place": "one 'in' predicate moving an object into a cabinet's drawer, closed at the start",
                 "knob": "one 'turnon' predicate on a stove"}
 
 
 def expert_kind(meta: dict) -> str | None:
     """Which scripted expert handles a task's goal (a key of :data:`EXPERT_KINDS`), from its scene
     metadata (``goal_state``, ``objects`` and, once exported, ``sites``), or None. A drawer region's
-    ``in`` goal (libero_goal's "open the top drawer and put the bowl inside") has none: the drawer
-    starts closed (told apart from a basket's region by the exported ``sites``)."""
+    ``in`` goal (libero_goal's "open the top drawer and put the bowl inside": the drawer starts
+    closed) is told apart from a basket's by the exported ``sites`` (a drawer region has joints)."""
     goal, sites = meta["goal_state"], meta.get("sites")  # no sites: judged by the goal alone (not exported yet)
     if len(goal) != 1:
         return None
     pred = goal[0]
     if pred[0] == "in" and sites is not None and (sites.get(pred[2]) or {}).get("joints"):
-        return None  # into a drawer, which starts closed
+        return "drawer_place" if pick_place_goal(meta) is not None else None
     if pick_place_goal(meta) is not None:
         if pred[0] == "on" and _pushed(meta, pred[1]):
             # onto a table region (no parent fixture), or not exported yet
@@ -335,10 +336,11 @@ def _pushed(meta: dict, obj: str) -> bool:
     return any(c in name.lower() for c in PUSHED_CLASSES)
 
 
-def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> "PickPlaceExpert | DrawerExpert | KnobExpert | PushExpert":
+def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> Any:
     """The scripted expert of ``worlds``' task (:func:`expert_kind`); ``ValueError`` naming the goal when
     none handles it. Every expert has ``act() -> [N, 7]``, ``reset(env_ids)``, ``phase [N]`` and
     ``phases`` (the names of its phases)."""
+    from sims.libero.drawer_place_expert import DrawerPlaceExpert
     from sims.libero.fixture_experts import DrawerExpert, FixtureExpertConfig, KnobExpert
     from sims.libero.push_expert import PushExpert, PushExpertConfig
 
@@ -350,10 +352,12 @@ def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> "PickPlaceExpert | D
         return PushExpert(worlds, pred[1], pred[2], PushExpertConfig(gain=gain))
     if kind == "drawer":
         return DrawerExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
+    if kind == "drawer_place":
+        return DrawerPlaceExpert(worlds, pred[2], FixtureExpertConfig(gain=gain), ExpertConfig(gain=gain))
     if kind == "knob":
         return KnobExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
     raise ValueError(f"no scripted expert for {worlds.suite} task {worlds.task_index} (goal {worlds.goal.goal}); "
-                     "the experts handle " + "; ".join(EXPERT_KINDS.values()) + " (not into a closed drawer)")
+                     "the experts handle " + "; ".join(EXPERT_KINDS.values()))
 
 
 def pick_place_goal(meta: dict) -> tuple[str, str] | None:
@@ -399,9 +403,9 @@ class LiberoSuiteExpert:
             goals = {t: self.env.tasks[t].extras["goal"] for t in missing}
             raise ValueError(f"no scripted expert for {self.env.suite} task(s) {missing} (goals {goals}): the "
                              "experts handle " + "; ".join(EXPERT_KINDS.values())
-                             + " (not into a closed drawer); choose tasks=[...] among the others")
+                             + "; choose tasks=[...] among the others")
 
-    def _expert(self, task: int) -> "PickPlaceExpert | DrawerExpert | KnobExpert":  # noqa: F821
+    def _expert(self, task: int) -> Any:
         worlds = self.env.worlds(task)
         expert = self._experts.get(task)
         if expert is None or expert.worlds is not worlds:

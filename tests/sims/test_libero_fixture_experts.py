@@ -1,6 +1,7 @@
-"""The scripted experts of LIBERO's articulated goals (sims/libero/fixture_experts.py) on exported
-libero_goal tasks: open the middle drawer (task 0), turn on the stove (task 7), judged by LIBERO's own
-joint thresholds; which expert a goal gets (sims.libero.experts.make_expert)."""
+"""The scripted experts of LIBERO's articulated goals (sims/libero/fixture_experts.py,
+sims/libero/drawer_place_expert.py) on exported libero_goal tasks: open the middle drawer (task 0),
+turn on the stove (task 7), open the top drawer and put the bowl inside (task 3), judged by LIBERO's
+own predicates; which expert a goal gets (sims.libero.experts.make_expert)."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def test_expert_kind_by_goal():
     assert expert_kind({**plate, "goal_state": [["on", "plate_1", "main_table_front_region"]]}) == "push"
     assert expert_kind({**plate, "goal_state": [["on", "plate_1", "stove_cook_region"]]}) is None
     assert expert_kind({"objects": ["plate_1"], "goal_state": [["on", "plate_1", "main_table_front_region"]]}) == "push"
-    # into a drawer that starts closed, two predicates, a fixed object moved: none
-    assert expert_kind({**meta, "goal_state": [["in", "bowl_1", "cab_top_region"]]}) is None
+    # into a drawer that starts closed: open it, then the pick-and-place; two predicates, a fixed object moved: none
+    assert expert_kind({**meta, "goal_state": [["in", "bowl_1", "cab_top_region"]]}) == "drawer_place"
     assert expert_kind({**meta, "goal_state": [["open", "cab_middle_region"], ["turnon", "stove_1"]]}) is None
     assert expert_kind({**meta, "goal_state": [["on", "plate_2", "stove_cook_region"]]}) is None
 
@@ -94,3 +95,21 @@ def test_drawer_expert_closed_loop_in_the_reference_env(libero_goal_exported):
     with ReferenceLoop("libero_goal") as ref:
         result = run_closed_loop(scenes.task_dir("libero_goal", 0, libero_goal_exported), ref, [0])
     assert result["success"].tolist() == [True] and 0 < result["length"][0] < 300
+
+
+@needs_libero_venv
+def test_drawer_place_expert_opens_the_top_drawer_and_puts_the_bowl_inside(libero_goal_exported):
+    """libero_goal task 3: the drawer expert opens the top drawer, the hand returns to where and how it
+    started (pointing down), and the pick-and-place expert puts the bowl into the drawer's region."""
+    from sims.libero.drawer_place_expert import DrawerPlaceExpert
+
+    worlds = LiberoWorlds(scenes.task_dir("libero_goal", 3, libero_goal_exported), 2, box_contacts="reference")
+    expert = make_expert(worlds)
+    assert isinstance(expert, DrawerPlaceExpert) and expert.drawer.joint >= 0
+    worlds.reset([0, 1])
+    assert not any(expert.drawer.past_target(d) for d in worlds.datas)  # closed at the start
+    result = run_episodes(worlds, np.array([0, 1]), expert)
+    assert result["success"].all(), result
+    for d in worlds.datas:
+        assert expert.drawer.past_target(d)
+    assert all(expert.phases[p].startswith("place:") for p in result["phase"])
