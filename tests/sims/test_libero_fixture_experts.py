@@ -81,7 +81,7 @@ def test_knob_expert_turns_the_stove_on(libero_goal_exported):
     assert all(d.qpos[expert.qadr] >= 0.5 for d in worlds.datas)
     assert all(expert.phases[p] in ("turn", "release", "retreat") for p in result["phase"])
     # a goal without an expert is refused by name
-    worlds.goal.goal = [["in", "akita_black_bowl_1", "wooden_cabinet_1_top_region"]]
+    worlds.goal.goal = [["open", "wooden_cabinet_1_top_region"], ["turnon", "flat_stove_1"]]
     worlds.meta = {**worlds.meta, "goal_state": worlds.goal.goal}
     with pytest.raises(ValueError, match="no scripted expert for libero_goal task 7"):
         make_expert(worlds)
