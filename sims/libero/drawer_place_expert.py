@@ -4,17 +4,19 @@ through LIBERO's action space, batched over the envs of a :class:`sims.libero.wo
 
 Three stages per env: :class:`~sims.libero.fixture_experts.DrawerExpert` opens the drawer and backs
 away; the hand returns to where and how it started (pointing down: the pull ends with it pointing at
-the cabinet, the arm stretched, where OSC_POSE would not bring it back by itself); then
-:class:`~sims.libero.experts.PickPlaceExpert` puts the object into the drawer's region, which moved
-out with the drawer.
+the cabinet, the arm stretched, where OSC_POSE would not bring it back by itself); then the
+pick-and-place expert it is given (:class:`sims.libero.experts.PickPlaceExpert`, built by
+:func:`sims.libero.experts.make_expert`) puts the object into the drawer's region, which moved out
+with the drawer.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import mujoco
 import numpy as np
 
-from sims.libero.experts import ExpertConfig, PickPlaceExpert
 from sims.libero.fixture_experts import DrawerExpert, FixtureExpertConfig
 from sims.libero.worlds import LiberoWorlds
 
@@ -22,16 +24,21 @@ DRAWER, RETURN, PLACE = range(3)
 
 
 class DrawerPlaceExpert:
-    """Opens drawer region ``region`` of ``worlds``' task, then puts the goal's object in it.
+    """Opens drawer region ``region`` of ``worlds``' task, then ``place`` (a pick-and-place expert over
+    the same worlds: ``act() -> [N, 7]``, ``reset(env_ids)``, ``phase``, ``phases``, ``obj``, ``target``)
+    puts the goal's object in it.
 
     ``phase [N]`` indexes :attr:`phases`: the drawer expert's phases, ``return``, then the
     pick-and-place expert's (prefixed ``place:``)."""
 
-    def __init__(self, worlds: LiberoWorlds, region: str, drawer_cfg: FixtureExpertConfig = FixtureExpertConfig(),
-                 place_cfg: ExpertConfig = ExpertConfig(), return_tol: float = 0.02, return_steps: int = 60) -> None:
+    def __init__(self, worlds: LiberoWorlds, region: str, place: Any,
+                 drawer_cfg: FixtureExpertConfig = FixtureExpertConfig(), return_tol: float = 0.02,
+                 return_steps: int = 60) -> None:
+        if place.worlds is not worlds:
+            raise ValueError("the pick-and-place expert must act on the same worlds as the drawer expert")
         self.worlds = worlds
         self.drawer = DrawerExpert(worlds, region, drawer_cfg)
-        self.place = PickPlaceExpert(worlds, place_cfg)
+        self.place = place
         self.obj, self.target = self.place.obj, self.place.target
         self.return_tol, self.return_steps = return_tol, return_steps
         self.phases = (*self.drawer.phases, "return", *(f"place:{p}" for p in self.place.phases))

@@ -353,7 +353,8 @@ def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> Any:
     if kind == "drawer":
         return DrawerExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
     if kind == "drawer_place":
-        return DrawerPlaceExpert(worlds, pred[2], FixtureExpertConfig(gain=gain), ExpertConfig(gain=gain))
+        return DrawerPlaceExpert(worlds, pred[2], PickPlaceExpert(worlds, ExpertConfig(gain=gain)),
+                                 FixtureExpertConfig(gain=gain))
     if kind == "knob":
         return KnobExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
     raise ValueError(f"no scripted expert for {worlds.suite} task {worlds.task_index} (goal {worlds.goal.goal}); "
