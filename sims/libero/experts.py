@@ -376,7 +376,7 @@ class LiberoSuiteExpert:
     behind the suite-expert interface of :func:`sims.suites.expert`: ``act(obs) -> [N, 7]``,
     ``expert(obs) -> [N, 1, 7]`` chunks, ``reset(done_mask)``.
 
-    One :class:`PickPlaceExpert` per task the envs run, over that task's worlds (rebuilt when the env
+    One expert per task the envs run (:func:`make_expert`), over that task's worlds (rebuilt when the env
     regroups its envs); the observation is not read: the experts act on the simulator's state.
     """
 
