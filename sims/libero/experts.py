@@ -1,7 +1,8 @@
 """Scripted experts for LIBERO tasks on privileged state: pick the goal's object, put it on / in its
 target, through LIBERO's own action space (OSC_POSE deltas), batched over the envs of a
 :class:`sims.libero.worlds.LiberoWorlds`; :func:`make_expert` also hands out the drawer and stove-knob
-experts of :mod:`sims.libero.fixture_experts`.
+experts of :mod:`sims.libero.fixture_experts`, the plate-pushing one of :mod:`sims.libero.push_expert`
+and the open-the-drawer-then-put-it-in one of :mod:`sims.libero.drawer_place_expert`.
 
     expert = make_expert(worlds)
     worlds.reset(init_ids); expert.reset()
