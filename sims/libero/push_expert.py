@@ -70,50 +70,61 @@ class PushExpert(_Scripted):
         """The region's centre ``[2]`` (horizontal)."""
         return np.asarray(d.site_xpos[self._site][:2])
 
+    def _line(self, d: mujoco.MjData) -> tuple[np.ndarray, np.ndarray, float]:
+        """The object's centre ``[3]``, the unit vector ``[2]`` from it to the region's centre and the
+        horizontal distance between the two, from one pass over the object's geoms."""
+        c = self.centre(d)
+        gap = self.region_centre(d) - c[:2]
+        dist = float(np.linalg.norm(gap))
+        return c, gap / max(dist, 1e-9), dist
+
     def direction(self, d: mujoco.MjData) -> np.ndarray:
         """The horizontal unit vector ``[2]`` from the object's centre to the region's."""
-        gap = self.region_centre(d) - self.centre(d)[:2]
-        return gap / max(float(np.linalg.norm(gap)), 1e-9)
+        return self._line(d)[1]
 
     def hold_point(self, d: mujoco.MjData) -> np.ndarray:
         """Where the grip site pushes from ``[3]``: ``cfg.hold`` past the object's centre on the line to
         the region's, at the pushing height."""
-        c, u = self.centre(d), self.direction(d)
+        c, u, _ = self._line(d)
+        return self._hold(c, u)
+
+    def _hold(self, c: np.ndarray, u: np.ndarray) -> np.ndarray:
         xy = c[:2] + u * self.cfg.hold
         return np.array([xy[0], xy[1], c[2] + self.cfg.push_height])
 
     def remaining(self, d: mujoco.MjData) -> float:
         """How far the object's centre is from the region's, horizontally."""
-        return float(np.linalg.norm(self.region_centre(d) - self.centre(d)[:2]))
+        return self._line(d)[2]
 
     def _act(self, i: int, d: mujoco.MjData) -> np.ndarray:
         cfg = self.cfg
         eef = np.asarray(d.site_xpos[self.worlds.arm.site])
         phase = self.phase[i]
         self.count[i] += 1
+        c, u, remaining = self._line(d)
+        hold = self._hold(c, u)
         if phase == self.ABOVE:
-            goal = self.hold_point(d) + [0.0, 0.0, cfg.hover]
-            if self.remaining(d) < cfg.push_tol:
+            goal = hold + [0.0, 0.0, cfg.hover]
+            if remaining < cfg.push_tol:
                 phase, self.count[i] = self.UP, 0
             elif self._arrived(i, d, goal, 2 * cfg.reach_tol, cfg.stall_steps):
                 phase, self.count[i] = self.DOWN, 0
         if phase == self.DOWN:
-            goal = self.hold_point(d)
+            goal = hold
             if self._arrived(i, d, goal, cfg.reach_tol, cfg.stall_steps):
                 phase, self.count[i] = self.PUSH, 0
         if phase == self.PUSH:
-            hold = self.hold_point(d)
-            u, off = self.direction(d), eef[:2] - hold[:2]
+            off = eef[:2] - hold[:2]
             across = off - (off @ u) * u
             # a step ahead of the hand (the rim holds it back), back onto the line, at the pushing height
-            goal = np.array([*(eef[:2] + u * min(cfg.push_step, self.remaining(d)) - across), hold[2]])
+            goal = np.array([*(eef[:2] + u * min(cfg.push_step, remaining) - across), hold[2]])
             lost = float(np.linalg.norm(across)) > cfg.line_tol or off @ u > cfg.line_tol  # off the line, past the rim
-            if self.remaining(d) < cfg.push_tol or lost or self.count[i] > cfg.push_steps:
+            if remaining < cfg.push_tol or lost or self.count[i] > cfg.push_steps:
                 phase, self.count[i] = self.UP, 0
         if phase == self.UP:
-            goal = np.array([eef[0], eef[1], self.centre(d)[2] + cfg.push_height + cfg.hover])
+            goal = np.array([eef[0], eef[1], c[2] + cfg.push_height + cfg.hover])
             # off the line or out of steps short of the region: from above again
-            if self.remaining(d) >= cfg.push_tol and self._arrived(i, d, goal, 2 * cfg.reach_tol, cfg.stall_steps):
+            if remaining >= cfg.push_tol and self._arrived(i, d, goal, 2 * cfg.reach_tol, cfg.stall_steps):
                 phase, self.count[i] = self.ABOVE, 0
         self.phase[i] = phase
         return self._action(d, goal, None, 1.0)
