@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -167,9 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[rl_lift] cell {i}/{len(cells)}: {' '.join(cmd[1:])}", flush=True)
             cell.mkdir(parents=True, exist_ok=True)
             with open(cell / "cell.log", "a") as log:
-                # as scripts/main.sh: one torch thread unless told otherwise, so a cell is the main job
-                env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-                proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+                proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
             if proc.returncode:
                 print(f"[rl_lift] cell {cell} failed (exit {proc.returncode}); see {cell / 'cell.log'}", flush=True)
                 continue

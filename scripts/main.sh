@@ -4,7 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# One torch thread unless told otherwise: the thread count changes the order of floating-point sums,
-# so the same job on a machine with another number of cores would train another SFT policy.
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 exec .venv/bin/embodied-pipeline "$@"

@@ -26,6 +26,7 @@ videos), ``videos/collect.mp4`` and each evaluation's failure/success videos.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -675,6 +676,12 @@ def main(cfg: Any) -> None:
     from embodied.runners.eval import EvalError
     from embodied.runners.train import TrainError
 
+    import torch
+
+    # one torch thread unless told otherwise: the thread count changes the order of floating-point sums,
+    # so the same job on a machine with another number of cores would train another SFT policy
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     config: PipelineConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     try:
         results = run(config)
