@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift                 # 3 seeds x {5, 20} demonstrations
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --seeds 0 --demos 20 -- sft.steps=400
+    .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --anchor         # also the anchor's protocol
 
 Every cell is the main job, ``embodied-pipeline seed=S episodes_per_task=D rl.control=true`` in
 ``OUT/d{D}_s{S}`` (extra arguments after ``--`` are passed to every cell as Hydra overrides): SFT on
@@ -15,6 +16,11 @@ the Markdown table with the verdicts on three criteria:
 1. every start below 85% gets a paired RL - SFT interval above 0;
 2. no run ends below its start (paired RL - SFT >= 0);
 3. per demonstration count, the gain's spread across seeds (sample std) is less than half its mean.
+
+With ``--anchor`` it also runs ``OUT/anchor_spatial``: the anchor's protocol (pi_RL on LIBERO: RL on the
+very initial states it is evaluated on, ``rl.init_states=protocol``) on the ``spatial`` suite's
+pick-and-place tasks 1 and 8, with the held-out states' success beside it (``ANCHOR_OVERRIDES``; the
+criterion: a start below 70% ends at 90% or more).
 """
 
 from __future__ import annotations
@@ -36,6 +42,19 @@ FIELDS = ["demos", "seed", "sft", "rl", "control", "rl_minus_sft", "rl_minus_sft
           "rl_minus_control", "rl_minus_control_lo", "rl_minus_control_hi", "control_minus_sft",
           "sft_protocol", "rl_protocol", "approx_kl_first", "approx_kl", "approx_kl_max", "clip_fraction", "explained_variance", "main_minutes",
           "minutes"]
+#: the anchor's protocol on ``spatial`` (``--anchor``): a state-only flow policy (vision at 64 px does not
+#: learn these pick-and-place tasks on this scale) from 100 smoothed DART demonstrations per task, RL on
+#: the protocol's 50 states per task with a 120-step training limit (the experts take ~70 steps)
+ANCHOR_OVERRIDES = ["sim.suite=spatial", "tasks=[1,8]", "sim.cameras=[]", "video_tasks=0", "policy.cameras=[]",
+                    "policy.state_obs=privileged", "expert_gain=0.35", "action_noise=0.1", "sft.steps=8000",
+                    "sft.batch_size=64", "rl.init_states=protocol", "rl.max_episode_steps=120", "rl.iterations=80"]
+ANCHOR_DEMOS = 100  # demonstrations per task of the anchor cell
+#: the anchor's criterion: a start below ANCHOR_START ends at ANCHOR_TARGET or more (protocol states)
+ANCHOR_START, ANCHOR_TARGET = 0.70, 0.90
+ANCHOR_FIELDS = ["sft", "rl", "control", "rl_minus_sft", "rl_minus_sft_lo", "rl_minus_sft_hi", "rl_minus_control",
+                 "rl_minus_control_lo", "rl_minus_control_hi", "heldout_sft", "heldout_rl", "heldout_control",
+                 "heldout_rl_minus_sft", "heldout_rl_minus_sft_lo", "heldout_rl_minus_sft_hi", "approx_kl",
+                 "clip_fraction", "iterations", "minutes"]
 #: the main job's own stages (the cell adds the control's)
 MAIN_STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
 
@@ -78,6 +97,38 @@ def cell_row(results: dict[str, Any], demos: int, seed: int, cell: Path | None =
     }
 
 
+def anchor_row(results: dict[str, Any]) -> dict[str, Any]:
+    """The anchor cell's row from its ``results.json``: success over every attempt on the protocol's
+    states (which RL trained on) and on the held-out ones, with the paired differences."""
+    vs_sft = results["eval_rl"]["comparison"]["paired"]
+    vs_control = results["rl_vs_control"]["paired"]
+    held = results["eval_rl_heldout"]["comparison"]["paired"]
+    held_control = results["rl_vs_control_heldout"]["paired"]
+    upd = results["rl"].get("updates") or {}
+    return {
+        "sft": vs_sft["before"], "rl": vs_sft["now"], "control": vs_control["before"],
+        "rl_minus_sft": vs_sft["difference"], "rl_minus_sft_lo": vs_sft["ci95"][0], "rl_minus_sft_hi": vs_sft["ci95"][1],
+        "rl_minus_control": vs_control["difference"], "rl_minus_control_lo": vs_control["ci95"][0],
+        "rl_minus_control_hi": vs_control["ci95"][1],
+        "heldout_sft": held["before"], "heldout_rl": held["now"], "heldout_control": held_control["before"],
+        "heldout_rl_minus_sft": held["difference"], "heldout_rl_minus_sft_lo": held["ci95"][0],
+        "heldout_rl_minus_sft_hi": held["ci95"][1],
+        "approx_kl": upd.get("approx_kl"), "clip_fraction": upd.get("clip_fraction"),
+        "iterations": results["rl"].get("iterations"),
+        "minutes": round(sum(results.get("stage_seconds", {}).values()) / 60, 1),
+    }
+
+
+def anchor_verdict(row: dict[str, Any]) -> tuple[str, bool, str]:
+    """``(criterion, holds, evidence)``: a start below ANCHOR_START ends at ANCHOR_TARGET or more."""
+    criterion = f"`spatial`, the anchor's protocol: SFT < {ANCHOR_START:.0%} -> SFT + RL >= {ANCHOR_TARGET:.0%}"
+    holds = row["sft"] < ANCHOR_START and row["rl"] >= ANCHOR_TARGET
+    why = f"{row['sft']:.1%} -> {row['rl']:.1%}"
+    if row["sft"] >= ANCHOR_START:
+        why += f" (the start is not below {ANCHOR_START:.0%})"
+    return criterion, holds, why + f"; held-out states {row['heldout_sft']:.1%} -> {row['heldout_rl']:.1%}"
+
+
 def verdicts(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
     """``(criterion, holds, evidence)`` for the three criteria of the module docstring."""
     low = [r for r in rows if r["sft"] < LOW_START]
@@ -109,8 +160,32 @@ def _kl(value: float | None) -> str:
 NOTES_HEADING = "## Notes"
 
 
-def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None
-             ) -> str:
+def anchor_markdown(row: dict[str, Any], machine: dict[str, Any] | None) -> list[str]:
+    pct = lambda x: f"{x:.1%}"  # noqa: E731
+    paired = lambda r, k: f"{r[k]:+.3f} [{r[k + '_lo']:+.3f}, {r[k + '_hi']:+.3f}]"  # noqa: E731
+    lines = ["## The anchor's protocol on `spatial`", "",
+             "RL on the very initial states it is evaluated on (`rl.init_states=protocol`, pi_RL's LIBERO protocol): "
+             "the `spatial` suite's pick-and-place tasks 1 and 8 (two identical cubes), 50 protocol states each, "
+             "4 attempts per state; the held-out states (50..99, seen by neither the demonstrations nor RL) beside "
+             "it. The cell: `embodied-pipeline " + " ".join(pipeline_command(Path("OUT/anchor_spatial"), ANCHOR_DEMOS, 0,
+                                                                ANCHOR_OVERRIDES)[1:]) + "`.", ""]
+    if machine:
+        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}).", ""]
+    lines += ["| states | SFT | SFT + RL | control | RL - SFT [95% CI] |", "|---|---|---|---|---|",
+              f"| protocol (trained on) | {pct(row['sft'])} | {pct(row['rl'])} | {pct(row['control'])} | "
+              f"{paired(row, 'rl_minus_sft')} |",
+              f"| held-out | {pct(row['heldout_sft'])} | {pct(row['heldout_rl'])} | {pct(row['heldout_control'])} | "
+              f"{paired(row, 'heldout_rl_minus_sft')} |", "",
+              f"RL - control on the protocol states {paired(row, 'rl_minus_control')}; {row['iterations']} iterations, "
+              f"approx KL {(row['approx_kl'] or 0):.4f}, clip fraction {(row['clip_fraction'] or 0):.3f} (medians); "
+              f"{row['minutes']} minutes.", ""]
+    criterion, ok, why = anchor_verdict(row)
+    lines += ["| criterion | holds | evidence |", "|---|---|---|", f"| {criterion} | {'yes' if ok else '**no**'} | {why} |"]
+    return lines
+
+
+def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None,
+             anchor: dict[str, Any] | None = None, anchor_machine: dict[str, Any] | None = None) -> str:
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     lines = ["# RL lift over few-shot SFT starts", "",
              "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
@@ -138,7 +213,29 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
                      f"{r['main_minutes']} / {r['minutes']} |")
     lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
     lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in verdicts(rows)]
+    if anchor is not None:
+        lines += [""] + anchor_markdown(anchor, anchor_machine)
     return "\n".join(lines) + "\n"
+
+
+def finished_results(cell: Path) -> dict[str, Any] | None:
+    """A cell's ``results.json`` once its RL and control evaluations are done (None before)."""
+    done = cell / "results.json"
+    if not done.is_file():
+        return None
+    results = json.loads(done.read_text())
+    return results if {"eval_rl", "eval_control"} <= set(results["stages_done"]) else None
+
+
+def run_cell(cell: Path, cmd: list[str], label: str) -> bool:
+    """Run (or resume) one pipeline cell, its output in ``cell/cell.log``; True when it succeeded."""
+    print(f"[rl_lift] {label}: {' '.join(cmd[1:])}", flush=True)
+    cell.mkdir(parents=True, exist_ok=True)
+    with open(cell / "cell.log", "a") as log:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        print(f"[rl_lift] cell {cell} failed (exit {proc.returncode}); see {cell / 'cell.log'}", flush=True)
+    return proc.returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="folder of the cells (OUT/d{D}_s{S})")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--demos", type=int, nargs="+", default=[5, 20], help="demonstrations per task")
+    ap.add_argument("--anchor", action="store_true",
+                    help="also the anchor's protocol on spatial (OUT/anchor_spatial; seed 0, the first --seeds)")
     ap.add_argument("--docs", type=Path, default=None, help="write the Markdown table here")
     ap.add_argument("--table-only", action="store_true", help="only collect finished cells into the table")
     args = ap.parse_args(argv)
@@ -159,43 +258,51 @@ def main(argv: list[str] | None = None) -> int:
     rows, machine = [], None
     for i, (demos, seed) in enumerate(cells, 1):
         cell = args.out / f"d{demos}_s{seed}"
-        done = cell / "results.json"
-        finished = done.is_file() and {"eval_rl", "eval_control"} <= set(json.loads(done.read_text())["stages_done"])
-        if not finished and not args.table_only:
-            cmd = pipeline_command(cell, demos, seed, extra)
-            print(f"[rl_lift] cell {i}/{len(cells)}: {' '.join(cmd[1:])}", flush=True)
-            cell.mkdir(parents=True, exist_ok=True)
-            with open(cell / "cell.log", "a") as log:
-                proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            if proc.returncode:
-                print(f"[rl_lift] cell {cell} failed (exit {proc.returncode}); see {cell / 'cell.log'}", flush=True)
-                continue
-            finished = True
-        if finished:
-            results = json.loads(done.read_text())
+        if finished_results(cell) is None and not args.table_only:
+            run_cell(cell, pipeline_command(cell, demos, seed, extra), f"cell {i}/{len(cells)}")
+        results = finished_results(cell)
+        if results is not None:
             rows.append(cell_row(results, demos, seed, cell))
             machine = results.get("machine", machine)
             r = rows[-1]
             print(f"[rl_lift] d{demos} s{seed}: SFT {r['sft']:.1%} -> RL {r['rl']:.1%} (control {r['control']:.1%}), "
                   f"paired RL - SFT {r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}]",
                   flush=True)
-    (args.out / "rl_lift.json").write_text(json.dumps({"rows": rows, "verdicts": verdicts(rows) if rows else [],
-                                                       "overrides": extra, "machine": machine}, indent=2))
+    anchor, anchor_machine = None, None
+    if args.anchor:
+        cell = args.out / "anchor_spatial"
+        if finished_results(cell) is None and not args.table_only:
+            run_cell(cell, pipeline_command(cell, ANCHOR_DEMOS, args.seeds[0], [*ANCHOR_OVERRIDES, *extra]),
+                     "the anchor's protocol on spatial")
+        results = finished_results(cell)
+        if results is not None:
+            anchor, anchor_machine = anchor_row(results), results.get("machine")
+            print(f"[rl_lift] anchor: {anchor_verdict(anchor)[2]}", flush=True)
+    (args.out / "rl_lift.json").write_text(json.dumps({
+        "rows": rows, "verdicts": verdicts(rows) if rows else [], "overrides": extra, "machine": machine,
+        "anchor": anchor, "anchor_verdict": anchor_verdict(anchor) if anchor else None,
+        "anchor_overrides": ANCHOR_OVERRIDES if args.anchor else None}, indent=2))
     with open(args.out / "rl_lift.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
+    if anchor is not None:
+        with open(args.out / "rl_lift_anchor.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=ANCHOR_FIELDS)
+            w.writeheader()
+            w.writerow(anchor)
     if args.docs and rows:
         command = "python benchmarks/rl_lift.py " + " ".join(
             [f"--out {args.out}", "--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
-            + (["--", *extra] if extra else []))
+            + (["--anchor"] if args.anchor else []) + (["--", *extra] if extra else []))
         old = args.docs.read_text() if args.docs.is_file() else ""
         notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
-        args.docs.write_text(markdown(rows, command, machine, planned=len(cells)) + ("\n" + notes if notes else ""))
+        args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=anchor,
+                                      anchor_machine=anchor_machine) + ("\n" + notes if notes else ""))
         print(f"[rl_lift] table written to {args.docs}")
-    for c, ok, ev in verdicts(rows) if rows else []:
+    for c, ok, ev in (verdicts(rows) if rows else []) + ([anchor_verdict(anchor)] if anchor else []):
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")
-    return 0 if len(rows) == len(cells) else 1
+    return 0 if len(rows) == len(cells) and (anchor is not None or not args.anchor) else 1
 
 
 if __name__ == "__main__":

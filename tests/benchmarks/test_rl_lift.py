@@ -69,3 +69,48 @@ def test_table_shows_the_largest_kl_and_a_rewrite_keeps_the_notes(tmp_path):
     assert text.endswith("## Notes\n\nkept by hand\n") and text.count("## Notes") == 1
     row = json.loads((tmp_path / "cells" / "rl_lift.json").read_text())["rows"][0]
     assert row["approx_kl_max"] == 0.2281
+
+
+def _anchor_results(sft: float, rl: float, heldout: tuple[float, float]) -> dict:
+    """A finished anchor cell: the main job's stages plus the held-out evaluations of rl.init_states=protocol."""
+    paired = lambda before, now: {"before": before, "now": now, "difference": now - before,  # noqa: E731
+                                  "ci95": [now - before - 0.05, now - before + 0.05], "states": 100}
+    return _results(sft, rl, rl - sft - 0.05, sft) | {
+        "eval_rl_heldout": {"comparison": {"paired": paired(*heldout)}},
+        "rl_vs_control_heldout": {"paired": paired(*heldout)},
+        "rl": {"iterations": 80, "updates": {"approx_kl": 0.02, "clip_fraction": 0.1}},
+        "stages_done": ["eval_rl", "eval_control"]}
+
+
+def test_anchor_verdict_needs_a_low_start_and_the_target():
+    m = _module()
+    assert m.anchor_verdict(m.anchor_row(_anchor_results(0.55, 0.92, (0.5, 0.6))))[1] is True
+    _, ok, why = m.anchor_verdict(m.anchor_row(_anchor_results(0.55, 0.85, (0.5, 0.6))))
+    assert ok is False and "55.0% -> 85.0%" in why and "held-out states 50.0% -> 60.0%" in why
+    _, ok, why = m.anchor_verdict(m.anchor_row(_anchor_results(m.ANCHOR_START, 0.95, (0.5, 0.6))))
+    assert ok is False and "not below" in why
+
+
+def test_anchor_table_from_its_cell(tmp_path):
+    """--anchor --table-only reads OUT/anchor_spatial beside the grid's cells into a second table and
+    the CSV/JSON; without a finished anchor cell the run reports itself incomplete."""
+    import json
+
+    m = _module()
+    out = tmp_path / "cells"
+    for name, res in (("d5_s0", _results(0.5, 0.7, 0.05, 0.5) | {"stages_done": ["eval_rl", "eval_control"]}),
+                      ("anchor_spatial", _anchor_results(0.55, 0.92, (0.52, 0.58)))):
+        (out / name).mkdir(parents=True)
+        (out / name / "results.json").write_text(json.dumps(res))
+    docs = tmp_path / "rl-lift.md"
+    assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only",
+                   "--docs", str(docs)]) == 0
+    text = docs.read_text()
+    assert "--demos 5 --anchor`" in text and "## The anchor's protocol on `spatial`" in text
+    assert "| protocol (trained on) | 55.0% | 92.0% | 55.0% | +0.370 [+0.320, +0.420] |" in text
+    assert "| held-out | 52.0% | 58.0% | 52.0% | +0.060 [+0.010, +0.110] |" in text
+    saved = json.loads((out / "rl_lift.json").read_text())
+    assert saved["anchor"]["rl"] == 0.92 and saved["anchor_verdict"][1] is True
+    assert (out / "rl_lift_anchor.csv").read_text().startswith("sft,rl,control,")
+    (out / "anchor_spatial" / "results.json").unlink()
+    assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only"]) == 1
