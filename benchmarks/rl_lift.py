@@ -218,13 +218,13 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
     return "\n".join(lines) + "\n"
 
 
-def finished_results(cell: Path) -> dict[str, Any] | None:
-    """A cell's ``results.json`` once its RL and control evaluations are done (None before)."""
+def finished_results(cell: Path, last: tuple[str, ...] = ("eval_rl", "eval_control")) -> dict[str, Any] | None:
+    """A cell's ``results.json`` once its stages ``last`` are done (None before)."""
     done = cell / "results.json"
     if not done.is_file():
         return None
     results = json.loads(done.read_text())
-    return results if {"eval_rl", "eval_control"} <= set(results["stages_done"]) else None
+    return results if set(last) <= set(results["stages_done"]) else None
 
 
 def run_cell(cell: Path, cmd: list[str], label: str) -> bool:
@@ -270,11 +270,11 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     anchor, anchor_machine = None, None
     if args.anchor:
-        cell = args.out / "anchor_spatial"
-        if finished_results(cell) is None and not args.table_only:
+        cell, last = args.out / "anchor_spatial", ("eval_rl_heldout", "eval_control_heldout")
+        if finished_results(cell, last) is None and not args.table_only:
             run_cell(cell, pipeline_command(cell, ANCHOR_DEMOS, args.seeds[0], [*ANCHOR_OVERRIDES, *extra]),
                      "the anchor's protocol on spatial")
-        results = finished_results(cell)
+        results = finished_results(cell, last)
         if results is not None:
             anchor, anchor_machine = anchor_row(results), results.get("machine")
             print(f"[rl_lift] anchor: {anchor_verdict(anchor)[2]}", flush=True)

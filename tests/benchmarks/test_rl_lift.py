@@ -79,7 +79,7 @@ def _anchor_results(sft: float, rl: float, heldout: tuple[float, float]) -> dict
         "eval_rl_heldout": {"comparison": {"paired": paired(*heldout)}},
         "rl_vs_control_heldout": {"paired": paired(*heldout)},
         "rl": {"iterations": 80, "updates": {"approx_kl": 0.02, "clip_fraction": 0.1}},
-        "stages_done": ["eval_rl", "eval_control"]}
+        "stages_done": ["eval_rl", "eval_control", "eval_rl_heldout", "eval_control_heldout"]}
 
 
 def test_anchor_verdict_needs_a_low_start_and_the_target():
@@ -112,5 +112,6 @@ def test_anchor_table_from_its_cell(tmp_path):
     saved = json.loads((out / "rl_lift.json").read_text())
     assert saved["anchor"]["rl"] == 0.92 and saved["anchor_verdict"][1] is True
     assert (out / "rl_lift_anchor.csv").read_text().startswith("sft,rl,control,")
-    (out / "anchor_spatial" / "results.json").unlink()
+    stopped = _anchor_results(0.55, 0.92, (0.52, 0.58)) | {"stages_done": ["eval_rl", "eval_control"]}
+    (out / "anchor_spatial" / "results.json").write_text(json.dumps(stopped))  # held-out stages not yet run
     assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only"]) == 1
