@@ -51,10 +51,6 @@ ANCHOR_OVERRIDES = ["sim.suite=spatial", "tasks=[1,8]", "sim.cameras=[]", "video
 ANCHOR_DEMOS = 100  # demonstrations per task of the anchor cell
 #: the anchor's criterion: a start below ANCHOR_START ends at ANCHOR_TARGET or more (protocol states)
 ANCHOR_START, ANCHOR_TARGET = 0.70, 0.90
-ANCHOR_FIELDS = ["sft", "rl", "control", "rl_minus_sft", "rl_minus_sft_lo", "rl_minus_sft_hi", "rl_minus_control",
-                 "rl_minus_control_lo", "rl_minus_control_hi", "heldout_sft", "heldout_rl", "heldout_control",
-                 "heldout_rl_minus_sft", "heldout_rl_minus_sft_lo", "heldout_rl_minus_sft_hi", "approx_kl",
-                 "clip_fraction", "iterations", "minutes"]
 #: the main job's own stages (the cell adds the control's)
 MAIN_STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
 
@@ -74,6 +70,11 @@ def largest_kl(metrics: Path) -> float | None:
     return max(kls) if kls else None
 
 
+def _paired_columns(name: str, paired: dict[str, Any]) -> dict[str, Any]:
+    """``name``, ``name_lo``, ``name_hi``: a paired comparison's difference and its 95% interval."""
+    return {name: paired["difference"], f"{name}_lo": paired["ci95"][0], f"{name}_hi": paired["ci95"][1]}
+
+
 def cell_row(results: dict[str, Any], demos: int, seed: int, cell: Path | None = None) -> dict[str, Any]:
     """One table row from a finished cell's ``results.json`` (and, with its folder ``cell``, the RL
     stage's ``metrics.csv``): success over every attempt (the paired comparisons' ``before``/``now``),
@@ -84,9 +85,8 @@ def cell_row(results: dict[str, Any], demos: int, seed: int, cell: Path | None =
     upd = results["rl"].get("updates") or {}
     return {
         "demos": demos, "seed": seed, "sft": vs_sft["before"], "rl": vs_sft["now"], "control": vs_control["before"],
-        "rl_minus_sft": vs_sft["difference"], "rl_minus_sft_lo": vs_sft["ci95"][0], "rl_minus_sft_hi": vs_sft["ci95"][1],
-        "rl_minus_control": vs_control["difference"], "rl_minus_control_lo": vs_control["ci95"][0],
-        "rl_minus_control_hi": vs_control["ci95"][1], "control_minus_sft": control_vs_sft["difference"],
+        **_paired_columns("rl_minus_sft", vs_sft), **_paired_columns("rl_minus_control", vs_control),
+        "control_minus_sft": control_vs_sft["difference"],
         "sft_protocol": results["eval_sft"]["success_rate"], "rl_protocol": results["eval_rl"]["success_rate"],
         "approx_kl_first": upd.get("approx_kl_first"), "approx_kl": upd.get("approx_kl"),
         "approx_kl_max": largest_kl(cell / "rl" / "metrics.csv") if cell is not None else None,
@@ -107,12 +107,9 @@ def anchor_row(results: dict[str, Any]) -> dict[str, Any]:
     upd = results["rl"].get("updates") or {}
     return {
         "sft": vs_sft["before"], "rl": vs_sft["now"], "control": vs_control["before"],
-        "rl_minus_sft": vs_sft["difference"], "rl_minus_sft_lo": vs_sft["ci95"][0], "rl_minus_sft_hi": vs_sft["ci95"][1],
-        "rl_minus_control": vs_control["difference"], "rl_minus_control_lo": vs_control["ci95"][0],
-        "rl_minus_control_hi": vs_control["ci95"][1],
+        **_paired_columns("rl_minus_sft", vs_sft), **_paired_columns("rl_minus_control", vs_control),
         "heldout_sft": held["before"], "heldout_rl": held["now"], "heldout_control": held_control["before"],
-        "heldout_rl_minus_sft": held["difference"], "heldout_rl_minus_sft_lo": held["ci95"][0],
-        "heldout_rl_minus_sft_hi": held["ci95"][1],
+        **_paired_columns("heldout_rl_minus_sft", held),
         "approx_kl": upd.get("approx_kl"), "clip_fraction": upd.get("clip_fraction"),
         "iterations": results["rl"].get("iterations"),
         "minutes": round(sum(results.get("stage_seconds", {}).values()) / 60, 1),
@@ -288,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writerows(rows)
     if anchor is not None:
         with open(args.out / "rl_lift_anchor.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=ANCHOR_FIELDS)
+            w = csv.DictWriter(f, fieldnames=list(anchor))
             w.writeheader()
             w.writerow(anchor)
     if args.docs and rows:
