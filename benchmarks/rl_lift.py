@@ -3,12 +3,16 @@
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift                 # 3 seeds x {5, 20} demonstrations
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --seeds 0 --demos 20 -- sft.steps=400
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --anchor         # also the anchor's protocol
+    .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift40 --init-from runs/rl_lift -- rl.iterations=40
 
 Every cell is the main job, ``embodied-pipeline seed=S episodes_per_task=D rl.control=true`` in
 ``OUT/d{D}_s{S}`` (extra arguments after ``--`` are passed to every cell as Hydra overrides): SFT on
 D demonstrations, Flow-SDE PPO from it, the frozen-actor control (the same RL run with
 ``algo.lr=0``), and each policy evaluated on the protocol's states with ``eval.attempts`` episodes
-per state. A rerun skips finished cells and resumes an interrupted one.
+per state. A rerun skips finished cells and resumes an interrupted one. With ``--init-from RUN``
+each cell starts from the same cell of an earlier run of this benchmark (its demonstrations, SFT
+policy and SFT evaluations copied by ``embodied-pipeline init_from=``; their configuration must
+match except for ``rl.*``): another RL setting over the same SFT starts, without repeating SFT.
 
 Writes ``OUT/rl_lift.json`` and ``OUT/rl_lift.csv`` (one row per cell) and, with ``--docs FILE``,
 the Markdown table with the verdicts on three criteria:
@@ -247,16 +251,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demos", type=int, nargs="+", default=[5, 20], help="demonstrations per task")
     ap.add_argument("--anchor", action="store_true",
                     help="also the anchor's protocol on spatial (OUT/anchor_spatial; seed 0, the first --seeds)")
+    ap.add_argument("--init-from", type=Path, default=None,
+                    help="an earlier run of this benchmark whose cells' SFT stages each cell starts from")
     ap.add_argument("--docs", type=Path, default=None, help="write the Markdown table here")
     ap.add_argument("--table-only", action="store_true", help="only collect finished cells into the table")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cells = [(d, s) for s in args.seeds for d in args.demos]  # seed-major: a partial run covers every count
+
+    def start(name: str) -> list[str]:
+        if args.init_from is None:
+            return []
+        source = args.init_from.resolve() / name
+        if not (source / "results.json").is_file():
+            print(f"[rl_lift] {name}: no such cell in {args.init_from}; it runs from its first stage", flush=True)
+            return []
+        return [f"init_from={source}"]
     rows, machine = [], None
     for i, (demos, seed) in enumerate(cells, 1):
         cell = args.out / f"d{demos}_s{seed}"
         if finished_results(cell) is None and not args.table_only:
-            run_cell(cell, pipeline_command(cell, demos, seed, extra), f"cell {i}/{len(cells)}")
+            run_cell(cell, pipeline_command(cell, demos, seed, [*start(cell.name), *extra]), f"cell {i}/{len(cells)}")
         results = finished_results(cell)
         if results is not None:
             rows.append(cell_row(results, demos, seed, cell))
@@ -269,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.anchor:
         cell, last = args.out / "anchor_spatial", ("eval_rl_heldout", "eval_control_heldout")
         if finished_results(cell, last) is None and not args.table_only:
-            run_cell(cell, pipeline_command(cell, ANCHOR_DEMOS, args.seeds[0], [*ANCHOR_OVERRIDES, *extra]),
+            run_cell(cell, pipeline_command(cell, ANCHOR_DEMOS, args.seeds[0],
+                                            [*ANCHOR_OVERRIDES, *start(cell.name), *extra]),
                      "the anchor's protocol on spatial")
         results = finished_results(cell, last)
         if results is not None:
@@ -291,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs and rows:
         command = "python benchmarks/rl_lift.py " + " ".join(
             [f"--out {args.out}", "--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
-            + (["--anchor"] if args.anchor else []) + (["--", *extra] if extra else []))
+            + (["--anchor"] if args.anchor else []) + ([f"--init-from {args.init_from}"] if args.init_from else [])
+            + (["--", *extra] if extra else []))
         old = args.docs.read_text() if args.docs.is_file() else ""
         notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
         args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=anchor,

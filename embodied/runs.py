@@ -39,6 +39,21 @@ def same_config(stored: dict[str, Any] | None, current: dict[str, Any], schema: 
     return {k: v for k, v in current.items() if k not in added} == stored
 
 
+def config_differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two nested config dicts (a key present in one only
+    counts as a difference), sorted."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [] if a == b else [prefix or "<root>"]
+    out: list[str] = []
+    for key in sorted(set(a) | set(b), key=str):
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if key not in a or key not in b:
+            out.append(name)
+        else:
+            out.extend(config_differences(a[key], b[key], name))
+    return out
+
+
 def read_complete_rows(path: str | os.PathLike, key: str,
                        upto: int | None = None) -> tuple[list[str] | None, list[dict[str, str]]]:
     """``(header, rows)`` of the CSV file ``path`` (a run's ``metrics.csv``) that a resumed run keeps.

@@ -3,6 +3,7 @@
     embodied-pipeline out=runs/pipeline                   # the default: under 20 min on 2 cores
     embodied-pipeline out=runs/p3 tasks=[2,8,9]           # three goal tasks
     embodied-pipeline out=runs/p2 tasks=null sim.suite=spatial sft.steps=4000 rl.iterations=400
+    embodied-pipeline out=runs/lr3 init_from=runs/pipeline rl.algo.lr=3e-5  # another RL, the same SFT start
 
 Stages, each in its own sub-folder of ``out`` (a rerun of the same command skips finished stages
 and resumes an interrupted SFT or RL stage from its last checkpoint):
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -37,7 +38,7 @@ from omegaconf import MISSING, OmegaConf
 
 from embodied.config import SimConfig, hydra_app, register_policy_schemas, store
 from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig, runtime_problem
-from embodied.runs import cpu_summary, machine_info, prepare_run_dir, same_config, write_json
+from embodied.runs import config_differences, cpu_summary, machine_info, prepare_run_dir, same_config, write_json
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
 STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
@@ -48,6 +49,9 @@ HELDOUT_STAGES = {"eval_sft": "eval_sft_heldout", "eval_rl": "eval_rl_heldout", 
 #: the folder whose policy each evaluation stage scores, and the stage it needs first
 EVAL_STAGES = {"eval_sft": ("sft/ckpt", "sft"), "eval_rl": ("rl/checkpoint/policy", "rl"),
                "eval_control": ("rl_control/checkpoint/policy", "rl_control")}
+#: the stages ``init_from=`` copies (everything before RL), and the folders each wrote in the run folder
+INIT_STAGES = {"collect": ("data", "videos/collect.mp4"), "sft": ("sft",), "eval_sft": ("eval_sft",),
+               "eval_sft_heldout": ("eval_sft_heldout",)}
 
 
 @dataclass
@@ -174,6 +178,10 @@ class PipelineConfig:
     sft: PipelineSFTConfig = field(default_factory=PipelineSFTConfig)
     rl: PipelineRLConfig = field(default_factory=PipelineRLConfig)
     eval: PipelineEvalConfig = field(default_factory=PipelineEvalConfig)
+    # start a new run folder from another run's demonstrations, SFT policy and SFT evaluations (its
+    # finished stages of INIT_STAGES, copied): that run's configuration must equal this one's except
+    # for rl.*, out and stages (RL variants of one SFT start without repeating SFT)
+    init_from: Optional[str] = None
 
 
 store("pipeline_schema", PipelineConfig)
@@ -593,6 +601,54 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def _identity(c: dict[str, Any]) -> dict[str, Any]:
+    """What makes two pipeline configs the same run: stages and rl.control only choose what runs (a run
+    may go on with more stages), eval.workers changes the wall time and init_from where the first stages
+    came from, not the episodes."""
+    kept = {k: v for k, v in c.items() if k not in ("stages", "init_from")}
+    return {**kept, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
+            "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
+
+
+def start_from_run(source: Path, out: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The results of a new run folder ``out`` that starts from the run folder ``source``: its finished
+    stages of :data:`INIT_STAGES` with their folders copied into ``out``. ``source``'s configuration must
+    equal ``config`` except for ``rl``, ``out`` (and what :func:`_identity` ignores)."""
+    import json
+    import shutil
+
+    path = source / "results.json"
+    if not path.is_file():
+        raise PipelineError(f"init_from={source}: no pipeline run there ({path} is missing)")
+    theirs = json.loads(path.read_text())
+
+    def before_rl(c: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in _identity(c).items() if k not in ("rl", "out")}
+
+    mine = before_rl(config)
+    stored = before_rl(upgrade_config(theirs.get("config") or {}))
+    if not same_config(stored, mine, PipelineConfig):
+        added = {f.name for f in fields(PipelineConfig) if f.name not in stored}
+        diff = [k for k in config_differences(stored, mine) if k not in added] or ["(a field of another version)"]
+        raise PipelineError(f"init_from={source}: that run's configuration differs from this one in "
+                            f"{', '.join(diff)}; only rl.*, out and stages may differ")
+    copied = [s for s in INIT_STAGES if s in theirs.get("stages_done", [])]
+    if not copied:
+        raise PipelineError(f"init_from={source}: that run finished none of {list(INIT_STAGES)}")
+    for stage in copied:
+        for rel in INIT_STAGES[stage]:
+            src, dst = source / rel, out / rel
+            if src.is_dir():
+                shutil.copytree(src, dst, dirs_exist_ok=True)
+            elif src.is_file():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+    seconds = theirs.get("stage_seconds", {})
+    return {**{s: theirs[s] for s in copied if s in theirs}, "stages_done": copied,
+            "stage_seconds": {s: seconds[s] for s in copied if s in seconds},
+            "init_from": {"run": str(source), "stages": list(copied)}}
+
+
 def run(cfg: PipelineConfig) -> dict[str, Any]:
     """Run the configured stages (skipping ones a previous run of this folder finished)."""
     import json
@@ -602,19 +658,15 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     path = out / "results.json"
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     config = json.loads(json.dumps(asdict(cfg)))
+    if cfg.init_from and not results.get("stages_done"):
+        source = Path(cfg.init_from).expanduser().resolve()
+        if source == out:
+            raise PipelineError(f"init_from={cfg.init_from} is this run's own folder: name another run")
+        results = {"config": config, **start_from_run(source, out, config)}
+        print(f"[pipeline] {', '.join(results['stages_done'])}: copied from {source}", flush=True)
     done = results.get("stages_done", [])
-
-    def identity(c: dict[str, Any] | None) -> dict[str, Any] | None:
-        # stages and rl.control only choose what runs (a run may go on with more stages); eval.workers
-        # changes the wall time, not the episodes
-        if c is None:
-            return None
-        kept = {k: v for k, v in c.items() if k != "stages"}
-        return {**kept, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
-                "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
-
     stored = results.get("config")
-    if done and not same_config(identity(upgrade_config(stored) if stored else None), identity(config),
+    if done and not same_config(_identity(upgrade_config(stored)) if stored else None, _identity(config),
                                 PipelineConfig):
         raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
                             "repeat the original command to resume it")

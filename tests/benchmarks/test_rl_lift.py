@@ -115,3 +115,19 @@ def test_anchor_table_from_its_cell(tmp_path):
     stopped = _anchor_results(0.55, 0.92, (0.52, 0.58)) | {"stages_done": ["eval_rl", "eval_control"]}
     (out / "anchor_spatial" / "results.json").write_text(json.dumps(stopped))  # held-out stages not yet run
     assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only"]) == 1
+
+
+def test_init_from_starts_each_cell_from_the_earlier_runs_cell(tmp_path, monkeypatch):
+    """--init-from passes each cell the same cell of the earlier run (embodied-pipeline init_from=); a cell
+    the earlier run lacks starts from its first stage."""
+    m = _module()
+    earlier = tmp_path / "earlier"
+    (earlier / "d5_s0").mkdir(parents=True)
+    (earlier / "d5_s0" / "results.json").write_text("{}")
+    commands = []
+    monkeypatch.setattr(m, "run_cell", lambda cell, cmd, label: commands.append(cmd) or False)
+    m.main(["--out", str(tmp_path / "new"), "--seeds", "0", "--demos", "5", "20", "--init-from", str(earlier),
+            "--", "rl.iterations=40"])
+    assert [c[1] for c in commands] == [f"out={tmp_path / 'new' / 'd5_s0'}", f"out={tmp_path / 'new' / 'd20_s0'}"]
+    assert f"init_from={earlier.resolve() / 'd5_s0'}" in commands[0] and commands[0][-1] == "rl.iterations=40"
+    assert not any(a.startswith("init_from=") for a in commands[1])

@@ -94,6 +94,24 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert control["rl_vs_control"]["paired"]["states"] == 4
     assert "Frozen-actor control" in (out / "report.md").read_text()
     assert "RL - control" in (out / "report.md").read_text()
+    # init_from=: another RL of the same SFT start, the stages before RL copied instead of run again
+    fork = tmp_path / "fork"
+    local = [a for a in TINY_PIPELINE if not a.startswith("rl.runtime.")] + ["runtime@rl.runtime=local"]
+    forked = run(compose("pipeline", f"out={fork}", *local, f"init_from={out}", "rl.algo.lr=3e-5"))
+    assert "collect, sft, eval_sft: copied from" in capsys.readouterr().out
+    assert forked["init_from"] == {"run": str(out), "stages": ["collect", "sft", "eval_sft"]}
+    assert forked["stages_done"] == ["collect", "sft", "eval_sft", "rl", "eval_rl"]
+    assert forked["sft"] == results["sft"] and forked["eval_sft"] == results["eval_sft"]
+    assert (fork / "sft" / "ckpt" / "model.safetensors").read_bytes() == \
+        (out / "sft" / "ckpt" / "model.safetensors").read_bytes()
+    assert (fork / "videos" / "collect.mp4").is_file() and (fork / "data" / "meta" / "info.json").is_file()
+    assert forked["config"]["rl"]["algo"]["lr"] == 3e-5 and forked["eval_rl"]["comparison"]["paired"]["states"] == 4
+    assert run(compose("pipeline", f"out={fork}", *local, "rl.algo.lr=3e-5"))["stages_done"] == forked["stages_done"]
+    with pytest.raises(PipelineError, match="differs from this one in episodes_per_task, seed; only rl"):
+        run(compose("pipeline", f"out={tmp_path / 'other'}", *TINY_PIPELINE, f"init_from={out}", "seed=1",
+                    "episodes_per_task=2"))
+    with pytest.raises(PipelineError, match="no pipeline run there"):
+        run(compose("pipeline", f"out={tmp_path / 'other'}", *TINY_PIPELINE, f"init_from={tmp_path / 'none'}"))
     # another configuration into the same folder refuses instead of mixing runs
     with pytest.raises(PipelineError, match="another configuration"):
         run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "episodes_per_task=2"))
