@@ -487,6 +487,10 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     """``report.md``: what the run did, stage by stage."""
     cfg = results["config"]
     lines = [f"# Pipeline run: suite `{cfg['sim']['suite']}`, tasks {results.get('tasks')}", ""]
+    start = results.get("init_from")
+    if start:
+        lines += [f"Stages {', '.join(start['stages'])} were copied from the run `{start['run']}` "
+                  "(`init_from=`: the same configuration except `rl.*`); their figures and times are that run's.", ""]
     c = results.get("collect")
     if c:
         lines += ["## 1. Demonstrations from the scripted experts", "",

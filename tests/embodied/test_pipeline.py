@@ -106,6 +106,7 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         (out / "sft" / "ckpt" / "model.safetensors").read_bytes()
     assert (fork / "videos" / "collect.mp4").is_file() and (fork / "data" / "meta" / "info.json").is_file()
     assert forked["config"]["rl"]["algo"]["lr"] == 3e-5 and forked["eval_rl"]["comparison"]["paired"]["states"] == 4
+    assert f"Stages collect, sft, eval_sft were copied from the run `{out}`" in (fork / "report.md").read_text()
     assert run(compose("pipeline", f"out={fork}", *local, "rl.algo.lr=3e-5"))["stages_done"] == forked["stages_done"]
     with pytest.raises(PipelineError, match="differs from this one in episodes_per_task, seed; only rl"):
         run(compose("pipeline", f"out={tmp_path / 'other'}", *TINY_PIPELINE, f"init_from={out}", "seed=1",
