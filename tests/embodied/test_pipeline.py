@@ -170,7 +170,7 @@ def test_rl_stage_composes_embodied_train_groups_and_old_keys_still_work(capsys)
     assert (moved.rl.algo.name, moved.rl.algo.lr, moved.rl.runtime.name, moved.rl.runtime.overlap) == (
         "flow_noise", 3e-6, "local", True)
     old = {k: v for k, v in asdict(cfg).items() if k != "rl"} | {"rl": {
-        "algo": "flow_sde", "iterations": 30, "num_envs": cfg.rl.num_envs, "chunks_per_iter": 16, "max_episode_steps": 60,
+        "algo": "flow_sde", "iterations": cfg.rl.iterations, "num_envs": cfg.rl.num_envs, "chunks_per_iter": 16, "max_episode_steps": 60,
         "truncation": "fail", "lr": 1e-05, "critic_warmup": 4, "critic": "policy", "reward_type": "sparse",
         "overlap": False, "env_runners": 2, "save_every": 10, "init_states": "random", "control": False}}
     assert same_config(upgrade_config(old), asdict(cfg), PipelineConfig)
