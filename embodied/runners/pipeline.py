@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING as MISSING_FIELD, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -631,9 +631,11 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any]) -> dict[str,
 
     mine = before_rl(config)
     stored = before_rl(upgrade_config(theirs.get("config") or {}))
-    if not same_config(stored, mine, PipelineConfig):
-        added = {f.name for f in fields(PipelineConfig) if f.name not in stored}
-        diff = [k for k in config_differences(stored, mine) if k not in added] or ["(a field of another version)"]
+    # a field added after that run was made matches while it keeps its default (as in same_config)
+    added = {f.name for f in fields(PipelineConfig) if f.name not in stored and f.default is not MISSING_FIELD
+             and mine.get(f.name) == f.default}
+    diff = [k for k in config_differences(stored, mine) if k not in added]
+    if diff:
         raise PipelineError(f"init_from={source}: that run's configuration differs from this one in "
                             f"{', '.join(diff)}; only rl.*, out and stages may differ")
     copied = [s for s in INIT_STAGES if s in theirs.get("stages_done", [])]
