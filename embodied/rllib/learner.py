@@ -15,7 +15,17 @@ from embodied.algorithms.loss import chunk_ppo_loss
 from embodied.algorithms.params import split_parameters
 from embodied.algorithms.update import MAX_KEYS, STAT_KEYS
 
-__all__ = ["ChunkPPOLearner", "split_parameters"]
+__all__ = ["ChunkPPOLearner", "load_keeping_lr", "split_parameters"]
+
+
+def load_keeping_lr(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)`` without the saved learning rates: torch restores each
+    group's saved ``lr``, which RLlib's schedule only overwrites after the first update, so a run
+    continued at another ``algo.lr`` would take its first update at the old one."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, lr in zip(optimizer.param_groups, rates):
+        group["lr"] = lr
 
 
 class ChunkPPOLearner(TorchLearner):
@@ -96,8 +106,9 @@ class ChunkPPOLearner(TorchLearner):
         return {name: opt.state_dict() for name, opt in self._named_optimizers.items()}
 
     def load_optimizer_states(self, states: dict[str, dict[str, Any]]) -> None:
+        """Load saved optimizer states, keeping the learning rates this learner was configured with."""
         for name, state in states.items():
-            self._named_optimizers[name].load_state_dict(state)
+            load_keeping_lr(self._named_optimizers[name], state)
 
     def policy_state(self, module_id: str) -> dict[str, torch.Tensor]:
         return self._module[module_id].policy_state()

@@ -4,6 +4,7 @@
     embodied-pipeline out=runs/p3 tasks=[2,8,9]           # three goal tasks
     embodied-pipeline out=runs/p2 tasks=null sim.suite=spatial sft.steps=4000 rl.iterations=400
     embodied-pipeline out=runs/lr3 init_from=runs/pipeline rl.algo.lr=3e-5  # another RL, the same SFT start
+    embodied-pipeline out=runs/long init_from=runs/pipeline continue_rl=true rl.iterations=80  # RL carried on
 
 Stages, each in its own sub-folder of ``out`` (a rerun of the same command skips finished stages
 and resumes an interrupted SFT or RL stage from its last checkpoint):
@@ -182,6 +183,9 @@ class PipelineConfig:
     # finished stages of INIT_STAGES, copied): that run's configuration must equal this one's except
     # for rl.*, out and stages (RL variants of one SFT start without repeating SFT)
     init_from: Optional[str] = None
+    # with init_from: also carry that run's RL on from its last checkpoint (policy, critic, optimizer
+    # states, metrics.csv) up to this run's rl.iterations, with this run's rl.* settings
+    continue_rl: bool = False
 
 
 store("pipeline_schema", PipelineConfig)
@@ -227,6 +231,8 @@ def check_config(cfg: PipelineConfig) -> None:
     if cfg.rl.algo.name not in ("flow_sde", "flow_sde_full", "flow_noise"):
         raise PipelineError(f"rl.algo.name={cfg.rl.algo.name!r}: the pipeline's flow VLA trains with "
                             "algo@rl.algo=flow_sde, flow_sde_full or flow_noise")
+    if cfg.continue_rl and not cfg.init_from:
+        raise PipelineError("continue_rl=true carries another run's RL on: name that run with init_from=RUN")
     if cfg.eval.attempts < 1:
         raise PipelineError(f"eval.attempts={cfg.eval.attempts}: every initial state needs at least 1 episode")
     if cfg.rl.truncation not in TRUNCATION:
@@ -490,7 +496,11 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     start = results.get("init_from")
     if start:
         lines += [f"Stages {', '.join(start['stages'])} were copied from the run `{start['run']}` "
-                  "(`init_from=`: the same configuration except `rl.*`); their figures and times are that run's.", ""]
+                  "(`init_from=`: the same configuration except `rl.*`); their figures and times are that run's."]
+        if start.get("rl_from_iteration") is not None:
+            lines += [f"RL carried that run's RL on from its iteration {start['rl_from_iteration']} "
+                      "(`continue_rl=true`: its checkpoint and metrics, then this run's `rl.*` settings)."]
+        lines += [""]
     c = results.get("collect")
     if c:
         lines += ["## 1. Demonstrations from the scripted experts", "",
@@ -607,17 +617,18 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
 
 def _identity(c: dict[str, Any]) -> dict[str, Any]:
     """What makes two pipeline configs the same run: stages and rl.control only choose what runs (a run
-    may go on with more stages), eval.workers changes the wall time and init_from where the first stages
-    came from, not the episodes."""
-    kept = {k: v for k, v in c.items() if k not in ("stages", "init_from")}
+    may go on with more stages), eval.workers changes the wall time and init_from / continue_rl where
+    the first stages came from, not the episodes."""
+    kept = {k: v for k, v in c.items() if k not in ("stages", "init_from", "continue_rl")}
     return {**kept, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
             "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
 
 
-def start_from_run(source: Path, out: Path, config: dict[str, Any]) -> dict[str, Any]:
+def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl: bool = False) -> dict[str, Any]:
     """The results of a new run folder ``out`` that starts from the run folder ``source``: its finished
     stages of :data:`INIT_STAGES` with their folders copied into ``out``. ``source``'s configuration must
-    equal ``config`` except for ``rl``, ``out`` (and what :func:`_identity` ignores)."""
+    equal ``config`` except for ``rl``, ``out`` (and what :func:`_identity` ignores). ``continue_rl``:
+    also its RL checkpoint and metrics, so that this run's RL stage resumes from there."""
     import json
     import shutil
 
@@ -641,6 +652,7 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any]) -> dict[str,
     copied = [s for s in INIT_STAGES if s in theirs.get("stages_done", [])]
     if not copied:
         raise PipelineError(f"init_from={source}: that run finished none of {list(INIT_STAGES)}")
+    rl_from = _rl_to_continue(source, config["rl"]["iterations"]) if continue_rl else None
     for stage in copied:
         for rel in INIT_STAGES[stage]:
             src, dst = source / rel, out / rel
@@ -649,10 +661,29 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any]) -> dict[str,
             elif src.is_file():
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, dst)
+    start: dict[str, Any] = {"run": str(source), "stages": list(copied)}
+    if rl_from is not None:
+        checkpoint, start["rl_from_iteration"] = rl_from
+        shutil.copytree(checkpoint, out / "rl" / "checkpoint")
+        shutil.copy2(source / "rl" / "metrics.csv", out / "rl" / "metrics.csv")
     seconds = theirs.get("stage_seconds", {})
     return {**{s: theirs[s] for s in copied if s in theirs}, "stages_done": copied,
-            "stage_seconds": {s: seconds[s] for s in copied if s in seconds},
-            "init_from": {"run": str(source), "stages": list(copied)}}
+            "stage_seconds": {s: seconds[s] for s in copied if s in seconds}, "init_from": start}
+
+
+def _rl_to_continue(source: Path, iterations: int) -> tuple[Path, int]:
+    """``source``'s last RL checkpoint folder and its iteration, which must lie below ``iterations``."""
+    from embodied.rllib.checkpoint import load_progress, resumable
+
+    checkpoint = resumable(source / "rl")
+    if checkpoint is None or not (source / "rl" / "metrics.csv").is_file():
+        raise PipelineError(f"init_from={source} continue_rl=true: that run holds no RL checkpoint to carry on "
+                            f"({source / 'rl' / 'checkpoint'})")
+    step = int(load_progress(checkpoint)["step"])
+    if step >= iterations:
+        raise PipelineError(f"init_from={source} continue_rl=true: its RL is at iteration {step} already; "
+                            f"set rl.iterations above {step}")
+    return checkpoint, step
 
 
 def run(cfg: PipelineConfig) -> dict[str, Any]:
@@ -668,8 +699,10 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
         source = Path(cfg.init_from).expanduser().resolve()
         if source == out:
             raise PipelineError(f"init_from={cfg.init_from} is this run's own folder: name another run")
-        results = {"config": config, **start_from_run(source, out, config)}
-        print(f"[pipeline] {', '.join(results['stages_done'])}: copied from {source}", flush=True)
+        results = {"config": config, **start_from_run(source, out, config, cfg.continue_rl)}
+        rl_from = results["init_from"].get("rl_from_iteration")
+        print(f"[pipeline] {', '.join(results['stages_done'])}: copied from {source}"
+              + (f"; RL carried on from its iteration {rl_from}" if rl_from is not None else ""), flush=True)
     done = results.get("stages_done", [])
     stored = results.get("config")
     if done and not same_config(_identity(upgrade_config(stored)) if stored else None, _identity(config),

@@ -108,6 +108,21 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert forked["config"]["rl"]["algo"]["lr"] == 3e-5 and forked["eval_rl"]["comparison"]["paired"]["states"] == 4
     assert f"Stages collect, sft, eval_sft were copied from the run `{out}`" in (fork / "report.md").read_text()
     assert run(compose("pipeline", f"out={fork}", *local, "rl.algo.lr=3e-5"))["stages_done"] == forked["stages_done"]
+    # continue_rl=true: the fork's RL carried on from its checkpoint at other rl.* settings
+    cont = tmp_path / "cont"
+    carried = run(compose("pipeline", f"out={cont}", *local, f"init_from={fork}", "continue_rl=true",
+                          "rl.iterations=3", "rl.algo.lr=1e-5"))
+    assert "RL carried on from its iteration 2" in capsys.readouterr().out
+    assert carried["init_from"] == {"run": str(fork), "stages": ["collect", "sft", "eval_sft"], "rl_from_iteration": 2}
+    assert carried["stages_done"] == forked["stages_done"] and carried["config"]["rl"]["algo"]["lr"] == 1e-5
+    fork_rows = list(csv.DictReader(open(fork / "rl" / "metrics.csv")))
+    rows = list(csv.DictReader(open(cont / "rl" / "metrics.csv")))
+    assert [r["iteration"] for r in rows] == ["1", "2", "3"] and rows[:2] == fork_rows
+    assert "RL carried that run's RL on from its iteration 2" in (cont / "report.md").read_text()
+    with pytest.raises(PipelineError, match="its RL is at iteration 2 already; set rl.iterations above 2"):
+        run(compose("pipeline", f"out={tmp_path / 'other'}", *local, f"init_from={fork}", "continue_rl=true"))
+    with pytest.raises(PipelineError, match="continue_rl=true carries another run's RL on: name that run"):
+        run(compose("pipeline", f"out={tmp_path / 'other'}", *local, "continue_rl=true"))
     with pytest.raises(PipelineError, match="differs from this one in episodes_per_task, seed; only rl"):
         run(compose("pipeline", f"out={tmp_path / 'other'}", *TINY_PIPELINE, f"init_from={out}", "seed=1",
                     "episodes_per_task=2"))

@@ -101,6 +101,26 @@ def test_resume_after_sigkill(tmp_path):
     assert policies.load(out / "checkpoint" / "policy").config.sampler == "noise"
 
 
+def test_loaded_optimizer_state_keeps_the_configured_learning_rate():
+    """A run resumed or continued at another algo.lr steps at the new rate from its first update; the
+    moments (Adam's step count and averages) come from the saved state."""
+    from embodied.rllib.learner import load_keeping_lr
+
+    w = torch.nn.Parameter(torch.ones(3))
+    saved_opt = torch.optim.AdamW([w], lr=1e-5, weight_decay=0.0)
+    w.grad = torch.ones(3)
+    saved_opt.step()
+    saved = saved_opt.state_dict()
+    v = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.AdamW([v], lr=5e-6, weight_decay=0.0)
+    load_keeping_lr(opt, saved)
+    assert opt.param_groups[0]["lr"] == 5e-6
+    assert torch.equal(opt.state[v]["exp_avg"], saved["state"][0]["exp_avg"])
+    plain = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))], lr=5e-6, weight_decay=0.0)
+    plain.load_state_dict(saved)
+    assert plain.param_groups[0]["lr"] == 1e-5  # what torch alone does
+
+
 @pytest.fixture
 def two_node_cluster(monkeypatch):
     """A Ray cluster of two nodes on this machine (a head with 1 CPU and a worker node with 2, each
