@@ -703,6 +703,7 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
         rl_from = results["init_from"].get("rl_from_iteration")
         print(f"[pipeline] {', '.join(results['stages_done'])}: copied from {source}"
               + (f"; RL carried on from its iteration {rl_from}" if rl_from is not None else ""), flush=True)
+        write_json(path, results)  # a run killed from here on resumes instead of copying again
     done = results.get("stages_done", [])
     stored = results.get("config")
     if done and not same_config(_identity(upgrade_config(stored)) if stored else None, _identity(config),

@@ -108,10 +108,22 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert forked["config"]["rl"]["algo"]["lr"] == 3e-5 and forked["eval_rl"]["comparison"]["paired"]["states"] == 4
     assert f"Stages collect, sft, eval_sft were copied from the run `{out}`" in (fork / "report.md").read_text()
     assert run(compose("pipeline", f"out={fork}", *local, "rl.algo.lr=3e-5"))["stages_done"] == forked["stages_done"]
-    # continue_rl=true: the fork's RL carried on from its checkpoint at other rl.* settings
+    # continue_rl=true: the fork's RL carried on from its checkpoint at other rl.* settings; a run that
+    # dies after the copy resumes from its own folder (the copied checkpoint kept, nothing copied again)
+    import embodied.runners.pipeline as pipeline_module
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed")
+
     cont = tmp_path / "cont"
-    carried = run(compose("pipeline", f"out={cont}", *local, f"init_from={fork}", "continue_rl=true",
-                          "rl.iterations=3", "rl.algo.lr=1e-5"))
+    carry = compose("pipeline", f"out={cont}", *local, f"init_from={fork}", "continue_rl=true", "rl.iterations=3",
+                    "rl.algo.lr=1e-5")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline_module, "stage_rl", crash)
+        with pytest.raises(RuntimeError, match="killed"):
+            run(carry)
+    assert json.loads((cont / "results.json").read_text())["init_from"]["rl_from_iteration"] == 2
+    carried = run(carry)
     assert "RL carried on from its iteration 2" in capsys.readouterr().out
     assert carried["init_from"] == {"run": str(fork), "stages": ["collect", "sft", "eval_sft"], "rl_from_iteration": 2}
     assert carried["stages_done"] == forked["stages_done"] and carried["config"]["rl"]["algo"]["lr"] == 1e-5
