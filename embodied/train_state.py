@@ -78,6 +78,12 @@ def save_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimi
     return folder
 
 
+def saved_step(folder: str | os.PathLike) -> int:
+    """The step a state folder was saved at, read from its ``state.json`` alone (nothing is restored:
+    :func:`load_train_state` also resets the process's random generators)."""
+    return int(json.loads((Path(folder) / "state.json").read_text())["step"])
+
+
 def load_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimizer | None = None,
                      scheduler: Any = None) -> dict[str, Any]:
     """Restore what :func:`save_train_state` wrote; returns the JSON part (``step``, ``extra``) with

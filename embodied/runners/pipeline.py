@@ -673,13 +673,14 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl:
 
 def _rl_to_continue(source: Path, iterations: int) -> tuple[Path, int]:
     """``source``'s last RL checkpoint folder and its iteration, which must lie below ``iterations``."""
-    from embodied.rllib.checkpoint import load_progress, resumable
+    from embodied.rllib.checkpoint import resumable
+    from embodied.train_state import saved_step
 
     checkpoint = resumable(source / "rl")
     if checkpoint is None or not (source / "rl" / "metrics.csv").is_file():
         raise PipelineError(f"init_from={source} continue_rl=true: that run holds no RL checkpoint to carry on "
                             f"({source / 'rl' / 'checkpoint'})")
-    step = int(load_progress(checkpoint)["step"])
+    step = saved_step(checkpoint / "train_state")
     if step >= iterations:
         raise PipelineError(f"init_from={source} continue_rl=true: its RL is at iteration {step} already; "
                             f"set rl.iterations above {step}")
