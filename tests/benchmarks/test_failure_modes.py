@@ -1,0 +1,68 @@
+"""benchmarks/failure_modes.py: the classification, a real run of the scripted expert and of an
+untrained policy in the spatial suite, and its refusals."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import failure_modes as fm  # noqa: E402
+
+
+def test_classify_every_mode():
+    assert fm.classify(True, 0.0, 0.0, 1.0, False) == "success"
+    assert fm.classify(False, 0.10, 0.00, 0.01, False) == "dropped"
+    assert fm.classify(False, 0.10, 0.08, 0.01, True) == "held"  # the plan's object first
+    assert fm.classify(False, 0.01, 0.00, 0.01, True) == "other_object"
+    assert fm.classify(False, 0.01, 0.00, 0.02, False) == "missed_grasp"
+    assert fm.classify(False, 0.00, 0.00, 0.30, False) == "elsewhere"
+
+
+def test_summary_counts_modes_and_states():
+    rows = [{"task": 1, "init_id": 3, "mode": "dropped"}, {"task": 1, "init_id": 3, "mode": "dropped"},
+            {"task": 1, "init_id": 4, "mode": "success"}, {"task": 8, "init_id": 3, "mode": "held"}]
+    s = fm.summarise(rows)
+    assert s["episodes"] == 4 and s["modes"]["dropped"] == 2 and s["modes"]["held"] == 1
+    assert s["tasks"]["1"]["states"] == {"dropped": {3: 2}}
+    assert s["tasks"]["8"]["modes"]["held"] == 1 and "success" not in s["tasks"]["8"]["states"]
+
+
+def test_expert_succeeds_and_an_untrained_policy_fails(tmp_path):
+    import policies
+    import sims
+
+    assert fm.main(["--expert", "--tasks", "1", "--episodes", "2", "--attempts", "1", "--gripper-sign",
+                    "--out", str(tmp_path / "expert")]) == 0
+    got = json.loads((tmp_path / "expert" / "failure_modes.json").read_text())
+    assert got["checkpoint"] == "expert" and got["states"] == [0, 1] and got["gripper_sign"]
+    assert got["modes"]["success"] == 2 and got["episodes"] == 2
+    grasp = got["grasp"]["success"]  # the expert closes on the cube (4 cm) near its centre
+    assert grasp["episodes"] == 2 and grasp["offset_median"] < 0.01 and 0.035 < grasp["width_median"] < 0.05
+
+    env = sims.make("mujoco", suite="spatial", num_envs=1, cameras=(), state_obs="privileged")
+    state_dim = env.observation_spec["state"].shape[0]
+    env.close()
+    ckpt = policies.save(policies.make("flow", cameras=[], state_obs="privileged", state_dim=state_dim, d_model=32,
+                                       prefix_layers=1, expert_layers=1), tmp_path / "ckpt")
+    assert fm.main(["--checkpoint", str(ckpt), "--tasks", "8", "--episodes", "1", "--first-state", "50",
+                    "--attempts", "2", "--num-envs", "2", "--out", str(tmp_path / "untrained")]) == 0
+    got = json.loads((tmp_path / "untrained" / "failure_modes.json").read_text())
+    assert got["episodes"] == 2 and got["modes"]["success"] == 0
+    assert sum(got["modes"].values()) == 2
+    rows = (tmp_path / "untrained" / "episodes.csv").read_text().splitlines()
+    assert rows[0].split(",") == fm.FIELDS and len(rows) == 3
+    assert all(r.split(",")[4] == "220" for r in rows[1:])  # the task's step limit
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "libero_spatial", "--tasks", "0"], "only our MuJoCo suites"),
+    (["--suite", "goal", "--tasks", "0"], "no pick_place step"),
+    (["--suite", "spatial", "--tasks", "10"], "has tasks 0..9"),
+    (["--suite", "nope", "--tasks", "0"], "unknown suite"),
+])
+def test_refusals(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit):
+        fm.main(["--expert", *argv, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
