@@ -3,13 +3,14 @@
     .venv/bin/python benchmarks/failure_modes.py --checkpoint RUN/rl/checkpoint/policy \\
         --suite spatial --tasks 1 8 --episodes 50 --attempts 4 --out runs/failure_modes
 
-Runs the policy (greedy, like ``embodied-eval``; or the suite's scripted experts, ``--expert``) on the tasks' initial states ``first_state ..
-first_state + episodes - 1``, ``attempts`` episodes each, in the MuJoCo suite env, and follows the
-plan's object (``("pick_place", OBJECT, TARGET)``, the first step of a suite task's plan) and every
-other movable object at every step. A failed episode (its step limit reached) is one of:
+Runs the policy (greedy, like ``embodied-eval``; or the suite's scripted experts, ``--expert``) on
+the tasks' initial states ``first_state .. first_state + episodes - 1``, ``attempts`` episodes each,
+in the MuJoCo suite env, and follows the plan's object (``("pick_place", OBJECT, TARGET)``, the
+first step of a suite task's plan) and every other movable object at every step. A failed episode
+(its step limit reached) is one of:
 
-- ``dropped``: the object was lifted (``LIFT`` above its height after the first step) and is down again at the end
-  (``final_to_place`` in the CSV: how far, in x-y, from the object it should be on or in);
+- ``dropped``: the object was lifted (``LIFT`` above its height after the first step) and is down
+  again at the end (``final_to_place`` in the CSV: how far, in x-y, from what it goes on or in);
 - ``held``: the object is still lifted at the end (carried, not placed);
 - ``other_object``: another object was lifted, the plan's object never;
 - ``missed_grasp``: the gripper came within ``REACH`` of the object, which was never lifted;
@@ -19,10 +20,9 @@ The grasp that lifts the object is measured when it first rises ``RISE`` with th
 ``REACH``: the gripper centre's horizontal offset from the object's centre and the finger gap.
 
 Writes ``OUT/failure_modes.json`` (counts per task and mode, the states of each mode, the median
-grasp per mode) and
-``OUT/episodes.csv`` (one row per episode). The episodes' sampling noise is seeded per wave like the
-evaluation's, not by the same seeds: counts agree with an evaluation in distribution, not episode by
-episode.
+grasp per mode) and ``OUT/episodes.csv`` (one row per episode). The sampling noise is seeded per
+wave like the evaluation's, not with its seeds: counts agree with an evaluation in distribution, not
+episode by episode.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-#: an object counts as lifted this far (m) above its height at the reset
+#: an object counts as lifted this far (m) above its height after the first step
 LIFT = 0.03
 #: the gripper's centre this close (m) to the object's counts as having reached it
 REACH = 0.05
@@ -199,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import policies
     import sims
     from embodied.eval.harness import ExpertAgent, PolicyAgent
+    from policies.errors import CheckpointError
 
     if sims.suites.is_libero(args.suite):
         ap.error(f"--suite {args.suite!r}: only our MuJoCo suites' tasks have the plans this follows")
@@ -214,7 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "its failures are not sorted here")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    agent = ExpertAgent(args.suite) if args.expert else PolicyAgent(policies.load(args.checkpoint, device="cpu"))
+    try:
+        agent = ExpertAgent(args.suite) if args.expert else PolicyAgent(policies.load(args.checkpoint, device="cpu"))
+    except CheckpointError as e:
+        ap.error(f"--checkpoint: {e}")
     states = list(range(args.first_state, args.first_state + args.episodes))
     rows: list[dict[str, Any]] = []
     for task in args.tasks:
@@ -226,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    summary = {"checkpoint": "expert" if args.expert else str(args.checkpoint), "suite": args.suite, "tasks": args.tasks, "states": states,
+    summary = {"checkpoint": "expert" if args.expert else str(args.checkpoint), "suite": args.suite,
+               "tasks": args.tasks, "states": states,
                "attempts": args.attempts, "seed": args.seed, "gripper_sign": args.gripper_sign,
                "lift_m": LIFT, "reach_m": REACH, **summarise(rows)}
     (out / "failure_modes.json").write_text(json.dumps(summary, indent=1))

@@ -66,3 +66,9 @@ def test_refusals(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit):
         fm.main(["--expert", *argv, "--out", str(tmp_path)])
     assert message in capsys.readouterr().err
+
+
+def test_refuses_a_folder_without_a_checkpoint(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        fm.main(["--checkpoint", str(tmp_path / "nothing"), "--tasks", "1", "--out", str(tmp_path / "out")])
+    assert "--checkpoint: no checkpoint bundle" in capsys.readouterr().err
