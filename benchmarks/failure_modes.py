@@ -91,8 +91,8 @@ def run_task(agent: Any, suite: str, task: int, states: Sequence[int], attempts:
             obs = env.reset(task_ids=[task] * n, init_ids=[s for s, _ in padded])
             agent.begin_wave(zlib.crc32(f"{seed}/{suite}/{task}/{w}".encode()))
             ids = np.arange(n)
-            # heights at the reset, read after the first step: bodies' world positions are only current
-            # after a physics step (an object placed on another settles onto it in that step)
+            # heights read after the first step: an object a layout puts on another (the spatial suite's
+            # cube on the plate) starts at table height inside it and is pushed up in that step
             z0: dict[str, np.ndarray] = {}
             max_lift = np.zeros(n)
             last_lift = np.zeros(n)
@@ -141,7 +141,8 @@ def run_task(agent: Any, suite: str, task: int, states: Sequence[int], attempts:
                              "length": int(length[j]), "max_lift": round(float(max_lift[j]), 4),
                              "final_lift": round(float(last_lift[j]), 4), "min_reach": round(float(min_reach[j]), 4),
                              "other_lifted": bool(other_lifted[j]), "final_to_place": round(float(to_place[j]), 4),
-                             "grasp_offset": _mm(grasp_offset[j]), "grasp_width": _mm(grasp_width[j]),
+                             "grasp_offset": _metres_or_blank(grasp_offset[j]),
+                             "grasp_width": _metres_or_blank(grasp_width[j]),
                              "mode": classify(bool(success[j]), float(max_lift[j]), float(last_lift[j]),
                                               float(min_reach[j]), bool(other_lifted[j]))})
     finally:
@@ -149,7 +150,7 @@ def run_task(agent: Any, suite: str, task: int, states: Sequence[int], attempts:
     return rows
 
 
-def _mm(x: float) -> float | str:
+def _metres_or_blank(x: float) -> float | str:
     return "" if np.isnan(x) else round(float(x), 4)
 
 
