@@ -117,15 +117,16 @@ def run_task(agent: Any, suite: str, task: int, states: Sequence[int], attempts:
                     live = active & ~ended  # an ended env may already hold its next reset's state
                     if not z0:
                         z0 = {name: view.pos(name, ids)[:, 2].copy() for name in [target] + others}
-                    lift = view.pos(target, ids)[:, 2] - z0[target]
-                    tcp_to_obj = np.asarray(env.tcp_pos())[ids] - view.pos(target, ids)
+                    obj = view.pos(target, ids)  # [N, 3]
+                    lift = obj[:, 2] - z0[target]
+                    tcp_to_obj = np.asarray(env.tcp_pos())[ids] - obj
                     reach = np.linalg.norm(tcp_to_obj, axis=1)
                     grasping = live & np.isnan(grasp_offset) & (lift > RISE) & (reach < REACH)
                     grasp_offset = np.where(grasping, np.linalg.norm(tcp_to_obj[:, :2], axis=1), grasp_offset)
                     grasp_width = np.where(grasping, np.asarray(env.gripper_width())[ids], grasp_width)
                     max_lift = np.where(live, np.maximum(max_lift, lift), max_lift)
                     last_lift = np.where(live, lift, last_lift)
-                    xy = np.linalg.norm(view.pos(target, ids)[:, :2] - view.pos(place, ids)[:, :2], axis=1)
+                    xy = np.linalg.norm(obj[:, :2] - view.pos(place, ids)[:, :2], axis=1)
                     to_place = np.where(live, xy, to_place)
                     min_reach = np.where(live, np.minimum(min_reach, reach), min_reach)
                     for name in others:

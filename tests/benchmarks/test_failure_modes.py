@@ -2,13 +2,10 @@
 untrained policy in the spatial suite, and its refusals."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import failure_modes as fm  # noqa: E402
+from benchmarks import failure_modes as fm
 
 
 def test_classify_every_mode():
