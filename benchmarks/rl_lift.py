@@ -21,10 +21,13 @@ the Markdown table with the verdicts on three criteria:
 2. no run ends below its start (paired RL - SFT >= 0);
 3. per demonstration count, the gain's spread across seeds (sample std) is less than half its mean.
 
-With ``--anchor`` it also runs ``OUT/anchor_spatial``: the anchor's protocol (pi_RL on LIBERO: RL on the
-very initial states it is evaluated on, ``rl.init_states=protocol``) on the ``spatial`` suite's
-pick-and-place tasks 1 and 8, with the held-out states' success beside it (``ANCHOR_OVERRIDES``; the
-criterion: a start below 70% ends at 90% or more).
+With ``--anchor`` it also runs the anchor's protocol (pi_RL on LIBERO: RL on the very initial states it
+is evaluated on, ``rl.init_states=protocol``) on the ``spatial`` suite's pick-and-place tasks 1 and 8,
+with the held-out states' success beside it (``ANCHOR_OVERRIDES``; the criterion: a start below 70% ends
+at 90% or more). Its RL runs in the phases of ``ANCHOR_PHASES``, each a pipeline run in its own folder
+(``OUT/anchor_spatial`` to 80 iterations with the frozen control, then ``OUT/anchor_spatial_it{N}``)
+that carries the previous phase's RL on (``init_from=PREV continue_rl=true``) at the phase's ``rl.*``
+settings, evaluated at the end of every phase. About five hours on 2 cores; a rerun resumes.
 """
 
 from __future__ import annotations
@@ -51,8 +54,17 @@ FIELDS = ["demos", "seed", "sft", "rl", "control", "rl_minus_sft", "rl_minus_sft
 #: the protocol's 50 states per task with a 120-step training limit (the experts take ~70 steps)
 ANCHOR_OVERRIDES = ["sim.suite=spatial", "tasks=[1,8]", "sim.cameras=[]", "video_tasks=0", "policy.cameras=[]",
                     "policy.state_obs=privileged", "expert_gain=0.35", "action_noise=0.1", "sft.steps=8000",
-                    "sft.batch_size=64", "rl.init_states=protocol", "rl.max_episode_steps=120", "rl.iterations=80"]
+                    "sft.batch_size=64", "rl.init_states=protocol", "rl.max_episode_steps=120"]
 ANCHOR_DEMOS = 100  # demonstrations per task of the anchor cell
+#: the anchor's RL in phases: (iterations at the phase's end, its ``rl.*`` settings). The first at the
+#: pipeline's defaults; then larger minibatches, more epochs and a smaller step; then twice the envs per
+#: iteration and twice the minibatch (the same updates per iteration on twice the chunks)
+ANCHOR_PHASES: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (80, ()), (320, ()),
+    (640, ("rl.algo.minibatch_size=320", "rl.algo.epochs=4", "rl.algo.lr=5e-6")),
+    (880, ("rl.num_envs=80", "rl.algo.minibatch_size=640", "rl.algo.epochs=4", "rl.algo.lr=5e-6")))
+#: the stages after which an anchor phase is finished
+ANCHOR_LAST = ("eval_rl_heldout", "eval_control_heldout")
 #: the anchor's criterion: a start below ANCHOR_START ends at ANCHOR_TARGET or more (protocol states)
 ANCHOR_START, ANCHOR_TARGET = 0.70, 0.90
 #: the main job's own stages (the cell adds the control's)
@@ -62,6 +74,26 @@ MAIN_STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
 def pipeline_command(out: Path, demos: int, seed: int, extra: list[str]) -> list[str]:
     exe = Path(sys.executable).with_name("embodied-pipeline")
     return [str(exe), f"out={out}", f"seed={seed}", f"episodes_per_task={demos}", "rl.control=true", *extra]
+
+
+def anchor_folder(out: Path, phase: int) -> Path:
+    """The run folder of the anchor's ``phase`` (0-based): ``anchor_spatial``, then ``anchor_spatial_it{N}``."""
+    return out / ("anchor_spatial" if phase == 0 else f"anchor_spatial_it{ANCHOR_PHASES[phase][0]}")
+
+
+def anchor_phase_command(out: Path, phase: int, seed: int, start: list[str], extra: list[str]) -> list[str]:
+    """The pipeline command of the anchor's ``phase``: the first from ``start`` (its ``init_from=``, if
+    any), each later one carrying the previous phase's RL on (its frozen control copied along)."""
+    iterations, settings = ANCHOR_PHASES[phase]
+    origin = start if phase == 0 else [f"init_from={anchor_folder(out, phase - 1).resolve()}", "continue_rl=true"]
+    return pipeline_command(anchor_folder(out, phase), ANCHOR_DEMOS, seed,
+                            [*ANCHOR_OVERRIDES, f"rl.iterations={iterations}", *settings, *origin, *extra])
+
+
+def own_minutes(results: dict[str, Any]) -> float:
+    """Minutes of the stages a run folder ran itself (not those ``init_from=`` copied)."""
+    copied = set((results.get("init_from") or {}).get("stages", []))
+    return round(sum(v for k, v in results.get("stage_seconds", {}).items() if k not in copied) / 60, 1)
 
 
 def largest_kl(metrics: Path) -> float | None:
@@ -124,7 +156,7 @@ def anchor_verdict(row: dict[str, Any]) -> tuple[str, bool, str]:
     """``(criterion, holds, evidence)``: a start below ANCHOR_START ends at ANCHOR_TARGET or more."""
     criterion = f"`spatial`, the anchor's protocol: SFT < {ANCHOR_START:.0%} -> SFT + RL >= {ANCHOR_TARGET:.0%}"
     holds = row["sft"] < ANCHOR_START and row["rl"] >= ANCHOR_TARGET
-    why = f"{row['sft']:.1%} -> {row['rl']:.1%}"
+    why = f"{row['sft']:.1%} -> {row['rl']:.1%} at {row['iterations']} iterations"
     if row["sft"] >= ANCHOR_START:
         why += f" (the start is not below {ANCHOR_START:.0%})"
     return criterion, holds, why + f"; held-out states {row['heldout_sft']:.1%} -> {row['heldout_rl']:.1%}"
@@ -161,32 +193,46 @@ def _kl(value: float | None) -> str:
 NOTES_HEADING = "## Notes"
 
 
-def anchor_markdown(row: dict[str, Any], machine: dict[str, Any] | None) -> list[str]:
+def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None) -> list[str]:
+    """The anchor's section: the last finished phase's table and verdict, every finished phase beside."""
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     paired = lambda r, k: f"{r[k]:+.3f} [{r[k + '_lo']:+.3f}, {r[k + '_hi']:+.3f}]"  # noqa: E731
+    row = phases[-1]
+    first = " ".join(anchor_phase_command(Path("OUT"), 0, 0, [], [])[1:])
     lines = ["## The anchor's protocol on `spatial`", "",
              "RL on the very initial states it is evaluated on (`rl.init_states=protocol`, pi_RL's LIBERO protocol): "
              "the `spatial` suite's pick-and-place tasks 1 and 8 (two identical cubes), 50 protocol states each, "
              "4 attempts per state; the held-out states (50..99, seen by neither the demonstrations nor RL) beside "
-             "it. The cell: `embodied-pipeline " + " ".join(pipeline_command(Path("OUT/anchor_spatial"), ANCHOR_DEMOS, 0,
-                                                                ANCHOR_OVERRIDES)[1:]) + "`.", ""]
+             f"it. The RL runs in {len(ANCHOR_PHASES)} phases, each a pipeline run that carries the previous one's "
+             "RL on (`init_from=PREV continue_rl=true`, the frozen control copied along: its actor never moves); "
+             f"the first: `embodied-pipeline {first}`; then the same with `rl.iterations=N`, the phase's settings "
+             "and `init_from=`, `continue_rl=true`:", "",
+             "| phase | to iteration | RL settings | protocol | held-out | RL - SFT, protocol [95% CI] | minutes |",
+             "|---|---|---|---|---|---|---|"]
+    for i, (iterations, settings) in enumerate(ANCHOR_PHASES):
+        r = phases[i] if i < len(phases) else None
+        cells = (f"{pct(r['rl'])} | {pct(r['heldout_rl'])} | {paired(r, 'rl_minus_sft')} | {r['own_minutes']}"
+                 if r else "not run | | | ")
+        lines.append(f"| {i + 1} | {iterations} | {' '.join(f'`{a}`' for a in settings) or 'the defaults'} | {cells} |")
+    lines.append("")
     if machine:
         lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}).", ""]
-    lines += ["| states | SFT | SFT + RL | control | RL - SFT [95% CI] |", "|---|---|---|---|---|",
+    lines += [f"After phase {len(phases)} of {len(ANCHOR_PHASES)}:", "",
+              "| states | SFT | SFT + RL | control | RL - SFT [95% CI] |", "|---|---|---|---|---|",
               f"| protocol (trained on) | {pct(row['sft'])} | {pct(row['rl'])} | {pct(row['control'])} | "
               f"{paired(row, 'rl_minus_sft')} |",
               f"| held-out | {pct(row['heldout_sft'])} | {pct(row['heldout_rl'])} | {pct(row['heldout_control'])} | "
               f"{paired(row, 'heldout_rl_minus_sft')} |", "",
               f"RL - control on the protocol states {paired(row, 'rl_minus_control')}; {row['iterations']} iterations, "
-              f"approx KL {(row['approx_kl'] or 0):.4f}, clip fraction {(row['clip_fraction'] or 0):.3f} (medians); "
-              f"{row['minutes']} minutes.", ""]
+              f"approx KL {(row['approx_kl'] or 0):.4f}, clip fraction {(row['clip_fraction'] or 0):.3f} (medians of "
+              f"the last phase); {sum(r['own_minutes'] for r in phases):.1f} minutes in all.", ""]
     criterion, ok, why = anchor_verdict(row)
     lines += ["| criterion | holds | evidence |", "|---|---|---|", f"| {criterion} | {'yes' if ok else '**no**'} | {why} |"]
     return lines
 
 
 def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None,
-             anchor: dict[str, Any] | None = None, anchor_machine: dict[str, Any] | None = None) -> str:
+             anchor: list[dict[str, Any]] | None = None, anchor_machine: dict[str, Any] | None = None) -> str:
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     lines = ["# RL lift over few-shot SFT starts", "",
              "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
@@ -214,7 +260,7 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
                      f"{r['main_minutes']} / {r['minutes']} |")
     lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
     lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in verdicts(rows)]
-    if anchor is not None:
+    if anchor:
         lines += [""] + anchor_markdown(anchor, anchor_machine)
     return "\n".join(lines) + "\n"
 
@@ -250,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--demos", type=int, nargs="+", default=[5, 20], help="demonstrations per task")
     ap.add_argument("--anchor", action="store_true",
-                    help="also the anchor's protocol on spatial (OUT/anchor_spatial; seed 0, the first --seeds)")
+                    help="also the anchor's protocol on spatial, in phases (OUT/anchor_spatial, OUT/anchor_spatial_it{N}; "
+                         "seed 0, the first --seeds)")
     ap.add_argument("--init-from", type=Path, default=None,
                     help="an earlier run of this benchmark whose cells' SFT stages each cell starts from")
     ap.add_argument("--docs", type=Path, default=None, help="write the Markdown table here")
@@ -280,30 +327,34 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[rl_lift] d{demos} s{seed}: SFT {r['sft']:.1%} -> RL {r['rl']:.1%} (control {r['control']:.1%}), "
                   f"paired RL - SFT {r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}]",
                   flush=True)
-    anchor, anchor_machine = None, None
-    if args.anchor:
-        cell, last = args.out / "anchor_spatial", ("eval_rl_heldout", "eval_control_heldout")
-        if finished_results(cell, last) is None and not args.table_only:
-            run_cell(cell, pipeline_command(cell, ANCHOR_DEMOS, args.seeds[0],
-                                            [*ANCHOR_OVERRIDES, *start(cell.name), *extra]),
-                     "the anchor's protocol on spatial")
-        results = finished_results(cell, last)
-        if results is not None:
-            anchor, anchor_machine = anchor_row(results), results.get("machine")
-            print(f"[rl_lift] anchor: {anchor_verdict(anchor)[2]}", flush=True)
+    phases: list[dict[str, Any]] = []  # the anchor's finished phases, in order
+    anchor_machine = None
+    for i, (iterations, _) in enumerate(ANCHOR_PHASES if args.anchor else ()):
+        cell = anchor_folder(args.out, i)
+        if finished_results(cell, ANCHOR_LAST) is None and not args.table_only:
+            run_cell(cell, anchor_phase_command(args.out, i, args.seeds[0], start(cell.name) if i == 0 else [], extra),
+                     f"the anchor's protocol on spatial, phase {i + 1}/{len(ANCHOR_PHASES)} (to {iterations} iterations)")
+        results = finished_results(cell, ANCHOR_LAST)
+        if results is None:
+            break
+        phases.append(anchor_row(results) | {"own_minutes": own_minutes(results)})
+        anchor_machine = results.get("machine")
+        print(f"[rl_lift] anchor, phase {i + 1}: {anchor_verdict(phases[-1])[2]}", flush=True)
+    anchor = phases[-1] if phases else None
     (args.out / "rl_lift.json").write_text(json.dumps({
         "rows": rows, "verdicts": verdicts(rows) if rows else [], "overrides": extra, "machine": machine,
-        "anchor": anchor, "anchor_verdict": anchor_verdict(anchor) if anchor else None,
-        "anchor_overrides": ANCHOR_OVERRIDES if args.anchor else None}, indent=2))
+        "anchor": anchor, "anchor_verdict": anchor_verdict(anchor) if anchor else None, "anchor_phases": phases,
+        "anchor_overrides": ANCHOR_OVERRIDES if args.anchor else None,
+        "anchor_schedule": ANCHOR_PHASES if args.anchor else None}, indent=2))
     with open(args.out / "rl_lift.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    if anchor is not None:
+    if phases:
         with open(args.out / "rl_lift_anchor.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(anchor))
             w.writeheader()
-            w.writerow(anchor)
+            w.writerows(phases)
     if args.docs and rows:
         command = "python benchmarks/rl_lift.py " + " ".join(
             [f"--out {args.out}", "--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
@@ -311,12 +362,12 @@ def main(argv: list[str] | None = None) -> int:
             + (["--", *extra] if extra else []))
         old = args.docs.read_text() if args.docs.is_file() else ""
         notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
-        args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=anchor,
+        args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=phases,
                                       anchor_machine=anchor_machine) + ("\n" + notes if notes else ""))
         print(f"[rl_lift] table written to {args.docs}")
     for c, ok, ev in (verdicts(rows) if rows else []) + ([anchor_verdict(anchor)] if anchor else []):
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")
-    return 0 if len(rows) == len(cells) and (anchor is not None or not args.anchor) else 1
+    return 0 if len(rows) == len(cells) and (len(phases) == len(ANCHOR_PHASES) or not args.anchor) else 1
 
 
 if __name__ == "__main__":

@@ -53,6 +53,10 @@ EVAL_STAGES = {"eval_sft": ("sft/ckpt", "sft"), "eval_rl": ("rl/checkpoint/polic
 #: the stages ``init_from=`` copies (everything before RL), and the folders each wrote in the run folder
 INIT_STAGES = {"collect": ("data", "videos/collect.mp4"), "sft": ("sft",), "eval_sft": ("eval_sft",),
                "eval_sft_heldout": ("eval_sft_heldout",)}
+#: what ``continue_rl=true`` copies besides: the frozen-actor control (its policy and metrics, not its Ray
+#: session) and its evaluations. Its actor never moves (``algo.lr=0``): its policy is the same at any count
+CONTROL_COPY_STAGES = {"rl_control": ("rl_control/checkpoint/policy", "rl_control/metrics.csv", "rl_control/train.json"),
+                       "eval_control": ("eval_control",), "eval_control_heldout": ("eval_control_heldout",)}
 
 
 @dataclass
@@ -592,6 +596,10 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                 lines.append("")
         control, vs = results.get("eval_control"), results.get("rl_vs_control") or {}
         if control:
+            ran = (results.get("rl_control") or {}).get("iterations")
+            if ran is not None and ran != (results.get("rl") or {}).get("iterations"):
+                lines += [f"The control ran {ran} iterations (its actor frozen, the same policy at any count; "
+                          "copied with `continue_rl=true`)."]
             lines += [f"Frozen-actor control (the same RL run with algo.lr=0): **{control['success_rate']:.1%}** "
                       f"[{control['ci95'][0]:.2f}, {control['ci95'][1]:.2f}]"
                       + (", pass@1..K " + ", ".join(f"{p:.0%}" for p in control["pass_at_k"])
@@ -628,7 +636,8 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl:
     """The results of a new run folder ``out`` that starts from the run folder ``source``: its finished
     stages of :data:`INIT_STAGES` with their folders copied into ``out``. ``source``'s configuration must
     equal ``config`` except for ``rl``, ``out`` (and what :func:`_identity` ignores). ``continue_rl``:
-    also its RL checkpoint and metrics, so that this run's RL stage resumes from there."""
+    also its RL checkpoint and metrics, so that this run's RL stage resumes from there, and its finished
+    stages of :data:`CONTROL_COPY_STAGES`."""
     import json
     import shutil
 
@@ -653,8 +662,11 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl:
     if not copied:
         raise PipelineError(f"init_from={source}: that run finished none of {list(INIT_STAGES)}")
     rl_from = _rl_to_continue(source, config["rl"]["iterations"]) if continue_rl else None
+    if continue_rl:
+        copied += [s for s in CONTROL_COPY_STAGES if s in theirs.get("stages_done", [])]
+    folders = {**INIT_STAGES, **CONTROL_COPY_STAGES}
     for stage in copied:
-        for rel in INIT_STAGES[stage]:
+        for rel in folders[stage]:
             src, dst = source / rel, out / rel
             if src.is_dir():
                 shutil.copytree(src, dst, dirs_exist_ok=True)

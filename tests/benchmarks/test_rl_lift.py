@@ -71,14 +71,14 @@ def test_table_shows_the_largest_kl_and_a_rewrite_keeps_the_notes(tmp_path):
     assert row["approx_kl_max"] == 0.2281
 
 
-def _anchor_results(sft: float, rl: float, heldout: tuple[float, float]) -> dict:
+def _anchor_results(sft: float, rl: float, heldout: tuple[float, float], iterations: int = 80) -> dict:
     """A finished anchor cell: the main job's stages plus the held-out evaluations of rl.init_states=protocol."""
     paired = lambda before, now: {"before": before, "now": now, "difference": now - before,  # noqa: E731
                                   "ci95": [now - before - 0.05, now - before + 0.05], "states": 100}
     return _results(sft, rl, rl - sft - 0.05, sft) | {
         "eval_rl_heldout": {"comparison": {"paired": paired(*heldout)}},
         "rl_vs_control_heldout": {"paired": paired(*heldout)},
-        "rl": {"iterations": 80, "updates": {"approx_kl": 0.02, "clip_fraction": 0.1}},
+        "rl": {"iterations": iterations, "updates": {"approx_kl": 0.02, "clip_fraction": 0.1}},
         "stages_done": ["eval_rl", "eval_control", "eval_rl_heldout", "eval_control_heldout"]}
 
 
@@ -91,30 +91,74 @@ def test_anchor_verdict_needs_a_low_start_and_the_target():
     assert ok is False and "not below" in why
 
 
-def test_anchor_table_from_its_cell(tmp_path):
-    """--anchor --table-only reads OUT/anchor_spatial beside the grid's cells into a second table and
-    the CSV/JSON; without a finished anchor cell the run reports itself incomplete."""
+def test_anchor_table_from_its_phases(tmp_path):
+    """--anchor --table-only reads the anchor's phases (OUT/anchor_spatial, OUT/anchor_spatial_it{N}) beside
+    the grid's cells: a row per phase, the last one's table and verdict, the CSV/JSON; while a phase is
+    missing the run reports itself incomplete and the table says which phases ran."""
     import json
 
     m = _module()
     out = tmp_path / "cells"
-    for name, res in (("d5_s0", _results(0.5, 0.7, 0.05, 0.5) | {"stages_done": ["eval_rl", "eval_control"]}),
-                      ("anchor_spatial", _anchor_results(0.55, 0.92, (0.52, 0.58)))):
-        (out / name).mkdir(parents=True)
-        (out / name / "results.json").write_text(json.dumps(res))
+    grid = _results(0.5, 0.7, 0.05, 0.5) | {"stages_done": ["eval_rl", "eval_control"]}
+    (out / "d5_s0").mkdir(parents=True)
+    (out / "d5_s0" / "results.json").write_text(json.dumps(grid))
     docs = tmp_path / "rl-lift.md"
-    assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only",
-                   "--docs", str(docs)]) == 0
-    text = docs.read_text()
+    for i, (iterations, _) in enumerate(m.ANCHOR_PHASES):
+        cell = m.anchor_folder(out, i)
+        cell.mkdir(parents=True)
+        res = _anchor_results(0.55, 0.80 + 0.04 * i, (0.52, 0.58 + 0.1 * i), iterations)
+        if i:  # a later phase's own stages are its RL and evaluations; the rest were copied
+            res |= {"init_from": {"stages": ["sft", "rl_control"]}}
+        (cell / "results.json").write_text(json.dumps(res))
+        code = m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only",
+                       "--docs", str(docs)])
+        assert code == (0 if i == len(m.ANCHOR_PHASES) - 1 else 1)
+        text = docs.read_text()
+        assert f"After phase {i + 1} of {len(m.ANCHOR_PHASES)}:" in text
+        assert text.count("| not run |") == len(m.ANCHOR_PHASES) - 1 - i
+    assert cell.name == f"anchor_spatial_it{m.ANCHOR_PHASES[-1][0]}"
     assert "--demos 5 --anchor`" in text and "## The anchor's protocol on `spatial`" in text
+    assert "| 1 | 80 | the defaults | 80.0% | 58.0% | +0.250 [+0.200, +0.300] | 15.0 |" in text
+    assert "| 4 | 880 | `rl.num_envs=80` `rl.algo.minibatch_size=640`" in text
     assert "| protocol (trained on) | 55.0% | 92.0% | 55.0% | +0.370 [+0.320, +0.420] |" in text
-    assert "| held-out | 52.0% | 58.0% | 52.0% | +0.060 [+0.010, +0.110] |" in text
+    assert "| held-out | 52.0% | 88.0% | 52.0% | +0.360 [+0.310, +0.410] |" in text
+    assert "| yes | 55.0% -> 92.0% at 880 iterations; held-out states 52.0% -> 88.0% |" in text
+    assert "45.0 minutes in all" in text  # 15 minutes of the first phase, then 10 of RL in each of the 3 others
     saved = json.loads((out / "rl_lift.json").read_text())
-    assert saved["anchor"]["rl"] == 0.92 and saved["anchor_verdict"][1] is True
+    assert saved["anchor"]["rl"] == 0.92 and saved["anchor_verdict"][1] is True and len(saved["anchor_phases"]) == 4
     assert (out / "rl_lift_anchor.csv").read_text().startswith("sft,rl,control,")
     stopped = _anchor_results(0.55, 0.92, (0.52, 0.58)) | {"stages_done": ["eval_rl", "eval_control"]}
-    (out / "anchor_spatial" / "results.json").write_text(json.dumps(stopped))  # held-out stages not yet run
+    (cell / "results.json").write_text(json.dumps(stopped))  # the last phase's held-out stages not yet run
     assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only"]) == 1
+    assert len(json.loads((out / "rl_lift.json").read_text())["anchor_phases"]) == 3
+
+
+def test_anchor_phases_carry_the_previous_phase_on(tmp_path, monkeypatch):
+    """Each anchor phase after the first is a pipeline run from the previous phase's folder with
+    continue_rl=true, rl.iterations at the phase's end and its settings; a failed phase stops the chain."""
+    import json
+
+    m = _module()
+    out = tmp_path / "new"
+    commands = []
+
+    def fake_run(cell, cmd, label):  # the grid's cell fails; the anchor's phases 1 and 2 finish
+        commands.append(cmd)
+        if cell.name.startswith("anchor") and len(commands) <= 3:
+            cell.mkdir(parents=True, exist_ok=True)
+            (cell / "results.json").write_text(json.dumps(_anchor_results(0.5, 0.8, (0.5, 0.7))))
+            return True
+        return False
+    monkeypatch.setattr(m, "run_cell", fake_run)
+    assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--", "eval.workers=1"]) == 1
+    grid, first, second, third = commands
+    assert first[1] == f"out={out / 'anchor_spatial'}" and "rl.iterations=80" in first and "rl.control=true" in first
+    assert not any(a.startswith(("init_from=", "continue_rl=")) for a in first)
+    assert second[1] == f"out={out / 'anchor_spatial_it320'}" and "rl.iterations=320" in second
+    assert f"init_from={(out / 'anchor_spatial').resolve()}" in second and "continue_rl=true" in second
+    assert third[1] == f"out={out / 'anchor_spatial_it640'}" and "rl.algo.lr=5e-6" in third
+    assert f"init_from={(out / 'anchor_spatial_it320').resolve()}" in third
+    assert all(c[-1] == "eval.workers=1" for c in commands)  # the extra overrides last, for every run
 
 
 def test_init_from_starts_each_cell_from_the_earlier_runs_cell(tmp_path, monkeypatch):

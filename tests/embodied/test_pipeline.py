@@ -108,15 +108,16 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert forked["config"]["rl"]["algo"]["lr"] == 3e-5 and forked["eval_rl"]["comparison"]["paired"]["states"] == 4
     assert f"Stages collect, sft, eval_sft were copied from the run `{out}`" in (fork / "report.md").read_text()
     assert run(compose("pipeline", f"out={fork}", *local, "rl.algo.lr=3e-5"))["stages_done"] == forked["stages_done"]
-    # continue_rl=true: the fork's RL carried on from its checkpoint at other rl.* settings; a run that
-    # dies after the copy resumes from its own folder (the copied checkpoint kept, nothing copied again)
+    # continue_rl=true: the first run's RL carried on from its checkpoint at other rl.* settings, its frozen
+    # control copied along; a run that dies after the copy resumes from its own folder (the copied
+    # checkpoint kept, nothing copied again)
     import embodied.runners.pipeline as pipeline_module
 
     def crash(*args, **kwargs):
         raise RuntimeError("killed")
 
     cont = tmp_path / "cont"
-    carry = compose("pipeline", f"out={cont}", *local, f"init_from={fork}", "continue_rl=true", "rl.iterations=3",
+    carry = compose("pipeline", f"out={cont}", *local, f"init_from={out}", "continue_rl=true", "rl.iterations=3",
                     "rl.algo.lr=1e-5")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline_module, "stage_rl", crash)
@@ -125,12 +126,16 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert json.loads((cont / "results.json").read_text())["init_from"]["rl_from_iteration"] == 2
     carried = run(carry)
     assert "RL carried on from its iteration 2" in capsys.readouterr().out
-    assert carried["init_from"] == {"run": str(fork), "stages": ["collect", "sft", "eval_sft"], "rl_from_iteration": 2}
-    assert carried["stages_done"] == forked["stages_done"] and carried["config"]["rl"]["algo"]["lr"] == 1e-5
-    fork_rows = list(csv.DictReader(open(fork / "rl" / "metrics.csv")))
+    assert carried["init_from"] == {"run": str(out), "stages": ["collect", "sft", "eval_sft", "rl_control", "eval_control"],
+                                    "rl_from_iteration": 2}
+    assert set(carried["stages_done"]) == set(control["stages_done"]) and carried["config"]["rl"]["algo"]["lr"] == 1e-5
+    assert carried["eval_control"] == control["eval_control"] and carried["rl_control"]["iterations"] == 2
+    assert carried["rl"]["iterations"] == 3 and carried["rl_vs_control"]["paired"]["states"] == 4
+    first_rows = list(csv.DictReader(open(out / "rl" / "metrics.csv")))
     rows = list(csv.DictReader(open(cont / "rl" / "metrics.csv")))
-    assert [r["iteration"] for r in rows] == ["1", "2", "3"] and rows[:2] == fork_rows
-    assert "RL carried that run's RL on from its iteration 2" in (cont / "report.md").read_text()
+    assert [r["iteration"] for r in rows] == ["1", "2", "3"] and rows[:2] == first_rows
+    report = (cont / "report.md").read_text()
+    assert "RL carried that run's RL on from its iteration 2" in report and "The control ran 2 iterations" in report
     with pytest.raises(PipelineError, match="its RL is at iteration 2 already; set rl.iterations above 2"):
         run(compose("pipeline", f"out={tmp_path / 'other'}", *local, f"init_from={fork}", "continue_rl=true"))
     with pytest.raises(PipelineError, match="continue_rl=true carries another run's RL on: name that run"):
