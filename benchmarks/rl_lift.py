@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift                 # 3 seeds x {5, 20} demonstrations
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --seeds 0 --demos 20 -- sft.steps=400
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --anchor         # also the anchor's protocol
+    .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift --anchor-only    # the anchor's protocol alone
     .venv/bin/python benchmarks/rl_lift.py --out runs/rl_lift40 --init-from runs/rl_lift -- rl.iterations=40
 
 Every cell is the main job, ``embodied-pipeline seed=S episodes_per_task=D rl.control=true`` in
@@ -298,13 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--anchor", action="store_true",
                     help="also the anchor's protocol on spatial, in phases (OUT/anchor_spatial, OUT/anchor_spatial_it{N}; "
                          "seed 0, the first --seeds)")
+    ap.add_argument("--anchor-only", action="store_true", help="the anchor's protocol alone (--anchor without the grid)")
     ap.add_argument("--init-from", type=Path, default=None,
                     help="an earlier run of this benchmark whose cells' SFT stages each cell starts from")
     ap.add_argument("--docs", type=Path, default=None, help="write the Markdown table here")
     ap.add_argument("--table-only", action="store_true", help="only collect finished cells into the table")
     args = ap.parse_args(argv)
+    args.anchor = args.anchor or args.anchor_only
     args.out.mkdir(parents=True, exist_ok=True)
-    cells = [(d, s) for s in args.seeds for d in args.demos]  # seed-major: a partial run covers every count
+    # seed-major: a partial run covers every count
+    cells = [] if args.anchor_only else [(d, s) for s in args.seeds for d in args.demos]
 
     def start(name: str) -> list[str]:
         if args.init_from is None:

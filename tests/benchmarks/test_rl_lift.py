@@ -159,6 +159,9 @@ def test_anchor_phases_carry_the_previous_phase_on(tmp_path, monkeypatch):
     assert third[1] == f"out={out / 'anchor_spatial_it640'}" and "rl.algo.lr=5e-6" in third
     assert f"init_from={(out / 'anchor_spatial_it320').resolve()}" in third
     assert all(c[-1] == "eval.workers=1" for c in commands)  # the extra overrides last, for every run
+    commands.clear()  # --anchor-only: the phases alone, no grid cell
+    assert m.main(["--out", str(tmp_path / "alone"), "--anchor-only"]) == 1
+    assert commands and all(c[1].startswith(f"out={tmp_path / 'alone' / 'anchor_spatial'}") for c in commands)
 
 
 def test_init_from_starts_each_cell_from_the_earlier_runs_cell(tmp_path, monkeypatch):
