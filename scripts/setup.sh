@@ -30,8 +30,20 @@ if [ -r /etc/debian_version ] && grep -q '^12' /etc/debian_version \
   fi
 fi
 
-[ -x .venv/bin/python ] || { echo "[setup] creating .venv"; python3 -m venv .venv; }
+# Stops before an install that the free disk space cannot hold (GB, measured installed sizes plus pip's
+# downloads), with the figures, instead of failing half-way through pip.
+need_space() {
+  local gb="$1" what="$2" hint="${3:-}" free
+  free=$(df -Pk . | awk 'NR == 2 {print int($4 / 1048576)}')
+  if [ "$free" -lt "$gb" ]; then
+    echo "[setup] ERROR: $what needs about $gb GB of disk, $free GB are free here: free some space$hint and run this again" >&2
+    exit 1
+  fi
+}
+
 stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh requirements/*.txt | sha256sum | cut -c1-16)"
+[ -f "$stamp" ] || need_space 5 ".venv (about 3.7 GB installed)"
+[ -x .venv/bin/python ] || { echo "[setup] creating .venv"; python3 -m venv .venv; }
 if [ ! -f "$stamp" ]; then
   echo "[setup] installing Python packages into .venv"
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
@@ -66,6 +78,7 @@ else
   fi
   libero_stamp=".venv-libero/.installed-$(cat "$libero_req" | sha256sum | cut -c1-16)"
   if [ ! -f "$libero_stamp" ]; then
+    need_space 3 ".venv-libero (about 2.1 GB installed)"
     echo "[setup] creating .venv-libero (real LIBERO: robosuite 1.4, mujoco 2.3.7) from $libero_req"
     [ -x .venv-libero/bin/python ] || "$libero_python" -m venv .venv-libero
     .venv-libero/bin/python -m pip install -q --upgrade pip
@@ -94,6 +107,7 @@ if [ "${EMBODIED_LEROBOT:-1}" != "0" ]; then
   else
     lerobot_stamp=".venv-lerobot/.installed-$(cat requirements/lerobot.txt pyproject.toml | sha256sum | cut -c1-16)"
     if [ ! -f "$lerobot_stamp" ]; then
+      need_space 9 ".venv-lerobot (about 6.3 GB installed, CUDA torch wheels downloaded first)" " or skip it with EMBODIED_LEROBOT=0"
       echo "[setup] creating .venv-lerobot (LeRobot 0.6.1 on $("$lerobot_python" -c 'import platform; print(platform.python_version())'))"
       [ -x .venv-lerobot/bin/python ] || "$lerobot_python" -m venv .venv-lerobot
       .venv-lerobot/bin/python -m pip install -q --upgrade pip "setuptools>=71,<82" wheel
