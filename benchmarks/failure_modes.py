@@ -20,7 +20,9 @@ The grasp that lifts the object is measured when it first rises ``RISE`` with th
 ``REACH``: the gripper centre's horizontal offset from the object's centre and the finger gap.
 
 Writes ``OUT/failure_modes.json`` (counts per task and mode, the states of each mode, the median
-grasp per mode) and ``OUT/episodes.csv`` (one row per episode). The sampling noise is seeded per
+grasp per mode, how centred the grasps are: :func:`grasp_precision`) and ``OUT/episodes.csv`` (one row
+per episode). ``--grasp-table A/episodes.csv B/episodes.csv ...`` prints the grasp precision of earlier
+runs as a Markdown table instead of running anything. The sampling noise is seeded per
 wave like the evaluation's, not with its seeds: counts agree with an evaluation in distribution, not
 episode by episode.
 """
@@ -44,6 +46,8 @@ LIFT = 0.03
 REACH = 0.05
 #: the grasp is measured when the object first rises this far (m) with the gripper within REACH
 RISE = 0.005
+#: grasps this close (m) to the object's centre count as centred, this far off as off-centre
+NEAR, FAR = 0.01, 0.015
 MODES = ("success", "dropped", "held", "other_object", "missed_grasp", "elsewhere")
 FIELDS = ["task", "init_id", "attempt", "success", "length", "mode", "max_lift", "final_lift", "min_reach",
           "other_lifted", "final_to_place", "grasp_offset", "grasp_width"]
@@ -155,10 +159,47 @@ def _metres_or_blank(x: float) -> float | str:
     return "" if np.isnan(x) else round(float(x), 4)
 
 
+def grasp_precision(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How centred the grasps that lifted the object are: the offsets' quantiles (m), the share of lifts
+    off-centre by more than ``FAR``, and the success of those against the lifts within ``NEAR``."""
+    lifted = [r for r in rows if r.get("grasp_offset", "") != ""]
+    if not lifted:
+        return {"lifted": 0}
+    offsets = np.array([float(r["grasp_offset"]) for r in lifted])
+    far = [r for r in lifted if float(r["grasp_offset"]) > FAR]
+    near = [r for r in lifted if float(r["grasp_offset"]) <= NEAR]
+    rate = lambda rs: round(sum(r["mode"] == "success" for r in rs) / len(rs), 4) if rs else None  # noqa: E731
+    return {"lifted": len(lifted), **{f"offset_p{q}": round(float(np.percentile(offsets, q)), 4) for q in (50, 75, 90)},
+            "far_share": round(len(far) / len(lifted), 4), "far": len(far), "far_success": rate(far),
+            "near": len(near), "near_success": rate(near)}
+
+
+def read_episodes(path: Path) -> list[dict[str, Any]]:
+    """The rows of an ``episodes.csv`` this script wrote (what :func:`grasp_precision` reads)."""
+    with open(path, newline="") as f:
+        return [{**r, "grasp_offset": float(r["grasp_offset"]) if r["grasp_offset"] else ""} for r in csv.DictReader(f)]
+
+
+def grasp_table(paths: Sequence[Path]) -> str:
+    """A Markdown table of :func:`grasp_precision` for each ``episodes.csv``, named by its path."""
+    cm = lambda x: f"{100 * x:.2f}"  # noqa: E731
+    lines = [f"| episodes | lifted | grasp offset, cm: median / p75 / p90 | lifts > {cm(FAR)} cm | success of those "
+             f"| success of lifts <= {cm(NEAR)} cm |", "|---|---|---|---|---|---|"]
+    for path in paths:
+        g = grasp_precision(read_episodes(path))
+        if not g["lifted"]:
+            lines.append(f"| {path} | 0 | - | - | - | - |")
+            continue
+        pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+        lines.append(f"| {path} | {g['lifted']} | {cm(g['offset_p50'])} / {cm(g['offset_p75'])} / {cm(g['offset_p90'])} "
+                     f"| {g['far_share']:.0%} | {pct(g['far_success'])} ({g['far']}) | {pct(g['near_success'])} ({g['near']}) |")
+    return "\n".join(lines)
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts per task and mode, and the states of each failure mode ``{mode: {state: attempts}}``."""
     out: dict[str, Any] = {"episodes": len(rows), "modes": {m: sum(r["mode"] == m for r in rows) for m in MODES},
-                           "grasp": {}, "tasks": {}}
+                           "grasp": {}, "grasp_precision": grasp_precision(rows), "tasks": {}}
     for m in MODES:  # the grasp that lifted the object: horizontal offset from its centre, finger gap (m)
         got = [r for r in rows if r["mode"] == m and r.get("grasp_offset", "") != ""]
         if got:
@@ -179,6 +220,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--grasp-table"]:
+        missing = [p for p in argv[1:] if not Path(p).is_file()]
+        if not argv[1:] or missing:
+            raise SystemExit(f"--grasp-table needs episodes.csv files this script wrote; not found: {missing or 'none given'}")
+        print(grasp_table([Path(p) for p in argv[1:]]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     who = ap.add_mutually_exclusive_group(required=True)
     who.add_argument("--checkpoint", help="a policy checkpoint folder (model.safetensors + config)")

@@ -26,6 +26,25 @@ def test_summary_counts_modes_and_states():
     assert s["tasks"]["8"]["modes"]["held"] == 1 and "success" not in s["tasks"]["8"]["states"]
 
 
+def test_grasp_precision_and_its_table_from_episodes_csv(tmp_path, capsys):
+    """The share of off-centre lifts and the success of those against centred ones; episodes that never
+    lifted the object do not count; --grasp-table reads the CSVs back."""
+    rows = [{"mode": "success", "grasp_offset": 0.002}, {"mode": "success", "grasp_offset": 0.008},
+            {"mode": "dropped", "grasp_offset": 0.009}, {"mode": "dropped", "grasp_offset": 0.020},
+            {"mode": "success", "grasp_offset": 0.030}, {"mode": "missed_grasp", "grasp_offset": ""}]
+    g = fm.grasp_precision(rows)
+    assert g["lifted"] == 5 and g["offset_p50"] == 0.009 and g["far"] == 2 and g["far_share"] == 0.4
+    assert g["far_success"] == 0.5 and g["near"] == 3 and g["near_success"] == round(2 / 3, 4)
+    assert fm.grasp_precision(rows[-1:]) == {"lifted": 0}
+    assert fm.summarise([r | {"task": 1, "init_id": 0, "grasp_width": 0.04} for r in rows])["grasp_precision"] == g
+    path = tmp_path / "episodes.csv"
+    path.write_text("mode,grasp_offset\n" + "\n".join(f"{r['mode']},{r['grasp_offset']}" for r in rows) + "\n")
+    assert fm.main(["--grasp-table", str(path)]) == 0
+    assert f"| {path} | 5 | 0.90 / 2.00 / 2.60 | 40% | 50% (2) | 67% (3) |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="not found"):
+        fm.main(["--grasp-table", str(tmp_path / "none.csv")])
+
+
 def test_expert_succeeds_and_an_untrained_policy_fails(tmp_path):
     import policies
     import sims
