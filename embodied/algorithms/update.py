@@ -53,6 +53,15 @@ STAT_KEYS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl
 MAX_KEYS = ("log_ratio_max",)
 
 
+def gradient_noise_scale(cosine: float, minibatch: int) -> float:
+    """The batch size at which a gradient's noise equals its signal, from the cosine between the mean
+    gradients of two disjoint minibatches of ``minibatch`` rows each: with ``g_i = G + n_i`` and
+    ``E|n_i|^2 = tr(Sigma) / minibatch``, ``cos ~ |G|^2 / (|G|^2 + tr(Sigma) / minibatch)``, so
+    ``tr(Sigma) / |G|^2 ~ minibatch * (1 - cos) / cos`` (McCandlish et al. 2018's simple noise scale).
+    A minibatch far below it steps mostly on noise. ``inf`` when the cosine is not above 0."""
+    return minibatch * (1.0 - cosine) / cosine if cosine > 0 else float("inf")
+
+
 def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, epochs: int,
                minibatch_size: int | None, target_kl: float | None = None,
                generator: torch.Generator | None = None,
@@ -68,8 +77,10 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
     first minibatch: how far the weights that sampled the batch already are from the ones that
     train on it), ``approx_kl_max`` (the largest minibatch's) and ``log_ratio_max`` (the largest
     ``|log ratio|`` of one row, when ``step`` reports it: a KL beyond the target that comes from one
-    row shows here), ``minibatches``, ``epochs_run``, ``kl_stop`` (1 when the target stopped it) and
-    ``kl_rollback`` (1 when ``undo`` was called).
+    row shows here), ``minibatches``, ``epochs_run``, ``kl_stop`` (1 when the target stopped it),
+    ``kl_rollback`` (1 when ``undo`` was called) and ``grad_cos_first``: the cosine between the first two
+    minibatches' actor gradients, when ``step`` reports it (``grad_cos``) and both lie in the first
+    epoch, on disjoint rows (NaN otherwise).
     """
     per: list[dict[str, float]] = []
     epochs_run, stop = 0, False
@@ -90,6 +101,8 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
     for key in MAX_KEYS:
         out[key] = float(max(p.get(key, 0.0) for p in per)) if per else 0.0
     out["clip_fraction_first"] = float(per[0]["clip_fraction"]) if per else 0.0
+    per_epoch = 1 if minibatch_size is None else -(-total // int(minibatch_size))
+    out["grad_cos_first"] = float(per[1].get("grad_cos", np.nan)) if len(per) > 1 and per_epoch > 1 else float("nan")
     out.update(minibatches=float(len(per)), epochs_run=float(epochs_run), kl_stop=float(stop),
                kl_rollback=float(stop and undo is not None))
     return out

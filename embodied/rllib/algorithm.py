@@ -243,6 +243,8 @@ class ChunkRL(Algorithm):
                     "approx_kl_first", "clip_fraction_first", "approx_kl_max", "log_ratio_max", "epochs_run",
                     "kl_stop", "kl_rollback"):
             out[key] = float(stats.get(key, 0.0))
+        # the cosine between the first two minibatches' actor gradients: how much of a step is signal
+        out["grad_cos_first"] = float(stats.get("grad_cos_first", float("nan")))
         if "groups" in results[0]:
             out["groups"] = float(sum(r["groups"] for r in results))
             out["groups_kept"] = float(sum(r["groups_kept"] for r in results))

@@ -40,6 +40,10 @@ class ChunkPPOLearner(TorchLearner):
         # actor weights before each of the last two actor steps (kept only with rollback enabled)
         self._before_steps: deque[list[torch.Tensor]] = deque(maxlen=2)
         self._keep_undo = False
+        # the actor's gradient of the iteration's first minibatch, until the second one's is compared with it
+        self._first_grad: torch.Tensor | None = None
+        self._grad_cos: float | None = None  # their cosine, until pop_stats reports it
+        self._grad_compared = False
         super().build()
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
@@ -71,15 +75,33 @@ class ChunkPPOLearner(TorchLearner):
             for ref in self._actor_refs:
                 self._params[ref].grad = None
             grads = {ref: g for ref, g in grads.items() if ref not in self._actor_refs}
-        elif self._keep_undo:  # the weights this step starts from, before the optimizer moves them
-            self._before_steps.append([self._params[ref].detach().clone() for ref in self._actor_refs])
+        else:
+            self._compare_gradient(grads)
+            if self._keep_undo:  # the weights this step starts from, before the optimizer moves them
+                self._before_steps.append([self._params[ref].detach().clone() for ref in self._actor_refs])
         return grads
+
+    def _compare_gradient(self, grads: dict[Any, torch.Tensor]) -> None:
+        """Keep the actor's raw gradient of an iteration's first minibatch; at the second, its cosine with
+        that one (:func:`embodied.algorithms.update.gradient_noise_scale` reads the noise in it)."""
+        if self._grad_compared or not any(grads.get(ref) is not None for ref in self._actor_refs):
+            return
+        # a parameter the loss did not reach (no gradient) counts as zeros, so both vectors line up
+        flat = torch.cat([grads[ref].detach().flatten() if grads.get(ref) is not None
+                          else self._params[ref].new_zeros(self._params[ref].numel()) for ref in self._actor_refs])
+        if self._first_grad is None:
+            self._first_grad = flat
+            return
+        self._grad_cos = float(torch.nn.functional.cosine_similarity(self._first_grad, flat, dim=0))
+        self._first_grad, self._grad_compared = None, True
 
     def keep_undo(self, enabled: bool) -> None:
         """Start an iteration's update: with ``enabled`` keep the actor's weights before each of its next
-        steps, so that :meth:`undo_actor_steps` can take the last two back."""
+        steps, so that :meth:`undo_actor_steps` can take the last two back; the gradients of its first two
+        minibatches are compared anew (``grad_cos`` in :meth:`pop_stats`)."""
         self._keep_undo = bool(enabled)
         self._before_steps.clear()
+        self._first_grad, self._grad_cos, self._grad_compared = None, None, False
 
     def undo_actor_steps(self) -> int:
         """Put the actor back to its weights before the last two steps of this iteration (or before the
@@ -98,6 +120,8 @@ class ChunkPPOLearner(TorchLearner):
         """Means of the statistics since the last call (0 where no minibatch ran)."""
         out = {k: float(np.mean(v)) if v else 0.0 for k, v in self._stats.items()}
         out["minibatches"] = float(len(self._stats["approx_kl"]))
+        if self._grad_cos is not None:  # reported once, by the minibatch that measured it
+            out["grad_cos"], self._grad_cos = self._grad_cos, None
         self._stats = {k: [] for k in STAT_KEYS + MAX_KEYS}
         return out
 

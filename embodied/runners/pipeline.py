@@ -377,7 +377,8 @@ def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = F
 def update_diagnostics(metrics: Path) -> dict[str, float]:
     """Medians over the iterations that updated the actor of what says whether the updates stayed near
     the sampling policy (first-minibatch approx KL and clip fraction, the largest policy lag, early
-    stops) and whether the critic and advantages carried signal (explained variance, advantage std)."""
+    stops) and whether the critic, advantages and gradients carried signal (explained variance, advantage
+    std, the cosine between the first two minibatches' actor gradients)."""
     from embodied.runs import read_complete_rows
 
     _, rows = read_complete_rows(metrics, "iteration")
@@ -389,7 +390,8 @@ def update_diagnostics(metrics: Path) -> dict[str, float]:
         return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
 
     med = {k: round(float(np.median(col(k))), 4) for k in ("approx_kl_first", "clip_fraction_first", "approx_kl",
-                                                           "clip_fraction", "explained_variance", "advantage_std")
+                                                           "clip_fraction", "explained_variance", "advantage_std",
+                                                           "grad_cos_first")
            if col(k)}
     return med | {"policy_lag_max": max(col("policy_lag"), default=0.0), "kl_stops": int(sum(col("kl_stop"))),
                   "actor_iterations": len(rows)}

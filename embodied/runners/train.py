@@ -46,7 +46,7 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
                  "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
                  "advantage_std", "minibatches", "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop",
-                 "policy_lag", "kl_rollback", "approx_kl_max", "log_ratio_max"]
+                 "policy_lag", "kl_rollback", "approx_kl_max", "log_ratio_max", "grad_cos_first"]
 
 
 @dataclass

@@ -196,6 +196,37 @@ def test_run_epochs_shuffles_every_epoch_and_stops_at_the_kl_target():
     assert run_epochs(step, 0, epochs=3, minibatch_size=5)["minibatches"] == 0
 
 
+def test_gradient_cosine_of_the_first_epoch_and_the_noise_scale():
+    """run_epochs reports the second minibatch's gradient cosine (grad_cos) only when it is the first
+    epoch's second, disjoint minibatch; the noise scale inverts cos = |G|^2 / (|G|^2 + tr(Sigma) / b)."""
+    from embodied.algorithms.update import gradient_noise_scale, run_epochs
+
+    def step_reporting(values):
+        it = iter(values)
+
+        def step(rows: torch.Tensor) -> dict[str, float]:
+            out = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
+            cos = next(it)
+            return out if cos is None else out | {"grad_cos": cos}
+        return step
+
+    out = run_epochs(step_reporting([None, 0.25, None, None]), 8, epochs=2, minibatch_size=4)
+    assert out["grad_cos_first"] == 0.25
+    # one minibatch per epoch: the second step trains on the same rows, no independent comparison
+    assert np.isnan(run_epochs(step_reporting([None, 0.9]), 8, epochs=2, minibatch_size=None)["grad_cos_first"])
+    assert np.isnan(run_epochs(step_reporting([None]), 8, epochs=1, minibatch_size=4, target_kl=-1.0)["grad_cos_first"])
+    # a true gradient G with noise of total variance tr(Sigma) per row: B_noise = tr(Sigma) / |G|^2
+    g = torch.zeros(400)
+    g[0] = 1.0
+    trace, b = 50.0, 10  # B_noise = 50: minibatches of 10 rows are mostly noise
+    gen = torch.Generator().manual_seed(0)
+    cos = [float(torch.nn.functional.cosine_similarity(
+        g + torch.randn(400, generator=gen) * (trace / 400 / b) ** 0.5,
+        g + torch.randn(400, generator=gen) * (trace / 400 / b) ** 0.5, dim=0)) for _ in range(400)]
+    assert gradient_noise_scale(float(np.mean(cos)), b) == pytest.approx(trace, rel=0.15)
+    assert gradient_noise_scale(1.0, b) == 0.0 and gradient_noise_scale(0.0, b) == float("inf")
+
+
 def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_epoch():
     from embodied.algorithms.update import run_epochs
 

@@ -362,6 +362,7 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
             row = algo.run_iteration(0)
             assert row["actor_updated"] == 0.0 and row["advantage_std"] > 0 and row["env_steps"] == 2 * 3 * 3
             assert row["minibatches"] == minibatches and row["rows"] == 6
+            assert math.isnan(row["grad_cos_first"])  # the warm-up steps no actor: no actor gradient
             warm = snapshot()
             changed = {k for k in before if not torch.equal(before[k], warm[k])}
             assert changed and all(k.startswith("value_mlp.") for k in changed), sorted(changed)[:5]
@@ -371,6 +372,11 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
             for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "approx_kl_first",
                         "explained_variance"):
                 assert math.isfinite(row[key]), (key, row[key])
+            # the first two minibatches' actor gradients compared where an epoch has two (disjoint rows)
+            if rl["minibatch_size"] is None:
+                assert math.isnan(row["grad_cos_first"])
+            else:
+                assert -1.0 <= row["grad_cos_first"] <= 1.0 and row["grad_cos_first"] != 0.0
             after = snapshot()
             trained = {k for k in after if not torch.equal(warm[k], after[k])}
             assert any(not k.startswith("value_mlp.") for k in trained)
