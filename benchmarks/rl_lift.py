@@ -134,6 +134,18 @@ def cell_row(results: dict[str, Any], demos: int, seed: int, cell: Path | None =
     }
 
 
+def states_moved(before: dict[str, Any], now: dict[str, Any]) -> tuple[int, int]:
+    """``(better, worse)``: the initial states on which evaluation ``now`` succeeded in more / fewer of
+    its attempts than ``before`` (two ``embodied-eval`` results of the same states; (0, 0) without
+    per-state outcomes). A policy that moved without direction changes many states both ways."""
+    def per_state(res: dict[str, Any]) -> dict[tuple[int, int], int]:
+        return {(t["task"], s[0]): s[1] for t in res.get("tasks", []) for s in t.get("state_successes", [])}
+
+    a, b = per_state(before), per_state(now)
+    shared = a.keys() & b.keys()
+    return sum(b[k] > a[k] for k in shared), sum(b[k] < a[k] for k in shared)
+
+
 def anchor_row(results: dict[str, Any]) -> dict[str, Any]:
     """The anchor cell's row from its ``results.json``: success over every attempt on the protocol's
     states (which RL trained on) and on the held-out ones, with the paired differences."""
@@ -142,9 +154,11 @@ def anchor_row(results: dict[str, Any]) -> dict[str, Any]:
     held = results["eval_rl_heldout"]["comparison"]["paired"]
     held_control = results["rl_vs_control_heldout"]["paired"]
     upd = results["rl"].get("updates") or {}
+    better, worse = states_moved(results["eval_sft"], results["eval_rl"])
     return {
         "sft": vs_sft["before"], "rl": vs_sft["now"], "control": vs_control["before"],
         **_paired_columns("rl_minus_sft", vs_sft), **_paired_columns("rl_minus_control", vs_control),
+        "states_better": better, "states_worse": worse,
         "heldout_sft": held["before"], "heldout_rl": held["now"], "heldout_control": held_control["before"],
         **_paired_columns("heldout_rl_minus_sft", held),
         "approx_kl": upd.get("approx_kl"), "clip_fraction": upd.get("clip_fraction"),
@@ -208,12 +222,13 @@ def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None
              "RL on (`init_from=PREV continue_rl=true`, the frozen control copied along: its actor never moves); "
              f"the first: `embodied-pipeline {first}`; then the same with `rl.iterations=N`, the phase's settings "
              "and `init_from=`, `continue_rl=true`:", "",
-             "| phase | to iteration | RL settings | protocol | held-out | RL - SFT, protocol [95% CI] | minutes |",
-             "|---|---|---|---|---|---|---|"]
+             "| phase | to iteration | RL settings | protocol | held-out | RL - SFT, protocol [95% CI] | "
+             "states better / worse than SFT | minutes |",
+             "|---|---|---|---|---|---|---|---|"]
     for i, (iterations, settings) in enumerate(ANCHOR_PHASES):
         r = phases[i] if i < len(phases) else None
-        cells = (f"{pct(r['rl'])} | {pct(r['heldout_rl'])} | {paired(r, 'rl_minus_sft')} | {r['own_minutes']}"
-                 if r else "not run | | | ")
+        cells = (f"{pct(r['rl'])} | {pct(r['heldout_rl'])} | {paired(r, 'rl_minus_sft')} | "
+                 f"{r['states_better']} / {r['states_worse']} | {r['own_minutes']}" if r else "not run | | | | ")
         lines.append(f"| {i + 1} | {iterations} | {' '.join(f'`{a}`' for a in settings) or 'the defaults'} | {cells} |")
     lines.append("")
     if machine:

@@ -82,6 +82,14 @@ def _anchor_results(sft: float, rl: float, heldout: tuple[float, float], iterati
         "stages_done": ["eval_rl", "eval_control", "eval_rl_heldout", "eval_control_heldout"]}
 
 
+def test_states_moved_counts_each_way():
+    m = _module()
+    sft = {"tasks": [{"task": 1, "state_successes": [[0, 2, 4], [1, 4, 4], [2, 0, 4]]}]}
+    rl = {"tasks": [{"task": 1, "state_successes": [[0, 3, 4], [1, 1, 4], [2, 0, 4]]}]}
+    assert m.states_moved(sft, rl) == (1, 1) and m.states_moved(rl, sft) == (1, 1)
+    assert m.states_moved({}, rl) == (0, 0)
+
+
 def test_anchor_verdict_needs_a_low_start_and_the_target():
     m = _module()
     assert m.anchor_verdict(m.anchor_row(_anchor_results(0.55, 0.92, (0.5, 0.6))))[1] is True
@@ -118,7 +126,7 @@ def test_anchor_table_from_its_phases(tmp_path):
         assert text.count("| not run |") == len(m.ANCHOR_PHASES) - 1 - i
     assert cell.name == f"anchor_spatial_it{m.ANCHOR_PHASES[-1][0]}"
     assert "--demos 5 --anchor`" in text and "## The anchor's protocol on `spatial`" in text
-    assert "| 1 | 80 | the defaults | 80.0% | 58.0% | +0.250 [+0.200, +0.300] | 15.0 |" in text
+    assert "| 1 | 80 | the defaults | 80.0% | 58.0% | +0.250 [+0.200, +0.300] | 0 / 0 | 15.0 |" in text
     assert "| 4 | 880 | `rl.num_envs=80` `rl.algo.minibatch_size=640`" in text
     assert "| protocol (trained on) | 55.0% | 92.0% | 55.0% | +0.370 [+0.320, +0.420] |" in text
     assert "| held-out | 52.0% | 88.0% | 52.0% | +0.360 [+0.310, +0.410] |" in text
