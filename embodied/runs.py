@@ -6,7 +6,7 @@ import json
 import os
 import platform
 import sys
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +28,46 @@ def write_json(path: str | os.PathLike, payload: Any) -> Path:
     return path
 
 
-def same_config(stored: dict[str, Any] | None, current: dict[str, Any], schema: type) -> bool:
-    """Whether a run folder's stored config is ``current``. A field of the dataclass ``schema`` added
-    after the folder was made (absent from ``stored``) matches while it keeps its default, so folders
-    from before the field existed still resume."""
+def config_defaults(schema: type) -> dict[str, Any]:
+    """The defaults of a config dataclass as a nested dict (fields without a default left out)."""
+    out: dict[str, Any] = {}
+    for f in fields(schema):
+        if f.default is not MISSING:
+            value = f.default
+        elif f.default_factory is not MISSING:  # type: ignore[misc]
+            value = f.default_factory()  # type: ignore[misc]
+        else:
+            continue
+        out[f.name] = asdict(value) if is_dataclass(value) else value
+    return out
+
+
+def without_added_defaults(stored: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any]
+                           ) -> dict[str, Any]:
+    """``current`` less the keys, at any depth, that ``stored`` lacks and whose value is their default in
+    ``defaults``: fields added to the code after ``stored`` was written, still at their defaults."""
+    out: dict[str, Any] = {}
+    for key, value in current.items():
+        if key not in stored:
+            if key in defaults and defaults[key] == value:
+                continue
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(stored[key], dict) and isinstance(defaults.get(key), dict):
+            out[key] = without_added_defaults(stored[key], value, defaults[key])
+        else:
+            out[key] = value
+    return out
+
+
+def same_config(stored: dict[str, Any] | None, current: dict[str, Any], schema: type,
+                defaults: dict[str, Any] | None = None) -> bool:
+    """Whether a run folder's stored config is ``current``. A field of the dataclass ``schema`` (nested
+    ones included) added after the folder was made, absent from ``stored``, matches while it keeps its
+    default, so folders from before the field existed still resume. ``defaults`` adds to (or replaces)
+    the schema's defaults where a field's type is not a dataclass (e.g. a config group's node)."""
     if stored is None:
         return False
-    added = {f.name for f in fields(schema) if f.name not in stored and f.default is not MISSING
-             and current.get(f.name) == f.default}
-    return {k: v for k, v in current.items() if k not in added} == stored
+    return without_added_defaults(stored, current, {**config_defaults(schema), **(defaults or {})}) == stored
 
 
 def config_differences(a: Any, b: Any, prefix: str = "") -> list[str]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import MISSING as MISSING_FIELD, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,7 +39,8 @@ from omegaconf import MISSING, OmegaConf
 
 from embodied.config import SimConfig, hydra_app, register_policy_schemas, store
 from embodied.runners.train import AlgoConfig, RuntimeConfig, TrainConfig, runtime_problem
-from embodied.runs import config_differences, cpu_summary, machine_info, prepare_run_dir, same_config, write_json
+from embodied.runs import (config_differences, cpu_summary, machine_info, prepare_run_dir, same_config,
+                          without_added_defaults, write_json)
 from embodied.video import VideoWriter, annotate_frame, count_frames
 
 STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
@@ -634,6 +635,18 @@ def _identity(c: dict[str, Any]) -> dict[str, Any]:
             "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
 
 
+def pipeline_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """Defaults of the fields :func:`~embodied.runs.config_defaults` cannot see in :class:`PipelineConfig`:
+    the policy group's, from its family's config class."""
+    import policies
+
+    family = (config.get("policy") or {}).get("family")
+    try:
+        return {"policy": {**asdict(policies.config_class(family)()), "family": family}} if family else {}
+    except (ImportError, KeyError, TypeError, ValueError):  # an unknown family: no defaults to add
+        return {}
+
+
 def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl: bool = False) -> dict[str, Any]:
     """The results of a new run folder ``out`` that starts from the run folder ``source``: its finished
     stages of :data:`INIT_STAGES` with their folders copied into ``out``. ``source``'s configuration must
@@ -651,12 +664,10 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl:
     def before_rl(c: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in _identity(c).items() if k not in ("rl", "out")}
 
-    mine = before_rl(config)
     stored = before_rl(upgrade_config(theirs.get("config") or {}))
     # a field added after that run was made matches while it keeps its default (as in same_config)
-    added = {f.name for f in fields(PipelineConfig) if f.name not in stored and f.default is not MISSING_FIELD
-             and mine.get(f.name) == f.default}
-    diff = [k for k in config_differences(stored, mine) if k not in added]
+    mine = without_added_defaults(stored, before_rl(config), pipeline_defaults(config))
+    diff = config_differences(stored, mine)
     if diff:
         raise PipelineError(f"init_from={source}: that run's configuration differs from this one in "
                             f"{', '.join(diff)}; only rl.*, out and stages may differ")
@@ -722,7 +733,7 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     done = results.get("stages_done", [])
     stored = results.get("config")
     if done and not same_config(_identity(upgrade_config(stored)) if stored else None, _identity(config),
-                                PipelineConfig):
+                                PipelineConfig, pipeline_defaults(config)):
         raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
                             "repeat the original command to resume it")
     results.update(config=config, tasks=_tasks(cfg), stages_done=done)

@@ -112,6 +112,10 @@ class AlgoConfig:
     # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
     # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
     temperature: Optional[float] = None
+    # flow VLA, Flow-SDE (flow_sde / flow_grpo): draw each chunk's stochastic denoising step from the first N
+    # steps only (null: the checkpoint's policy.sde_steps, all K by default). The last steps' noise is the
+    # smallest and their scores the largest (benchmarks/gradient_signal.py measures what that does to a batch)
+    sde_steps: Optional[int] = None
 
 
 @dataclass
@@ -225,6 +229,12 @@ def check_config(cfg: TrainConfig) -> None:
                              f"algo={a.name} samples a flow policy: leave it unset")
         if not a.temperature > 0:
             raise TrainError(f"algo.temperature must be > 0, got {a.temperature}")
+    if a.sde_steps is not None:
+        if ALGORITHMS[a.name].sampler != "sde":
+            raise TrainError(f"algo.sde_steps picks Flow-SDE's stochastic step (algo=flow_sde or flow_grpo); "
+                             f"algo={a.name} samples otherwise: leave it unset")
+        if a.sde_steps < 1:
+            raise TrainError(f"algo.sde_steps must be >= 1 (at most the policy's num_steps), got {a.sde_steps}")
     if a.name in GROUP_ALGORITHMS:
         critic_only = {"algo.critic_lr": a.critic_lr, "algo.value_clip": a.value_clip,
                        "algo.vf_coef": a.vf_coef or None}
@@ -338,6 +348,14 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
         policy.config.sampler = sampler
     if cfg.algo.temperature is not None:
         policy.config.temperature = float(cfg.algo.temperature)
+    if cfg.algo.sde_steps is not None:
+        if not hasattr(policy.config, "sde_steps"):
+            raise TrainError(f"algo.sde_steps: the {policy.family} family's Flow-SDE draws its stochastic step from "
+                             "every denoising step; leave it unset")
+        steps = int(policy.config.num_steps)
+        if not cfg.algo.sde_steps <= steps:
+            raise TrainError(f"algo.sde_steps={cfg.algo.sde_steps} is more than the policy's {steps} denoising steps")
+        policy.config.sde_steps = int(cfg.algo.sde_steps)
     return policy, resumed
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from policies.base import PolicyConfig
 
@@ -26,6 +27,9 @@ class FlowConfig(PolicyConfig):
             :mod:`policies.flow.steer`) picks where the ODE starts, in both modes; a policy with this
             sampler carries the steering module (``steer.*`` weights) in its bundle.
         noise_level: Flow-SDE noise level a in ``sigma_t = a * sqrt(t / (1 - t))`` (0.5 in pi_RL).
+        sde_steps: ``sde``: draw the stochastic step from the first ``sde_steps`` denoising steps only
+            (None: from all K). The late steps' noise is the smallest, so their log-probabilities' scores
+            (``(x - mean) / std^2``) are the largest: they carry most of a batch's gradient norm.
         noise_std_min / noise_std_max: bounds of Flow-Noise's learned std ([0.08, 0.16] in pi_RL).
         expert_layers / expert_heads: the action expert (self-attention over the H action tokens
             and cross-attention to the prefix).
@@ -40,6 +44,7 @@ class FlowConfig(PolicyConfig):
     num_steps: int = 5
     sampler: str = "sde"
     noise_level: float = 0.5
+    sde_steps: Optional[int] = None
     noise_std_min: float = 0.08
     noise_std_max: float = 0.16
     expert_layers: int = 2
@@ -59,6 +64,8 @@ class FlowConfig(PolicyConfig):
             raise ValueError(f"fpo_samples must be >= 1, got {self.fpo_samples}")
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {self.num_steps}")
+        if self.sde_steps is not None and not 1 <= self.sde_steps <= self.num_steps:
+            raise ValueError(f"sde_steps must lie in 1..num_steps ({self.num_steps}) or be None, got {self.sde_steps}")
         if not 0 < self.noise_std_min <= self.noise_std_max:
             raise ValueError("need 0 < noise_std_min <= noise_std_max")
         self.check_value_fields()

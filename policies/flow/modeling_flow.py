@@ -194,7 +194,8 @@ class FlowPolicy(Policy):
             steer_w = x
         chain = [x]
         if sampler == "sde":  # one stochastic step per chunk, drawn uniformly per sample
-            stoch = torch.randint(0, k_steps, (n,), generator=generator, device=rng_device).to(prefix.device)
+            stoch = torch.randint(0, cfg.sde_steps or k_steps, (n,), generator=generator,
+                                  device=rng_device).to(prefix.device)
         extras: dict[str, torch.Tensor] = {}
         for k, t_val in enumerate(S.time_grid(k_steps)):
             t = torch.full((n,), t_val, device=prefix.device)

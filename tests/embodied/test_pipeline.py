@@ -148,11 +148,16 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     # another configuration into the same folder refuses instead of mixing runs
     with pytest.raises(PipelineError, match="another configuration"):
         run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "episodes_per_task=2"))
-    # a folder from before a config field existed resumes while the field keeps its default
+    # a folder from before a config field existed, at the top or nested (the policy group's, rl.algo's),
+    # resumes, and starts another run, while the field keeps its default; at another value it differs
     stored = json.loads((out / "results.json").read_text())
-    del stored["config"]["action_noise"]
+    del stored["config"]["action_noise"], stored["config"]["policy"]["sde_steps"], stored["config"]["rl"]["algo"]["sde_steps"]
     (out / "results.json").write_text(json.dumps(stored))
     assert run(compose("pipeline", f"out={out}", *TINY_PIPELINE))["stages_done"] == control["stages_done"]
+    with pytest.raises(PipelineError, match="another configuration"):
+        run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "rl.algo.sde_steps=2"))
+    with pytest.raises(PipelineError, match="differs from this one in policy.sde_steps"):
+        run(compose("pipeline", f"out={tmp_path / 'other'}", *TINY_PIPELINE, f"init_from={out}", "policy.sde_steps=2"))
     with pytest.raises(PipelineError, match="another configuration"):
         run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "action_noise=0.1"))
     with pytest.raises(PipelineError, match="use policy=flow"):

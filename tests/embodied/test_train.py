@@ -181,6 +181,7 @@ def test_configuration_errors(tmp_path):
     """Bad combinations stop at start-up with one line (token PPO itself runs in the warm-up test)."""
     ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
     joint = policies.save(policies.make("flow", expert_layers=1, action_dim=8, **TINY), tmp_path / "joint")
+    flow = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "flow")
     # the command line prints the reason as its last line
     proc = _train(f"out={tmp_path / 'cli'}", *RUN, f"init={joint}")
     last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
@@ -217,6 +218,9 @@ def test_configuration_errors(tmp_path):
          "token VLA's sampling temperature"),
         ((f"init={joint}", "algo=flow_fpo", "algo.group_size=2", "algo.ent_coef=0.01"), "no closed-form entropy"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.neg_adv_scale=2"), "must lie in \\[0, 1\\]"),
+        ((f"init={flow}", "algo=flow_noise", "algo.sde_steps=2"), "picks Flow-SDE's stochastic step"),
+        ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=0"), "sde_steps must be >= 1"),
+        ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=99"), "is more than the policy's"),
     ]
     if not torch.cuda.is_available():
         cases += [((f"init={ar}", "algo=ppo", "device=cuda"), "torch sees no CUDA device"),

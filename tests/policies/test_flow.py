@@ -127,6 +127,15 @@ def test_accelerated_sde_draws_one_stochastic_step_per_sample():
     steps = torch.cat([policy.sample(_obs(), generator=torch.Generator().manual_seed(s)).extras["step"] for s in range(30)])
     assert steps.min() >= 0 and steps.max() < policy.config.num_steps
     assert len(steps.unique()) == policy.config.num_steps  # uniform over the K steps
+    # sde_steps=2: only the first two (the noisiest) steps are stochastic; logprob() scores the same step
+    policy.config.sde_steps = 2
+    obs = _obs()
+    sample = policy.sample(obs, generator=torch.Generator().manual_seed(0))
+    steps = torch.cat([policy.sample(obs, generator=torch.Generator().manual_seed(s)).extras["step"] for s in range(30)])
+    assert sorted(steps.unique().tolist()) == [0, 1]
+    torch.testing.assert_close(policy.logprob(obs, sample.extras)[0], sample.logprob, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="sde_steps must lie in 1..num_steps"):
+        policies.make("flow", sampler="sde", sde_steps=policy.config.num_steps + 1, **TINY)
 
 
 def test_small_noise_sde_approaches_ode():
