@@ -44,7 +44,8 @@ def signal_summary(grads: torch.Tensor, generator: torch.Generator | None = None
     signal, trace = unbiased_signal(grads)
     norms = sq.sqrt()
     ordered = torch.sort(sq, descending=True).values
-    top = {f"top_share_{int(p * 100)}pct": float(ordered[:max(1, int(round(p * n)))].sum() / sq.sum()) for p in (0.01, 0.1)}
+    top = {f"top_share_{int(p * 100)}pct": float(ordered[:max(1, int(round(p * n)))].sum() / sq.sum())
+           for p in (0.01, 0.1)}
     perm = torch.randperm(n, generator=generator)
     a, b = grads[perm[: n // 2]].mean(0), grads[perm[n // 2: 2 * (n // 2)]].mean(0)
     return {"chunks": n, "noise_scale": trace / signal if signal > 0 else float("inf"),
@@ -100,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=16, help="chunks per env (RL's chunks_per_iter)")
     ap.add_argument("--warmup", type=int, default=16, help="chunks per env sampled first and not scored")
     ap.add_argument("--max-steps", type=int, default=120, help="the training step limit per episode")
-    ap.add_argument("--protocol", action="store_true", help="start from the protocol's initial states (rl.init_states=protocol)")
+    ap.add_argument("--protocol", action="store_true",
+                    help="start from the protocol's initial states (rl.init_states=protocol)")
     ap.add_argument("--sde-steps", type=int, default=None,
                     help="Flow-SDE: draw the stochastic step from the first N denoising steps (algo.sde_steps)")
     ap.add_argument("--gamma", type=float, default=0.99)
@@ -156,11 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"({float(np.mean(rollout.episode_success)) if rollout.episode_success else float('nan'):.2f} success); "
           f"gradients of {sum(p.numel() for p in actor):,} weights, chunk by chunk", flush=True)
     grads = chunk_gradients(policy, rollout, batch["advantages"], actor)
+    ended = rollout.episode_success
     summary: dict[str, Any] = {"checkpoint": str(args.checkpoint), "suite": args.suite, "tasks": args.tasks,
                                "num_envs": args.num_envs, "chunks_per_env": args.chunks, "warmup": args.warmup,
-                               "protocol": args.protocol,
-                               "seed": args.seed, "sde_steps": args.sde_steps, "episodes_ended": len(rollout.episode_success),
-                               "episode_success": float(np.mean(rollout.episode_success)) if rollout.episode_success else None,
+                               "protocol": args.protocol, "seed": args.seed, "sde_steps": args.sde_steps,
+                               "episodes_ended": len(ended), "episode_success": float(np.mean(ended)) if ended else None,
                                **signal_summary(grads, torch.Generator().manual_seed(args.seed))}
     steps = rollout.flat_extras(torch.arange(grads.shape[0])).get("step")
     if steps is not None:
@@ -170,8 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "gradient_signal.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: v for k, v in summary.items() if k != "by_step"}, indent=1))
     for k, v in summary.get("by_step", {}).items():
+        nan = float("nan")
         print(f"stochastic step {k}: {v['chunks']} chunks, median |g| {v['norm_median']:.3g}, share of sum |g|^2 "
-              f"{v['share']:.2f}, |G|^2 {v.get('signal_sq_norm', float('nan')):.3g}, tr(Sigma) {v.get('trace_sigma', float('nan')):.3g}")
+              f"{v['share']:.2f}, |G|^2 {v.get('signal_sq_norm', nan):.3g}, tr(Sigma) {v.get('trace_sigma', nan):.3g}")
     print(f"wrote {out / 'gradient_signal.json'}")
     return 0
 
