@@ -94,6 +94,9 @@ class PipelineRLConfig:
     # where training episodes start: random (training states: the evaluation's 50 protocol states stay held out) |
     # protocol (on the 50 protocol states the evaluation scores, the LIBERO RL works' protocol)
     init_states: str = TrainConfig.init_pool
+    # the RL stages' seed (sampling noise, env resets, minibatch order; null: the run's seed). With init_from,
+    # several RL seeds over one SFT start; the evaluations keep the run's seed, so all see the same episodes
+    seed: Optional[int] = None
     # the frozen-actor control: also run the same RL stage with algo.lr=0 and evaluate it (stages rl_control,
     # eval_control); the report compares RL with it
     control: bool = False
@@ -367,7 +370,8 @@ def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = F
         suite=cfg.sim.suite, tasks=_tasks(cfg), num_envs=r.num_envs // max(r.runtime.num_env_runners, 1),
         image_size=cfg.sim.image_size,
         iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
-        truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every, seed=cfg.seed, resume=resume,
+        truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every,
+        seed=cfg.seed if r.seed is None else r.seed, resume=resume,
         init_pool=r.init_states))
     return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} \
         | {"checkpoint": f"{name}/checkpoint/policy", "metrics": f"{name}/metrics.csv", "control": control,

@@ -180,6 +180,21 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         run(compose("pipeline", f"out={tmp_path / 'bad'}", "rl.num_envs=4", "rl.runtime.num_env_runners=3"))
 
 
+def test_rl_seed_is_the_rl_stages_own(tmp_path, monkeypatch):
+    """rl.seed seeds the RL stages (RL and its control) alone; unset, they take the run's seed."""
+    from conftest import compose
+    import embodied.runners.train as train_module
+    from embodied.runners.pipeline import stage_rl
+
+    seeds = []
+    summary = dict.fromkeys(("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s"), 0)
+    monkeypatch.setattr(train_module, "train", lambda cfg: seeds.append(cfg.seed) or summary)
+    stage_rl(compose("pipeline", f"out={tmp_path}", "seed=3", "rl.seed=7"), tmp_path)
+    stage_rl(compose("pipeline", f"out={tmp_path}", "seed=3", "rl.seed=7"), tmp_path, "rl_control", control=True)
+    stage_rl(compose("pipeline", f"out={tmp_path}", "seed=3"), tmp_path)
+    assert seeds == [7, 7, 3]
+
+
 def test_rl_stage_composes_embodied_train_groups_and_old_keys_still_work(capsys):
     """rl.algo / rl.runtime are embodied-train's config groups (an algo's YAML values arrive); the old
     layout's keys are rewritten with a deprecation message, and a results.json config of the old layout
