@@ -101,6 +101,14 @@ def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk", keep
     return cols, {"groups": float(groups), "groups_kept": float(kept.sum())}
 
 
+def minibatches_per_epoch(total: int, minibatch_size: int | None) -> int:
+    """How many minibatches one epoch over ``total`` rows is cut into: ``ceil(total / minibatch_size)``
+    (1 for ``minibatch_size=None``, 0 for no rows)."""
+    if total <= 0:
+        return 0
+    return 1 if minibatch_size is None else -(-total // int(minibatch_size))
+
+
 def minibatch_indices(total: int, minibatch_size: int | None, generator: torch.Generator | None = None
                       ) -> list[torch.Tensor]:
     """One epoch's minibatches over ``total`` rows: a fresh permutation cut into
@@ -109,8 +117,7 @@ def minibatch_indices(total: int, minibatch_size: int | None, generator: torch.G
     if total <= 0:
         return []
     perm = torch.randperm(total, generator=generator)
-    parts = 1 if minibatch_size is None else -(-total // int(minibatch_size))
-    return list(torch.tensor_split(perm, parts))
+    return list(torch.tensor_split(perm, minibatches_per_epoch(total, minibatch_size)))
 
 
 def batch_size(batch: dict[str, Any]) -> int:

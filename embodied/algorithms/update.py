@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from embodied.algorithms.batch import minibatch_indices
+from embodied.algorithms.batch import minibatch_indices, minibatches_per_epoch
 
 
 @dataclass
@@ -101,8 +101,8 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
     for key in MAX_KEYS:
         out[key] = float(max(p.get(key, 0.0) for p in per)) if per else 0.0
     out["clip_fraction_first"] = float(per[0]["clip_fraction"]) if per else 0.0
-    per_epoch = 1 if minibatch_size is None else -(-total // int(minibatch_size))
-    out["grad_cos_first"] = float(per[1].get("grad_cos", np.nan)) if len(per) > 1 and per_epoch > 1 else float("nan")
+    first_two_disjoint = len(per) > 1 and minibatches_per_epoch(total, minibatch_size) > 1
+    out["grad_cos_first"] = float(per[1].get("grad_cos", np.nan)) if first_two_disjoint else float("nan")
     out.update(minibatches=float(len(per)), epochs_run=float(epochs_run), kl_stop=float(stop),
                kl_rollback=float(stop and undo is not None))
     return out

@@ -159,7 +159,7 @@ def test_episode_weighting_makes_every_episode_count_once():
 
 
 def test_minibatches_are_even_disjoint_and_cover_the_batch():
-    from embodied.algorithms.batch import minibatch_indices
+    from embodied.algorithms.batch import minibatch_indices, minibatches_per_epoch
 
     gen = torch.Generator().manual_seed(0)
     parts = minibatch_indices(80, 32, gen)
@@ -169,6 +169,8 @@ def test_minibatches_are_even_disjoint_and_cover_the_batch():
     assert not torch.equal(torch.cat(parts), torch.cat(again))  # a fresh shuffle per epoch
     assert [len(p) for p in minibatch_indices(5, None, gen)] == [5] and minibatch_indices(0, 8, gen) == []
     assert [len(p) for p in minibatch_indices(64, 64, gen)] == [64]
+    for total, size in [(80, 32), (5, None), (0, 8), (64, 64), (65, 64)]:
+        assert minibatches_per_epoch(total, size) == len(minibatch_indices(total, size, gen))
 
 
 def test_run_epochs_shuffles_every_epoch_and_stops_at_the_kl_target():
