@@ -247,8 +247,16 @@ def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None
     return lines
 
 
+def measured_on(cells: list[Path]) -> str | None:
+    """The day the newest of the finished ``cells`` wrote its ``results.json`` (``YYYY-MM-DD``), the date a
+    table of them was measured on, not the day it was written out; None without one."""
+    times = [(c / "results.json").stat().st_mtime for c in cells if (c / "results.json").is_file()]
+    return time.strftime("%Y-%m-%d", time.gmtime(max(times))) if times else None
+
+
 def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None,
-             anchor: list[dict[str, Any]] | None = None, anchor_machine: dict[str, Any] | None = None) -> str:
+             anchor: list[dict[str, Any]] | None = None, anchor_machine: dict[str, Any] | None = None,
+             measured: str | None = None) -> str:
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     lines = ["# RL lift over few-shot SFT starts", "",
              "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
@@ -263,8 +271,8 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
                   "verdicts below cover the measured cells only.", ""]
     if machine:
         lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}), "
-                  f"torch {machine.get('torch')}, mujoco {machine.get('mujoco')}; "
-                  f"{time.strftime('%Y-%m-%d')}.", ""]
+                  f"torch {machine.get('torch')}, mujoco {machine.get('mujoco')}"
+                  + (f"; {measured}." if measured else "."), ""]
     lines += ["| demos | seed | SFT | SFT + RL | control | RL - SFT [95% CI] | RL - control [95% CI] | "
               "approx KL median / max | clip fraction | main job / cell minutes |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -333,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[rl_lift] {name}: no such cell in {args.init_from}; it runs from its first stage", flush=True)
             return []
         return [f"init_from={source}"]
-    rows, machine = [], None
+    rows, machine, finished = [], None, []
     for i, (demos, seed) in enumerate(cells, 1):
         cell = args.out / f"d{demos}_s{seed}"
         if finished_results(cell) is None and not args.table_only:
@@ -341,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         results = finished_results(cell)
         if results is not None:
             rows.append(cell_row(results, demos, seed, cell))
-            machine = results.get("machine", machine)
+            machine, finished = results.get("machine", machine), finished + [cell]
             r = rows[-1]
             print(f"[rl_lift] d{demos} s{seed}: SFT {r['sft']:.1%} -> RL {r['rl']:.1%} (control {r['control']:.1%}), "
                   f"paired RL - SFT {r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}]",
@@ -382,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         old = args.docs.read_text() if args.docs.is_file() else ""
         notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
         args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=phases,
-                                      anchor_machine=anchor_machine) + ("\n" + notes if notes else ""))
+                                      anchor_machine=anchor_machine, measured=measured_on(finished)) + ("\n" + notes if notes else ""))
         print(f"[rl_lift] table written to {args.docs}")
     for c, ok, ev in (verdicts(rows) if rows else []) + ([anchor_verdict(anchor)] if anchor else []):
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")

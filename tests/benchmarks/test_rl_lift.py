@@ -41,6 +41,25 @@ def test_verdicts_follow_the_three_criteria():
     assert "Cells measured: 3 of 6" in m.markdown(bad, "cmd", None, planned=6)
 
 
+def test_the_table_is_dated_by_its_newest_cell_not_the_day_it_is_written(tmp_path):
+    import calendar
+    import os
+    import time
+
+    m = _module()
+    cells = []
+    for name, day in (("d5_s0", "2026-11-30"), ("d5_s1", "2026-12-02")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text("{}")
+        stamp = calendar.timegm(time.strptime(day + " 12", "%Y-%m-%d %H"))
+        os.utime(tmp_path / name / "results.json", (stamp, stamp))
+        cells.append(tmp_path / name)
+    assert m.measured_on(cells) == "2026-12-02" and m.measured_on([tmp_path / "none"]) is None
+    rows = [m.cell_row(_results(0.6, 0.8, 0.1, 0.6), 5, 0)]
+    machine = {"platform": "Linux", "cpu_count": 2, "cpu": "x", "torch": "2", "mujoco": "3"}
+    assert "mujoco 3; 2026-12-02." in m.markdown(rows, "cmd", machine, measured=m.measured_on(cells))
+
+
 def test_a_start_above_the_bar_needs_no_interval_above_zero():
     m = _module()
     rows = [m.cell_row(_results(0.9, 0.92, -0.02, 0.9), 20, s) for s in range(2)]
