@@ -205,3 +205,64 @@ def test_init_from_starts_each_cell_from_the_earlier_runs_cell(tmp_path, monkeyp
     assert [c[1] for c in commands] == [f"out={tmp_path / 'new' / 'd5_s0'}", f"out={tmp_path / 'new' / 'd20_s0'}"]
     assert f"init_from={earlier.resolve() / 'd5_s0'}" in commands[0] and commands[0][-1] == "rl.iterations=40"
     assert not any(a.startswith("init_from=") for a in commands[1])
+
+
+def test_eval_seeds_evaluate_the_last_phase_again_and_their_mean_decides(tmp_path, monkeypatch):
+    """--eval-seeds runs embodied-eval of the last finished phase's RL evaluations again with each seed (the
+    same policy, states and attempts; every key one that embodied-eval declares); the table shows each
+    reading and the mean, and the mean over the seeds decides the anchor's criterion."""
+    import json
+    from dataclasses import fields
+
+    from embodied.runners.eval import EvalConfig
+
+    m = _module()
+    out = tmp_path / "runs"
+    phase = m.anchor_folder(out, 0)
+
+    def write_eval(folder: Path, seed: int, first: int, rate: float) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "eval_config.json").write_text(json.dumps({
+            "checkpoint": str(phase / "rl/checkpoint/policy"), "suite": "spatial", "tasks": [1, 8], "episodes": 50,
+            "first_state": first, "num_envs": 25, "image_size": 64, "mode": "greedy", "seed": seed, "attempts": 4,
+            "max_steps": None, "device": "cpu", "sha256": "x"}))
+        (folder / "results.json").write_text(json.dumps({"suites": {"spatial": {"success_rate": rate}}}))
+
+    (phase / "results.json").parent.mkdir(parents=True)
+    (phase / "results.json").write_text(json.dumps(_anchor_results(0.6, 0.92, (0.6, 0.9))))
+    write_eval(phase / "eval_rl", 0, 0, 0.92)
+    write_eval(phase / "eval_rl_heldout", 0, 50, 0.9)
+    readings = {("eval_rl", 1): 0.88, ("eval_rl", 2): 0.87, ("eval_rl_heldout", 1): 0.86, ("eval_rl_heldout", 2): 0.85}
+    commands = []
+
+    def fake_run(cell, cmd, label):
+        commands.append(cmd)
+        if cmd[0].endswith("embodied-pipeline"):
+            return False  # phase 2 does not finish
+        args = dict(a.split("=", 1) for a in cmd[1:])
+        folder = Path(args["out"])
+        stage, seed = folder.name.rsplit("_seed", 1)
+        write_eval(folder, int(args["seed"]), int(args["first_state"]), readings[(stage, int(seed))])
+        return True
+    monkeypatch.setattr(m, "run_cell", fake_run)
+    m.main(["--out", str(out), "--anchor-only", "--eval-seeds", "1", "2", "--seeds", "0", "--demos", "5"])
+    evals = [c for c in commands if c[0].endswith("embodied-eval")]
+    assert len(evals) == 4 and all(Path(c[0]).parent == Path(m.sys.executable).parent for c in evals)
+    declared = {f.name for f in fields(EvalConfig)}
+    for cmd in evals:
+        keys = [a.split("=", 1)[0] for a in cmd[1:]]
+        assert set(keys) <= declared and "sha256" not in keys and "max_steps" not in keys  # null: left out
+        assert "videos=none" in cmd and "tasks=[1,8]" in cmd and f"checkpoint={phase / 'rl/checkpoint/policy'}" in cmd
+    assert f"out={phase / 'eval_rl_heldout_seed2'}" in evals[-1] and "first_state=50" in evals[-1]
+    saved = json.loads((out / "rl_lift.json").read_text())
+    assert saved["anchor"]["rl_seeds"] == {"0": 0.92, "1": 0.88, "2": 0.87}
+    assert abs(saved["anchor"]["rl_seed_mean"] - 0.89) < 1e-9 and abs(saved["anchor"]["heldout_rl_seed_mean"] - 0.87) < 1e-9
+    _, ok, why = saved["anchor_verdict"]
+    assert ok is False and "92.0% at 80 iterations (89.0% over evaluation seeds 0, 1, 2)" in why
+    commands.clear()  # a rerun finds the evaluations done and runs none of them again
+    m.main(["--out", str(out), "--anchor-only", "--eval-seeds", "1", "2"])
+    assert not [c for c in commands if c[0].endswith("embodied-eval")]
+    text = m.anchor_markdown([m.anchor_row(json.loads((phase / "results.json").read_text()))
+                              | m.seed_columns(phase, [1, 2]) | {"own_minutes": 1.0}], None)
+    assert "88.0% (seed 1), 87.0% (seed 2); mean **89.0%**" in "\n".join(text)
+    assert m.anchor_verdict(m.anchor_row(_anchor_results(0.6, 0.92, (0.6, 0.9))))[1] is True  # one seed: 92% holds
