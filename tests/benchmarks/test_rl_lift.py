@@ -226,7 +226,8 @@ def test_eval_seeds_evaluate_the_last_phase_again_and_their_mean_decides(tmp_pat
             "checkpoint": str(phase / "rl/checkpoint/policy"), "suite": "spatial", "tasks": [1, 8], "episodes": 50,
             "first_state": first, "num_envs": 25, "image_size": 64, "mode": "greedy", "seed": seed, "attempts": 4,
             "max_steps": None, "device": "cpu", "sha256": "x"}))
-        (folder / "results.json").write_text(json.dumps({"suites": {"spatial": {"success_rate": rate}}}))
+        (folder / "results.json").write_text(json.dumps(  # success_rate: the first attempts only
+            {"suites": {"spatial": {"success_rate": rate - 0.1, "pass_at_k": [rate, 0.99, 1.0, 1.0]}}}))
 
     (phase / "results.json").parent.mkdir(parents=True)
     (phase / "results.json").write_text(json.dumps(_anchor_results(0.6, 0.92, (0.6, 0.9))))
