@@ -256,13 +256,19 @@ def _kl(value: float | None) -> str:
 NOTES_HEADING = "## Notes"
 
 
-def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None) -> list[str]:
-    """The anchor's section: the last finished phase's table and verdict, every finished phase beside."""
+#: the heading of the anchor's section (``--anchor-only --docs`` replaces that section alone)
+ANCHOR_HEADING = "## The anchor's protocol on `spatial`"
+
+
+def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None, measured: str | None = None,
+                    command: str | None = None) -> list[str]:
+    """The anchor's section: the last finished phase's table and verdict, every finished phase beside
+    (``command``: the benchmark command that ran it, when it ran alone)."""
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     paired = lambda r, k: f"{r[k]:+.3f} [{r[k + '_lo']:+.3f}, {r[k + '_hi']:+.3f}]"  # noqa: E731
     row = phases[-1]
     first = " ".join(anchor_phase_command(Path("OUT"), 0, 0, [], [])[1:])
-    lines = ["## The anchor's protocol on `spatial`", "",
+    lines = [ANCHOR_HEADING, "",
              "RL on the very initial states it is evaluated on (`rl.init_states=protocol`, pi_RL's LIBERO protocol): "
              "the `spatial` suite's pick-and-place tasks 1 and 8 (two identical cubes), 50 protocol states each, "
              "4 attempts per state; the held-out states (50..99, seen by neither the demonstrations nor RL) beside "
@@ -279,8 +285,11 @@ def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None
                  f"{r['states_better']} / {r['states_worse']} | {r['own_minutes']}" if r else "not run | | | | ")
         lines.append(f"| {i + 1} | {iterations} | {' '.join(f'`{a}`' for a in settings) or 'the defaults'} | {cells} |")
     lines.append("")
+    if command:
+        lines += [f"Command: `{command}`", ""]
     if machine:
-        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}).", ""]
+        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')})"
+                  + (f"; {measured}." if measured else "."), ""]
     lines += [f"After phase {len(phases)} of {len(ANCHOR_PHASES)}:", "",
               "| states | SFT | SFT + RL | control | RL - SFT [95% CI] |", "|---|---|---|---|---|",
               f"| protocol (trained on) | {pct(row['sft'])} | {pct(row['rl'])} | {pct(row['control'])} | "
@@ -301,6 +310,18 @@ def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None
     return lines
 
 
+def replace_anchor_section(old: str, section: list[str]) -> str:
+    """The docs text ``old`` with its anchor section (from :data:`ANCHOR_HEADING` to the next ``## ``
+    heading) replaced by ``section``; without one, ``section`` goes before the notes (or at the end)."""
+    text = "\n".join(section).rstrip("\n") + "\n\n"
+    if ANCHOR_HEADING in old:
+        start = old.index(ANCHOR_HEADING)
+        end = old.find("\n## ", start + len(ANCHOR_HEADING))
+        return old[:start] + text + (old[end + 1:] if end >= 0 else "")
+    at = old.find(NOTES_HEADING)
+    return old + ("\n" if old and not old.endswith("\n\n") else "") + text if at < 0 else old[:at] + text + old[at:]
+
+
 def measured_on(cells: list[Path]) -> str | None:
     """The day the newest of the finished ``cells`` wrote its ``results.json`` (``YYYY-MM-DD``), the date a
     table of them was measured on, not the day it was written out; None without one."""
@@ -310,7 +331,7 @@ def measured_on(cells: list[Path]) -> str | None:
 
 def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None,
              anchor: list[dict[str, Any]] | None = None, anchor_machine: dict[str, Any] | None = None,
-             measured: str | None = None) -> str:
+             measured: str | None = None, anchor_measured: str | None = None) -> str:
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     lines = ["# RL lift over few-shot SFT starts", "",
              "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
@@ -339,7 +360,7 @@ def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] |
     lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
     lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in verdicts(rows)]
     if anchor:
-        lines += [""] + anchor_markdown(anchor, anchor_machine)
+        lines += [""] + anchor_markdown(anchor, anchor_machine, anchor_measured)
     return "\n".join(lines) + "\n"
 
 
@@ -413,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"paired RL - SFT {r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}]",
                   flush=True)
     phases: list[dict[str, Any]] = []  # the anchor's finished phases, in order
-    anchor_machine = None
+    anchor_machine, anchor_cells = None, []
     for i, (iterations, _) in enumerate(ANCHOR_PHASES if args.anchor else ()):
         cell = anchor_folder(args.out, i)
         if finished_results(cell, ANCHOR_LAST) is None and not args.table_only:
@@ -423,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         if results is None:
             break
         phases.append(anchor_row(results) | {"own_minutes": own_minutes(results)})
-        anchor_machine = results.get("machine")
+        anchor_machine, anchor_cells = results.get("machine"), anchor_cells + [cell]
         print(f"[rl_lift] anchor, phase {i + 1}: {anchor_verdict(phases[-1])[2]}", flush=True)
     if phases and args.eval_seeds:
         last = anchor_folder(args.out, len(phases) - 1)
@@ -456,8 +477,17 @@ def main(argv: list[str] | None = None) -> int:
         old = args.docs.read_text() if args.docs.is_file() else ""
         notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
         args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=phases,
-                                      anchor_machine=anchor_machine, measured=measured_on(finished)) + ("\n" + notes if notes else ""))
+                                      anchor_machine=anchor_machine, measured=measured_on(finished),
+                                      anchor_measured=measured_on(anchor_cells)) + ("\n" + notes if notes else ""))
         print(f"[rl_lift] table written to {args.docs}")
+    elif args.docs and args.anchor_only and phases:  # the grid's table stays; the anchor's section is replaced
+        command = "python benchmarks/rl_lift.py " + " ".join(
+            [f"--out {args.out}", "--anchor-only"] + (["--eval-seeds", *map(str, args.eval_seeds)] if args.eval_seeds
+                                                      else []) + (["--", *extra] if extra else []))
+        old = args.docs.read_text() if args.docs.is_file() else ""
+        args.docs.write_text(replace_anchor_section(old, anchor_markdown(phases, anchor_machine,
+                                                                         measured_on(anchor_cells), command)))
+        print(f"[rl_lift] the anchor's section written to {args.docs}")
     for c, ok, ev in (verdicts(rows) if rows else []) + ([anchor_verdict(anchor)] if anchor else []):
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")
     return 0 if len(rows) == len(cells) and (len(phases) == len(ANCHOR_PHASES) or not args.anchor) else 1

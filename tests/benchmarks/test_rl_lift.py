@@ -267,3 +267,31 @@ def test_eval_seeds_evaluate_the_last_phase_again_and_their_mean_decides(tmp_pat
                               | m.seed_columns(phase, [1, 2]) | {"own_minutes": 1.0}], None)
     assert "88.0% (seed 1), 87.0% (seed 2); mean **89.0%**" in "\n".join(text)
     assert m.anchor_verdict(m.anchor_row(_anchor_results(0.6, 0.92, (0.6, 0.9))))[1] is True  # one seed: 92% holds
+
+
+def test_anchor_only_docs_replace_the_anchors_section_alone(tmp_path):
+    """--anchor-only --docs rewrites the anchor's section of the docs file (the grid's table above it and
+    the notes below kept), with its command and the date its phases finished; without one it goes before
+    the notes."""
+    import json
+
+    m = _module()
+    out = tmp_path / "runs"
+    for i, (iterations, _) in enumerate(m.ANCHOR_PHASES):
+        cell = m.anchor_folder(out, i)
+        cell.mkdir(parents=True)
+        res = _anchor_results(0.6, 0.8 + 0.03 * i, (0.6, 0.7), iterations) | {
+            "machine": {"platform": "Linux", "cpu_count": 2, "cpu": "AMD"}}
+        (cell / "results.json").write_text(json.dumps(res))
+    docs = tmp_path / "rl-lift.md"
+    docs.write_text(f"# grid\n\n| grid table |\n\n{m.ANCHOR_HEADING}\n\nold anchor text\n\n## Notes\n\nby hand\n")
+    assert m.main(["--out", str(out), "--anchor-only", "--table-only", "--docs", str(docs)]) == 0
+    text = docs.read_text()
+    assert text.startswith("# grid\n\n| grid table |\n\n" + m.ANCHOR_HEADING) and text.endswith("## Notes\n\nby hand\n")
+    assert "old anchor text" not in text and text.count(m.ANCHOR_HEADING) == 1
+    assert f"Command: `python benchmarks/rl_lift.py --out {out} --anchor-only`" in text
+    assert "| yes | 60.0% -> 89.0% at 880 iterations" not in text and "| **no** | 60.0% -> 89.0% at 880" in text
+    assert "cores (AMD); " in text  # dated by its phases' results
+    assert m.replace_anchor_section("# grid\n\n## Notes\n\nn\n", ["## The anchor's protocol on `spatial`", "", "x"]) \
+        == "# grid\n\n## The anchor's protocol on `spatial`\n\nx\n\n## Notes\n\nn\n"
+    assert m.replace_anchor_section("# grid\n", [m.ANCHOR_HEADING, "", "x"]) == f"# grid\n\n{m.ANCHOR_HEADING}\n\nx\n\n"
