@@ -74,8 +74,9 @@ ANCHOR_START, ANCHOR_TARGET = 0.70, 0.90
 #: what an evaluation with another sampling seed (``--eval-seeds``) keeps of the pipeline's own
 RESEED_KEYS = ("checkpoint", "suite", "episodes", "first_state", "num_envs", "image_size", "attempts", "mode",
                "max_steps")
-#: the anchor's evaluations that ``--eval-seeds`` repeats: (stage, the row's column for the mean over seeds)
-RESEED_STAGES = (("eval_rl", "rl_seed_mean"), ("eval_rl_heldout", "heldout_rl_seed_mean"))
+#: the anchor's evaluations that ``--eval-seeds`` repeats: (stage, the row's columns ``{prefix}s`` (the
+#: readings) and ``{prefix}_mean``, the states it scores)
+RESEED_STAGES = (("eval_rl", "rl_seed", "protocol states"), ("eval_rl_heldout", "heldout_rl_seed", "held-out states"))
 #: the main job's own stages (the cell adds the control's)
 MAIN_STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
 
@@ -132,11 +133,11 @@ def seed_columns(phase: Path, seeds: list[int]) -> dict[str, Any]:
     """The row's columns for the anchor's evaluations over several sampling seeds: per stage of
     :data:`RESEED_STAGES` the readings ``{seed: success}`` and their mean (only where every seed finished)."""
     out: dict[str, Any] = {}
-    for stage, column in RESEED_STAGES:
+    for stage, prefix, _ in RESEED_STAGES:
         readings = [reseeded_success(phase, stage)] + [reseeded_success(phase, stage, s) for s in seeds]
         if seeds and all(r is not None for r in readings):
-            out[column.replace("_mean", "s")] = {seed: rate for seed, rate in readings}
-            out[column] = statistics.fmean(rate for _, rate in readings)
+            out[f"{prefix}s"] = {seed: rate for seed, rate in readings}
+            out[f"{prefix}_mean"] = statistics.fmean(rate for _, rate in readings)
     return out
 
 
@@ -296,7 +297,7 @@ def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None
               f"{paired(row, 'rl_minus_sft')} |",
               f"| held-out | {pct(row['heldout_sft'])} | {pct(row['heldout_rl'])} | {pct(row['heldout_control'])} | "
               f"{paired(row, 'heldout_rl_minus_sft')} |", ""]
-    for label, column in (("protocol states", "rl_seed"), ("held-out states", "heldout_rl_seed")):
+    for _, column, label in RESEED_STAGES:
         if f"{column}_mean" in row:
             readings = ", ".join(f"{pct(rate)} (seed {seed})" for seed, rate in row[f"{column}s"].items())
             lines += [f"SFT + RL on the {label} with other sampling seeds (`--eval-seeds`): {readings}; mean "
@@ -371,6 +372,18 @@ def finished_results(cell: Path, last: tuple[str, ...] = ("eval_rl", "eval_contr
         return None
     results = json.loads(done.read_text())
     return results if set(last) <= set(results["stages_done"]) else None
+
+
+def command_line(args: argparse.Namespace, extra: list[str]) -> str:
+    """The benchmark's command as the docs show it: the options given (the grid's only without
+    ``--anchor-only``)."""
+    parts = [f"--out {args.out}"]
+    if not args.anchor_only:
+        parts += ["--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
+    parts += (["--anchor-only"] if args.anchor_only else ["--anchor"] if args.anchor else [])
+    parts += [f"--init-from {args.init_from}"] if args.init_from else []
+    parts += ["--eval-seeds", *map(str, args.eval_seeds)] if args.eval_seeds else []
+    return "python benchmarks/rl_lift.py " + " ".join(parts + (["--", *extra] if extra else []))
 
 
 def run_cell(cell: Path, cmd: list[str], label: str) -> bool:
@@ -449,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     if phases and args.eval_seeds:
         last = anchor_folder(args.out, len(phases) - 1)
         for seed in args.eval_seeds:
-            for stage, _ in RESEED_STAGES:
+            for stage, _, _ in RESEED_STAGES:
                 if reseeded_success(last, stage, seed) is None and not args.table_only:
                     run_cell(last, reseeded_eval_command(last, stage, seed),
                              f"the anchor's phase {len(phases)} evaluated again ({stage}, seed {seed})")
@@ -470,10 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             w.writeheader()
             w.writerows({k: json.dumps(v) if isinstance(v, dict) else v for k, v in p.items()} for p in phases)
     if args.docs and rows:
-        command = "python benchmarks/rl_lift.py " + " ".join(
-            [f"--out {args.out}", "--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
-            + (["--anchor"] if args.anchor else []) + ([f"--init-from {args.init_from}"] if args.init_from else [])
-            + (["--", *extra] if extra else []))
+        command = command_line(args, extra)
         old = args.docs.read_text() if args.docs.is_file() else ""
         notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
         args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=phases,
@@ -481,12 +491,10 @@ def main(argv: list[str] | None = None) -> int:
                                       anchor_measured=measured_on(anchor_cells)) + ("\n" + notes if notes else ""))
         print(f"[rl_lift] table written to {args.docs}")
     elif args.docs and args.anchor_only and phases:  # the grid's table stays; the anchor's section is replaced
-        command = "python benchmarks/rl_lift.py " + " ".join(
-            [f"--out {args.out}", "--anchor-only"] + (["--eval-seeds", *map(str, args.eval_seeds)] if args.eval_seeds
-                                                      else []) + (["--", *extra] if extra else []))
         old = args.docs.read_text() if args.docs.is_file() else ""
         args.docs.write_text(replace_anchor_section(old, anchor_markdown(phases, anchor_machine,
-                                                                         measured_on(anchor_cells), command)))
+                                                                         measured_on(anchor_cells),
+                                                                         command_line(args, extra))))
         print(f"[rl_lift] the anchor's section written to {args.docs}")
     for c, ok, ev in (verdicts(rows) if rows else []) + ([anchor_verdict(anchor)] if anchor else []):
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")
