@@ -16,24 +16,23 @@ operational-space torques toward it. This module is that controller, written fro
 - the gripper command moves by 0.01 per substep toward +1 (close) or -1 (open) by the sign of the
   action, and drives the two finger position servos across their control ranges.
 
-The maths are pure functions over ``[N, ...]`` numpy arrays; :class:`OSCArm` gathers what they need
-from the simulations of one LIBERO scene (:class:`sims.libero.physics.BatchPhysics`) and plays control
-steps on them, with the hidden state
-robosuite keeps outside the simulator state (orientation goal, null-space posture, gripper command).
+The maths are pure functions over ``[N, ...]`` numpy arrays, one vectorised computation per substep
+for all envs (robosuite's pinv of the operational-space inertias by LU inverses where the two are the
+same, :func:`psd_inverse`); :class:`OSCArm` gathers what they need from the simulations of one LIBERO
+scene (:class:`sims.libero.physics.BatchPhysics`) and plays control steps on them, with the hidden
+state robosuite keeps outside the simulator state (orientation goal, null-space posture, gripper command).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import mujoco
 import numpy as np
 
+from sims.libero.physics import BatchPhysics, as_index
 from sims.mujoco.controller import quat_to_mat
-
-if TYPE_CHECKING:
-    from sims.libero.physics import BatchPhysics
 
 #: the Panda of LIBERO's scenes (robosuite's ``MountedPanda`` with its ``PandaGripper``)
 EEF_SITE = "gripper0_grip_site"
@@ -79,10 +78,16 @@ def axisangle_to_matrix(vec: np.ndarray) -> np.ndarray:
     return quat_to_mat(np.concatenate([np.cos(angle / 2)[:, None], np.sin(angle / 2)[:, None] * axis], axis=1))
 
 
+#: the entries (2, 1), (0, 2), (1, 0) of a skew-symmetric matrix: the vector it crosses with
+_VEE = (np.array([2, 0, 1]), np.array([1, 2, 0]))
+
+
 def orientation_error(desired: np.ndarray, current: np.ndarray) -> np.ndarray:
     """robosuite's orientation error ``[N, 3]`` between rotation matrices ``[N, 3, 3]``:
-    ``0.5 * sum_i current[:, i] x desired[:, i]``."""
-    return 0.5 * np.cross(np.swapaxes(current, -1, -2), np.swapaxes(desired, -1, -2)).sum(axis=-2)
+    ``0.5 * sum_i current[:, i] x desired[:, i]``, computed as the vector of the skew-symmetric
+    ``0.5 * (D C^T - C D^T)`` (the same sum, one matrix product)."""
+    k = desired @ np.swapaxes(current, -1, -2)
+    return 0.5 * (k - np.swapaxes(k, -1, -2))[:, _VEE[0], _VEE[1]]
 
 
 def update_goal(scaled: np.ndarray, ee_pos: np.ndarray, ee_mat: np.ndarray,
@@ -100,11 +105,70 @@ def update_goal(scaled: np.ndarray, ee_pos: np.ndarray, ee_mat: np.ndarray,
     return ee_pos + scaled[:, :3], new_mat
 
 
+#: the bound on a matrix's condition number above which :func:`psd_inverse` leaves it to
+#: ``np.linalg.pinv`` (below it the LU inverse is pinv's result to within about ``cond * 1e-16``, relative)
+PINV_COND = 1e8
+
+
+def _lu_inverse(a: np.ndarray, max_cond: float) -> tuple[np.ndarray, np.ndarray]:
+    """LU inverses of matrices ``[N, k, k]`` and which rows ``[N]`` are singular or may have a condition
+    number above ``max_cond`` (their inverses are not to be used). The bound is the product of the
+    sums of the absolute entries of the matrix and of its inverse: at least the 1-, 2- and inf-norm
+    condition numbers, at most ``k^2`` times the 1-norm one."""
+    try:
+        inv = np.linalg.inv(a)
+    except np.linalg.LinAlgError:  # an exactly singular row (LU's zero pivot, so a zero determinant)
+        inv = np.full_like(a, np.nan)
+        regular = np.linalg.det(a) != 0.0
+        if regular.any():
+            inv[regular] = np.linalg.inv(a[regular])
+    n = len(a)
+    with np.errstate(invalid="ignore", over="ignore"):
+        cond = np.abs(a).reshape(n, -1).sum(axis=1) * np.abs(inv).reshape(n, -1).sum(axis=1)
+    return inv, ~(cond <= max_cond)  # NaN (a singular row) included
+
+
+def psd_inverse(a: np.ndarray, max_cond: float = PINV_COND) -> np.ndarray:
+    """``np.linalg.pinv`` of matrices ``[N, k, k]`` (robosuite inverts the operational-space inertias
+    ``J M^-1 J^T`` with it) at the cost of an LU inverse: the rows that are singular or whose condition
+    number may exceed ``max_cond`` (near a kinematic singularity) are inverted by pinv itself, the
+    others, where pinv and the inverse agree, by ``np.linalg.inv``."""
+    inv, bad = _lu_inverse(a, max_cond)
+    if bad.any():
+        inv[bad] = np.linalg.pinv(a[bad])
+    return inv
+
+
+def opspace_inverses(lam_inv: np.ndarray, max_cond: float = PINV_COND) -> tuple[np.ndarray, np.ndarray]:
+    """robosuite's three operational-space inertias from ``lam_inv = J M^-1 J^T [N, 6, 6]``: the full
+    one ``pinv(lam_inv) [N, 6, 6]`` and the block-diagonal ``[N, 6, 6]`` of the position and orientation
+    ones (``pinv`` of its diagonal 3x3 blocks), each as :func:`psd_inverse` computes it, in one LU call
+    (the inverse of a block-diagonal matrix is that of its blocks)."""
+    n = len(lam_inv)
+    stacked = np.zeros((2 * n, 6, 6))
+    stacked[:n] = lam_inv
+    stacked[n:, :3, :3], stacked[n:, 3:, 3:] = lam_inv[:, :3, :3], lam_inv[:, 3:, 3:]
+    inv, bad = _lu_inverse(stacked, max_cond)
+    full, blocks = inv[:n], inv[n:]
+    if bad[:n].any():
+        full[bad[:n]] = np.linalg.pinv(lam_inv[bad[:n]])
+    redo = bad[n:]
+    if redo.any():  # each block by itself, as robosuite (pinv's cut-off is relative to the block's norm)
+        blocks[redo] = 0.0
+        blocks[redo, :3, :3] = np.linalg.pinv(lam_inv[redo, :3, :3])
+        blocks[redo, 3:, 3:] = np.linalg.pinv(lam_inv[redo, 3:, 3:])
+    return full, blocks
+
+
 def osc_torques(mass: np.ndarray, jac: np.ndarray, pos_err: np.ndarray, ori_err: np.ndarray,
                 ee_vel: np.ndarray, q: np.ndarray, qd: np.ndarray, q_null: np.ndarray, bias: np.ndarray,
                 cfg: OSCConfig = OSCConfig()) -> np.ndarray:
     """Operational-space torques ``[N, 7]`` with decoupled position and orientation, gravity and
     Coriolis compensation and a null-space pull toward ``q_null`` (before clipping to the motors).
+
+    robosuite's ``opspace_matrices`` and ``nullspace_torques``, batched: ``M^-1 J^T`` by a solve, the
+    operational-space inertias by :func:`opspace_inverses` (pinv's results), and the null-space
+    projection applied as ``N^T v = v - J^T (Jbar^T v)`` rather than formed.
 
     Args:
         mass: the arm's joint-space inertia ``[N, 7, 7]``.
@@ -115,27 +179,26 @@ def osc_torques(mass: np.ndarray, jac: np.ndarray, pos_err: np.ndarray, ori_err:
         q_null: the null-space posture ``[N, 7]``.
         bias: the arm dofs' ``qfrc_bias`` ``[N, 7]``.
     """
-    force = cfg.kp * pos_err - cfg.kd * ee_vel[:, :3]
-    torque = cfg.kp * ori_err - cfg.kd * ee_vel[:, 3:]
-    m_inv = np.linalg.inv(mass)
+    desired = np.concatenate([pos_err, ori_err], axis=1)
+    desired = (cfg.kp * desired - cfg.kd * ee_vel)[..., None]  # the desired force and torque [N, 6, 1]
     jt = np.swapaxes(jac, -1, -2)
-    lam_full = np.linalg.pinv(jac @ m_inv @ jt)
-    lam_pos = np.linalg.pinv(jac[:, :3] @ m_inv @ jt[:, :, :3])
-    lam_ori = np.linalg.pinv(jac[:, 3:] @ m_inv @ jt[:, :, 3:])
-    wrench = np.concatenate([(lam_pos @ force[..., None])[..., 0], (lam_ori @ torque[..., None])[..., 0]], -1)
-    tau = (jt @ wrench[..., None])[..., 0] + bias
-    jbar = m_inv @ jt @ lam_full
-    null = np.eye(jac.shape[-1]) - jbar @ jac
+    m_inv_jt = np.linalg.solve(mass, jt)  # [N, 7, 6]
+    lam_full, lam_blocks = opspace_inverses(jac @ m_inv_jt)
     kv = 2.0 * np.sqrt(cfg.nullspace_kp)
-    pose = (mass @ (cfg.nullspace_kp * (q_null - q) - kv * qd)[..., None])[..., 0]
-    return tau + (np.swapaxes(null, -1, -2) @ pose[..., None])[..., 0]
+    pose = mass @ (cfg.nullspace_kp * (q_null - q) - kv * qd)[..., None]  # [N, 7, 1]
+    jbar_t_pose = np.swapaxes(lam_full, -1, -2) @ (np.swapaxes(m_inv_jt, -1, -2) @ pose)  # Jbar = M^-1 J^T Lambda
+    return (jt @ (lam_blocks @ desired - jbar_t_pose) + pose)[..., 0] + bias
+
+
+def gripper_step(action: np.ndarray, cfg: OSCConfig = OSCConfig()) -> np.ndarray:
+    """The change ``[N, 2]`` one substep of gripper actions ``[N]`` asks of the gripper command."""
+    return np.array([-1.0, 1.0]) * cfg.gripper_speed * np.sign(action)[:, None]
 
 
 def gripper_command(command: np.ndarray, action: np.ndarray, cfg: OSCConfig = OSCConfig()) -> np.ndarray:
     """The gripper command ``[N, 2]`` after one substep of gripper actions ``[N]`` (robosuite's
     ``PandaGripper.format_action``: -1 open, +1 closed, by the action's sign)."""
-    step = np.array([-1.0, 1.0]) * cfg.gripper_speed * np.sign(action)[:, None]
-    return np.clip(command + step, -1.0, 1.0)
+    return np.clip(command + gripper_step(action, cfg), -1.0, 1.0)
 
 
 # -- the arm of a LIBERO scene ----------------------------------------------------------------------
@@ -166,6 +229,7 @@ class OSCArm:
         by_joint = {int(model.actuator_trnid[a, 0]): a for a in range(model.nu)}
         self.arm_act = np.array([by_joint[j] for j in joints])
         self.grip_act = np.array([by_joint[ident(mujoco.mjtObj.mjOBJ_JOINT, j)] for j in GRIPPER_JOINTS])
+        self._actuators = as_index(np.concatenate([self.arm_act, self.grip_act]))  # the controls a substep sets
         lo, hi = model.actuator_ctrlrange[self.arm_act].T
         self.torque_lo, self.torque_hi = lo.copy(), hi.copy()
         g_lo, g_hi = model.actuator_ctrlrange[self.grip_act].T
@@ -212,10 +276,8 @@ class OSCArm:
         self.goal_mat[rows], self.q_null[rows], self.gripper[rows] = goal, null, grip
         self.fresh[rows] = bool(fresh)
 
-    def physics(self, num_envs: int, nthread: int | None = None) -> "BatchPhysics":
+    def physics(self, num_envs: int, nthread: int | None = None) -> BatchPhysics:
         """``num_envs`` simulations of this arm's scene for :meth:`step`."""
-        from sims.libero.physics import BatchPhysics
-
         return BatchPhysics(self.model, num_envs, site=self.site, arm_qpos=self.qpos_idx, arm_dofs=self.dof_idx,
                             arm_joints=self.joint_ids, nthread=nthread)
 
@@ -247,7 +309,7 @@ class OSCArm:
         """The end effector's orientation ``[3, 3]`` with the arm at ``cfg.init_qpos``."""
         return self.home_state()["mat"].copy()
 
-    def step(self, physics: "BatchPhysics", actions: np.ndarray, rows: Sequence[int] | None = None,
+    def step(self, physics: BatchPhysics, actions: np.ndarray, rows: Sequence[int] | None = None,
              before_substep: Callable[[int], None] | None = None,
              after_substep: Callable[[int], None] | None = None) -> None:
         """One control step of ``actions [n, 7]`` on the simulations ``rows`` of ``physics`` (default all,
@@ -260,13 +322,18 @@ class OSCArm:
         if actions.shape != (n, 7) or not np.isfinite(actions).all():
             raise ValueError(f"actions must be [{n}, 7] finite numbers, got {list(actions.shape)}")
         if len(self.goal_mat) != physics.num_envs:
-            raise ValueError(f"reset() the controller for {physics.num_envs} envs first (it holds {len(self.goal_mat)})")
-        rows = np.arange(n) if rows is None else self._rows(rows, n)
-        goal_mat, q_null, gripper, fresh = self.goal_mat[rows], self.q_null[rows], self.gripper[rows], self.fresh[rows]
+            raise ValueError(f"reset() the controller for {physics.num_envs} envs first "
+                             f"(it holds {len(self.goal_mat)})")
+        ids = None if rows is None else self._rows(rows, n)
+        if ids is not None and n == physics.num_envs and (ids == np.arange(n)).all():
+            ids = None  # every env in order: slices and views rather than gathers
+        sel = slice(None) if ids is None else ids
+        goal_mat, q_null, gripper, fresh = self.goal_mat[sel], self.q_null[sel], self.gripper[sel], self.fresh[sel]
         scaled = scale_action(actions[:, :6], self.cfg)
-        actuators = np.concatenate([self.arm_act, self.grip_act])
+        grip_step = gripper_step(actions[:, 6], self.cfg)  # gripper_command's, the same every substep
+        controls = np.empty((n, len(self.arm_act) + len(self.grip_act)))
         for sub in range(self.cfg.substeps):
-            s = physics.read(rows)
+            s = physics.read(ids)
             if before_substep is not None:
                 before_substep(sub)
             if sub == 0:
@@ -275,14 +342,14 @@ class OSCArm:
                     for k, v in home.items():
                         s[k] = np.where(fresh.reshape((-1,) + (1,) * v.ndim), v, s[k])
                 goal_pos, goal_mat = update_goal(scaled, s["pos"], s["mat"], goal_mat)
-                self.goal_mat[rows] = goal_mat
+                self.goal_mat[sel] = goal_mat
             tau = osc_torques(s["mass"], s["jac"], goal_pos - s["pos"], orientation_error(goal_mat, s["mat"]),
                               s["vel"], s["q"], s["qd"], q_null, s["bias"], self.cfg)
-            tau = np.clip(tau, self.torque_lo, self.torque_hi)
-            gripper = gripper_command(gripper, actions[:, 6], self.cfg)
-            self.gripper[rows] = gripper
-            grip = self.grip_bias + self.grip_weight * gripper
-            physics.substep(rows, actuators, np.concatenate([tau, grip], axis=1), last=sub == self.cfg.substeps - 1)
+            np.clip(tau, self.torque_lo, self.torque_hi, out=controls[:, :len(self.arm_act)])
+            gripper = np.clip(gripper + grip_step, -1.0, 1.0)
+            self.gripper[sel] = gripper
+            controls[:, len(self.arm_act):] = self.grip_bias + self.grip_weight * gripper
+            physics.substep(ids, self._actuators, controls, last=sub == self.cfg.substeps - 1)
             if after_substep is not None:
                 after_substep(sub)
-        self.fresh[rows] = False
+        self.fresh[sel] = False

@@ -8,9 +8,9 @@ position and velocity stages at the new state, which the next substep continues 
 the derived fields where ``mj_step`` leaves them (at the start of that substep), which is what
 robosuite's goal check and observations read; the next control step computes them afresh.
 
-The controller reads the arm from the bound arrays (no per-env Python calls); the Jacobian of the
-grip site comes from the joint axes and anchors (the arm is a chain of hinges), the inertia from
-the sparse mass matrix. ``datas[i]`` is an ``MjData`` copy of simulation i for everything else
+The controller reads the arm from the bound arrays (no per-env Python calls; with every env in the
+call, ``rows=None``, through slices rather than gathers); the Jacobian of the grip site comes from
+the joint axes and anchors (the arm is a chain of hinges), the inertia from the sparse mass matrix. ``datas[i]`` is an ``MjData`` copy of simulation i for everything else
 (goal predicates, experts, rendering), refreshed by :meth:`sync`.
 """
 
@@ -40,11 +40,28 @@ def arm_mass_index(model: mujoco.MjModel, dofs: np.ndarray) -> np.ndarray:
     return index
 
 
+def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cross products ``[..., 3]`` of vectors ``[..., 3]`` (as ``np.cross``, with less overhead on small arrays)."""
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+
+
 def hinge_jacobian(axis: np.ndarray, anchor: np.ndarray, point: np.ndarray) -> np.ndarray:
     """The Jacobian ``[N, 6, J]`` (translation rows, then rotation rows) of world points ``[N, 3]`` on
     the last link of a chain of hinges with world axes and anchors ``[N, J, 3]``."""
-    jacp = np.cross(axis, point[:, None, :] - anchor)
-    return np.concatenate([np.swapaxes(jacp, 1, 2), np.swapaxes(axis, 1, 2)], axis=1)
+    jac = np.empty((axis.shape[0], 6, axis.shape[1]))
+    jac[:, :3] = np.swapaxes(cross(axis, point[:, None, :] - anchor), 1, 2)
+    jac[:, 3:] = np.swapaxes(axis, 1, 2)
+    return jac
+
+
+def as_index(idx: np.ndarray) -> slice | np.ndarray:
+    """Indices ``[K]`` as a slice when they are a contiguous increasing range (a view, not a gather)."""
+    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+    if len(idx) and (np.diff(idx) == 1).all():
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
 
 
 class BatchPhysics:
@@ -77,6 +94,7 @@ class BatchPhysics:
         self._xaxis, self._xanchor, self._xquat = b.bind("xaxis"), b.bind("xanchor"), b.bind("xquat")
         self._mass, self._bias = b.bind("M"), b.bind("qfrc_bias")
         self._mass_index = arm_mass_index(model, arm_dofs)
+        self._joints, self._qpos, self._dofs = as_index(arm_joints), as_index(arm_qpos), as_index(arm_dofs)
         self.datas = [mujoco.MjData(model) for _ in range(num_envs)]
         self._current = np.zeros(num_envs, dtype=bool)  # position and velocity stages at the state now
 
@@ -97,24 +115,31 @@ class BatchPhysics:
         self._current[rows] = True
         self.sync(rows)
 
-    def _ensure_current(self, rows: np.ndarray) -> None:
+    def _ensure_current(self, rows: np.ndarray | None) -> None:
+        if rows is None:
+            if not self._current.all():
+                stale = np.flatnonzero(~self._current)
+                self.batch.forward(None if len(stale) == self.num_envs else stale, stage=_VEL)
+                self._current[:] = True
+            return
         stale = rows[~self._current[rows]]
         if len(stale):
             self.batch.forward(stale, stage=_VEL)
             self._current[stale] = True
 
-    def read(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """What the controller reads of simulations ``rows`` at their state now: the site's ``pos [n, 3]``,
-        ``mat [n, 3, 3]``, ``jac [n, 6, 7]`` and velocity ``vel [n, 6]``, the arm's ``mass [n, 7, 7]``,
-        ``q``, ``qd`` and ``bias`` (``qfrc_bias``) ``[n, 7]``."""
+    def read(self, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """What the controller reads of simulations ``rows`` (default all, in order) at their state now,
+        as new arrays: the site's ``pos [n, 3]``, ``mat [n, 3, 3]``, ``jac [n, 6, 7]`` and velocity
+        ``vel [n, 6]``, the arm's ``mass [n, 7, 7]``, ``q``, ``qd`` and ``bias`` (``qfrc_bias``) ``[n, 7]``."""
         self._ensure_current(rows)
-        n = len(rows)
-        pos = self._site_xpos[rows, self.site]
-        jac = hinge_jacobian(self._xaxis[rows][:, self.arm_joints], self._xanchor[rows][:, self.arm_joints], pos)
-        qd = self.qvel[rows][:, self.arm_dofs]
-        return {"pos": pos, "mat": self._site_xmat[rows, self.site].reshape(n, 3, 3), "jac": jac,
-                "vel": (jac @ qd[..., None])[..., 0], "mass": self._mass[rows][:, self._mass_index],
-                "q": self.qpos[rows][:, self.arm_qpos], "qd": qd, "bias": self._bias[rows][:, self.arm_dofs]}
+        r = slice(None) if rows is None else rows  # all rows: views of the bound arrays, one copy each
+        pos = np.array(self._site_xpos[r, self.site])
+        n = len(pos)
+        jac = hinge_jacobian(self._xaxis[r][:, self._joints], self._xanchor[r][:, self._joints], pos)
+        qd = np.array(self.qvel[r][:, self._dofs])
+        return {"pos": pos, "mat": np.array(self._site_xmat[r, self.site]).reshape(n, 3, 3), "jac": jac,
+                "vel": (jac @ qd[..., None])[..., 0], "mass": self._mass[r][:, self._mass_index],
+                "q": np.array(self.qpos[r][:, self._qpos]), "qd": qd, "bias": np.array(self._bias[r][:, self._dofs])}
 
     def site_pos(self, rows: np.ndarray) -> np.ndarray:
         """The driven site's position ``[n, 3]`` (the derived fields of the last call)."""
@@ -124,12 +149,15 @@ class BatchPhysics:
         """A body's orientation ``[n, 4]`` (w, x, y, z; the derived fields of the last call)."""
         return self._xquat[rows, body].copy()
 
-    def substep(self, rows: np.ndarray, actuators: np.ndarray, controls: np.ndarray, last: bool) -> None:
-        """One physics step of simulations ``rows`` with ``controls [n, len(actuators)]``; ``last``: the
-        control step's last, which leaves the derived fields at its start (as ``mj_step``)."""
-        self.ctrl[np.ix_(rows, actuators)] = controls
+    def substep(self, rows: np.ndarray | None, actuators: np.ndarray | slice, controls: np.ndarray, last: bool) -> None:
+        """One physics step of simulations ``rows`` (None: all) with ``controls [n, len(actuators)]``;
+        ``last``: the control step's last, which leaves the derived fields at its start (as ``mj_step``)."""
+        if rows is None or isinstance(actuators, slice):
+            self.ctrl[slice(None) if rows is None else rows, actuators] = controls
+        else:
+            self.ctrl[np.ix_(rows, actuators)] = controls
         self.batch.step(rows, nstep=1, stage=_NONE if last else _VEL)
-        self._current[rows] = not last
+        self._current[slice(None) if rows is None else rows] = not last
 
     def sync(self, rows: Sequence[int] | None = None) -> None:
         """Copy simulations ``rows`` (default all) into :attr:`datas`."""
@@ -140,4 +168,4 @@ class BatchPhysics:
         self.batch = None  # type: ignore[assignment]
 
 
-__all__ = ["BatchPhysics", "arm_mass_index", "hinge_jacobian"]
+__all__ = ["BatchPhysics", "arm_mass_index", "as_index", "cross", "hinge_jacobian"]

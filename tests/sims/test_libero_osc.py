@@ -8,7 +8,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from sims.libero import osc, parity, scenes
+from sims.libero import osc, parity, physics, scenes
 from sims.libero.osc import OSCArm, OSCConfig
 
 from conftest import needs_libero_venv
@@ -74,6 +74,82 @@ def test_osc_torques_at_the_goal_only_compensate_and_pull_the_null_space():
     tau = osc.osc_torques(mass, jac, err, zero3, zero6, q, np.zeros((n, 7)), q, np.zeros((n, 7)), cfg)
     acc = (jac @ np.linalg.solve(mass, tau[..., None]))[..., 0]
     np.testing.assert_allclose(acc[:, :3], cfg.kp * err, atol=1e-8)
+
+
+def _robosuite_torques(mass, jac, pos_err, ori_err, ee_vel, q, qd, q_null, bias, cfg):
+    """robosuite's ``opspace_matrices`` and OSC torques, one env at a time, as ``control_utils`` and
+    ``controllers/osc.py`` write them."""
+    out = []
+    for i in range(len(mass)):
+        m_inv, j = np.linalg.inv(mass[i]), jac[i]
+        lam_full = np.linalg.pinv(j @ m_inv @ j.T)
+        lam_pos = np.linalg.pinv(j[:3] @ m_inv @ j[:3].T)
+        lam_ori = np.linalg.pinv(j[3:] @ m_inv @ j[3:].T)
+        null = np.eye(7) - (m_inv @ j.T @ lam_full) @ j
+        force = cfg.kp * pos_err[i] - cfg.kd * ee_vel[i, :3]
+        torque = cfg.kp * ori_err[i] - cfg.kd * ee_vel[i, 3:]
+        pose = mass[i] @ (cfg.nullspace_kp * (q_null[i] - q[i]) - 2 * np.sqrt(cfg.nullspace_kp) * qd[i])
+        out.append(j.T @ np.concatenate([lam_pos @ force, lam_ori @ torque]) + bias[i] + null.T @ pose)
+    return np.array(out)
+
+
+def test_osc_torques_are_robosuites_formula_also_at_a_singularity():
+    n, cfg = 4, OSCConfig()
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(n, 7, 7))
+    mass = a @ np.swapaxes(a, 1, 2) + 7 * np.eye(7)
+    jac = rng.normal(size=(n, 6, 7))
+    jac[1, 5] = 0.0  # no yaw: the full and the orientation inertias are singular (pinv's rows)
+    jac[2, 3:] = jac[2, :3]  # rank 3: the full one singular, the blocks regular
+    args = (rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), rng.normal(size=(n, 6)), *rng.normal(size=(4, n, 7)))
+    tau = osc.osc_torques(mass, jac, *args, cfg)
+    ref = _robosuite_torques(mass, jac, *args, cfg)
+    assert np.isfinite(tau).all()
+    np.testing.assert_allclose(tau, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+
+
+def _close_to_pinv(inv, a):
+    ref = np.linalg.pinv(a)
+    assert inv.shape == ref.shape and np.isfinite(inv).all()
+    for x, r in zip(inv.reshape(-1, *inv.shape[-2:]), ref.reshape(-1, *ref.shape[-2:])):
+        np.testing.assert_allclose(x, r, rtol=0, atol=1e-10 * max(np.abs(r).max(), 1.0))
+
+
+def test_psd_inverse_is_pinv_on_regular_singular_and_ill_conditioned_rows():
+    rng = np.random.default_rng(4)
+    b = rng.normal(size=(3, 6, 6))
+    spd = b @ np.swapaxes(b, 1, 2) + 0.1 * np.eye(6)
+    _close_to_pinv(osc.psd_inverse(spd), spd)  # all regular: the LU inverse
+    low = rng.normal(size=(6, 3))
+    rot, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    ill = rot @ np.diag([1.0, 1.0, 1.0, 1.0, 1.0, 1e-12]) @ rot.T  # cond 1e12: pinv's territory
+    mixed = np.stack([spd[0], low @ low.T, np.zeros((6, 6)), spd[1], ill])  # rank 3, exactly singular
+    _close_to_pinv(osc.psd_inverse(mixed), mixed)
+    _close_to_pinv(osc.psd_inverse(mixed[:2, :3, :3]), mixed[:2, :3, :3])  # 3x3 as well
+    np.testing.assert_allclose(osc.psd_inverse(np.zeros((2, 3, 3))), 0.0)  # a zero matrix: pinv's zero
+
+
+def test_opspace_inverses_are_robosuites_three_pinvs():
+    rng = np.random.default_rng(5)
+    j = rng.normal(size=(3, 6, 7))
+    j[2, 4] = 0.0  # a singular orientation block (and full matrix)
+    lam_inv = j @ np.swapaxes(j, 1, 2)
+    full, blocks = osc.opspace_inverses(lam_inv)
+    _close_to_pinv(full, lam_inv)
+    _close_to_pinv(blocks[:, :3, :3], lam_inv[:, :3, :3])
+    _close_to_pinv(blocks[:, 3:, 3:], lam_inv[:, 3:, 3:])
+    assert (blocks[:, :3, 3:] == 0).all() and (blocks[:, 3:, :3] == 0).all()
+
+
+def test_small_array_helpers_match_numpy():
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=(2, 4, 7, 3))
+    np.testing.assert_allclose(physics.cross(a, b), np.cross(a, b), atol=1e-15)
+    cur, des = rng.normal(size=(2, 5, 3, 3))
+    literal = 0.5 * np.cross(np.swapaxes(cur, 1, 2), np.swapaxes(des, 1, 2)).sum(axis=1)
+    np.testing.assert_allclose(osc.orientation_error(des, cur), literal, atol=1e-14)
+    assert physics.as_index(np.array([3, 4, 5])) == slice(3, 6)
+    np.testing.assert_array_equal(physics.as_index([0, 2]), [0, 2])
 
 
 def test_arm_needs_a_libero_scene():
