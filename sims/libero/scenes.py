@@ -10,6 +10,12 @@ docstring describes each file): ``<root>/<CACHE_VERSION>/<suite>/<index>_<task n
     bash scripts/libero_export.sh [DIR]          # both, for the five suites
 
 ``export`` runs the exporter in ``.venv-libero`` (resumes: complete task folders are skipped).
+Nothing needs exporting by hand first: an env exports the tasks it runs on first use
+(:func:`ensure_tasks`, about 10 s a task, once per cache; ``EMBODIED_LIBERO_AUTO_EXPORT=0`` turns
+this off and a missing task raises :class:`SceneCacheError` naming the command). Every export,
+``export`` included, holds the lock file ``<root>/<CACHE_VERSION>/.export.lock`` (:func:`export_lock`),
+so processes that make the same cache at once take turns, and the exporter renames each finished
+task folder into place, so a folder with ``meta.json`` is complete.
 ``check`` loads every exported scene in MuJoCo 4, applies init states 0 and 1 and compares the body
 poses with the ones recorded in mujoco 2.3.7, after ``mj_forward`` and after 200 substeps at rest
 (:func:`rest_rollout`, the same protocol as the exporter's); it prints one line per task and the
@@ -28,19 +34,24 @@ robosuite's asset trees); :func:`load_scene` resolves them against ``assets_root
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import mujoco
 import numpy as np
 
-from sims.libero import MAX_STEPS, VENV, reference_command
+from sims.libero import MAX_STEPS, NUM_TASKS, VENV, LiberoSetupError, reference_command, venv_python
 from sims.libero.contacts import add_reference_box_pairs
 from sims.libero.reference.physics import REST_SUBSTEPS, apply_state, rest_rollout
 
@@ -50,6 +61,9 @@ apply_init_state = apply_state
 CACHE_VERSION = "v1"  # must match sims/libero/reference/export.py
 CACHE_ENV = "EMBODIED_LIBERO_CACHE"
 ASSETS_ENV = "EMBODIED_LIBERO_ASSETS"
+#: ``0`` (or ``false``/``no``/``off``): a missing task raises instead of being exported on first use
+AUTO_EXPORT_ENV = "EMBODIED_LIBERO_AUTO_EXPORT"
+LOCK_NAME = ".export.lock"
 #: tolerances of ``check`` (metres, max abs body position error); measured figures in
 #: docs/results/libero-scenes.md (after loading <= 8.9e-16; at rest with native box contacts
 #: <= 1.9e-4 on 110 of the 130 tasks, the other 20 diverge through mujoco 2.3.7's box-box contacts;
@@ -66,6 +80,7 @@ class SceneCacheError(RuntimeError):
 
 
 def cache_root() -> Path:
+    """The cache root: ``$EMBODIED_LIBERO_CACHE`` or ``~/.cache/embodied/libero``."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "embodied" / "libero").expanduser()
 
 
@@ -95,18 +110,151 @@ def task_dirs(root: str | Path | None = None, suites: Sequence[str] | None = Non
         raise SceneCacheError(f"no LIBERO scene cache at {base}: run `{export_hint(root, suites or list(MAX_STEPS))}`")
     out = []
     for suite in suites or sorted(p.name for p in base.iterdir() if p.is_dir()):
-        folders = [p for p in (base / suite).glob("*_*") if (p / "meta.json").is_file()]
+        folders = [p for p in (base / suite).glob("*_*")
+                   if not p.name.startswith(".") and (p / "meta.json").is_file()]
         out += sorted(folders, key=lambda p: int(p.name.split("_", 1)[0]))
     return out
 
 
-def task_dir(suite: str, index: int, root: str | Path | None = None) -> Path:
-    """The folder of task ``index`` of ``suite``; :class:`SceneCacheError` naming the export if missing."""
+def _find_task(suite: str, index: int, root: str | Path | None) -> Path | None:
     found = list((cache_dir(root) / suite).glob(f"{index}_*/meta.json"))
-    if not found:
+    return found[0].parent if found else None
+
+
+def task_dir(suite: str, index: int, root: str | Path | None = None) -> Path:
+    """The folder of task ``index`` of ``suite``; :class:`SceneCacheError` naming the export if missing
+    (a lookup only: :func:`ensure_tasks` exports what is missing)."""
+    folder = _find_task(suite, index, root)
+    if folder is None:
         raise SceneCacheError(f"task {index} of {suite} is not in the LIBERO scene cache {cache_dir(root)}: run "
                               f"`{export_hint(root, [suite])} --tasks {index}`")
-    return found[0].parent
+    return folder
+
+
+def missing_tasks(suite: str, indices: Sequence[int], root: str | Path | None = None) -> list[int]:
+    """The tasks of ``indices`` (in order, once each) without a complete folder in the cache."""
+    return [i for i in dict.fromkeys(int(i) for i in indices) if _find_task(suite, i, root) is None]
+
+
+def auto_export_enabled() -> bool:
+    """Whether missing tasks are exported on first use: unless ``$EMBODIED_LIBERO_AUTO_EXPORT`` is ``0``
+    (or ``false``, ``no``, ``off``)."""
+    return os.environ.get(AUTO_EXPORT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def export_lock(root: str | Path | None = None, log: Callable[[str], None] = _stderr) -> Iterator[Path]:
+    """Holds the cache's export lock, ``<root>/<CACHE_VERSION>/.export.lock`` (``fcntl.flock``); yields
+    ``<root>/<CACHE_VERSION>``. Every export takes it, so processes filling one cache take turns;
+    waiting for another process's export is said through ``log``. Closing the file (also when the
+    process dies) releases it."""
+    base = cache_dir(root)
+    path = base / LOCK_NAME
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise SceneCacheError(f"cannot write the LIBERO scene cache at {base} ({err}): point {CACHE_ENV} "
+                              f"at a writable folder") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"LIBERO scene cache: waiting for another process's export into {base} (lock {path})")
+            t0 = time.perf_counter()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            log(f"LIBERO scene cache: the other export is done (waited {time.perf_counter() - t0:.0f} s)")
+        yield base
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_tmp(suite_dir: Path) -> None:
+    # the exporter writes each task into .tmp-<task>-<pid> and renames it when complete; under the
+    # lock no exporter of this cache runs, so such a folder is what a killed export left behind
+    for tmp in suite_dir.glob(".tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: the exporter's line per task: ``[libero_spatial 2/10] <task name>: ok in 8.7 s``
+_TASK_LINE = re.compile(r"^\[(?P<suite>\S+) (?P<pos>\d+)/\d+\] (?P<name>.*): "
+                        r"(?P<status>ok in .*|exists, skipped|FAILED.*)$")
+
+
+def _export(root: Path, suite: str, tasks: list[int], log: Callable[[str], None]) -> None:
+    """Runs the reference venv's exporter for ``tasks`` of ``suite``, one line per task through ``log``."""
+    argv, env = export_command(root, [suite], tasks)
+    by_hand = f"{export_hint(root, [suite])} --tasks {' '.join(map(str, tasks))}"
+    n = len(tasks)
+    log(f"LIBERO scene cache: exporting {n} task{'s' * (n > 1)} of {suite} on first use (about 10 s a task, once) "
+        f"into the cache root {root} (${CACHE_ENV} moves it; {AUTO_EXPORT_ENV}=0 turns first-use export off)")
+    t0 = last = time.perf_counter()
+    output: list[str] = []
+    done = 0
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        try:
+            for line in proc.stdout:
+                output.append(line)
+                match = _TASK_LINE.match(line.rstrip("\n"))
+                if match:
+                    done, now = done + 1, time.perf_counter()
+                    status = match["status"]
+                    status = f"exported in {now - last:.1f} s" if status.startswith("ok") else status
+                    log(f"  [{done}/{n}] {suite} task {int(match['pos']) - 1} {match['name']}: {status}")
+                    last = now
+            rc = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if rc != 0:
+            err.seek(0)
+            tail = "".join(output[-5:]) + err.read()[-3000:]
+            raise SceneCacheError(f"exporting task(s) {tasks} of {suite} into {root / CACHE_VERSION} failed (exit "
+                                  f"status {rc}); the exporter's output ends with:\n{tail}\nrun it by hand to retry: "
+                                  f"`{by_hand}`")
+    log(f"LIBERO scene cache: {n} task{'s' * (n > 1)} of {suite} exported in {time.perf_counter() - t0:.0f} s")
+
+
+def ensure_tasks(suite: str, indices: Sequence[int], root: str | Path | None = None, *,
+                 log: Callable[[str], None] = _stderr) -> list[Path]:
+    """The folders of tasks ``indices`` of ``suite``, the missing ones exported first (first use).
+
+    Missing tasks are exported by the reference venv's exporter (about 10 s a task) under the cache's
+    lock (:func:`export_lock`): once it is held, the tasks still missing (another process may have
+    exported them meanwhile) are exported, one progress line per task through ``log`` (stderr).
+    :class:`SceneCacheError` when a task is missing and ``$EMBODIED_LIBERO_AUTO_EXPORT`` is ``0``, when
+    the reference venv is missing, or when the exporter fails (with the tail of its output and the
+    command to run by hand)."""
+    if suite not in NUM_TASKS:
+        raise ValueError(f"unknown LIBERO suite {suite!r} for the scene cache; choose one of {list(NUM_TASKS)}")
+    indices = [int(i) for i in indices]
+    bad = [i for i in indices if not 0 <= i < NUM_TASKS[suite]]
+    if bad:
+        raise ValueError(f"{suite} has tasks 0..{NUM_TASKS[suite] - 1}, got {bad}")
+    missing = missing_tasks(suite, indices, root)
+    if missing:
+        listed = " ".join(map(str, missing))
+        where = f"task(s) {listed} of {suite} are not in the LIBERO scene cache {cache_dir(root)}"
+        if not auto_export_enabled():
+            raise SceneCacheError(f"{where} and {AUTO_EXPORT_ENV}={os.environ[AUTO_EXPORT_ENV]} turns their export "
+                                  f"on first use off: run `{export_hint(root, [suite])} --tasks {listed}`")
+        try:
+            venv_python()
+        except LiberoSetupError as err:
+            raise SceneCacheError(f"{where} and cannot be exported on first use: {err} (or point {CACHE_ENV} "
+                                  f"at an exported cache)") from None
+        with export_lock(root, log) as base:
+            missing = missing_tasks(suite, indices, root)
+            if missing:
+                _remove_stale_tmp(base / suite)
+                _export(base.parent, suite, missing, log)
+    return [task_dir(suite, i, root) for i in indices]
 
 
 def read_meta(task_dir: str | Path) -> dict:
@@ -285,7 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = args.cache if args.cache is not None else cache_root()
     if args.cmd == "export":
         cmd, env = export_command(root, args.suites, args.tasks)
-        return subprocess.run(cmd, env=env).returncode
+        with export_lock(root) as base:  # the lock of the first-use exports (ensure_tasks)
+            for suite in args.suites:
+                _remove_stale_tmp(base / suite)
+            return subprocess.run(cmd, env=env).returncode
     result = check(root, args.suites, args.tol_loaded, args.tol_rest, box_contacts=args.box_contacts)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

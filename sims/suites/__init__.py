@@ -165,12 +165,12 @@ def init_states(suite: str, task: int | str) -> list[dict[str, Any]]:
     the official flattened simulator states, ``{"sim_state": [1 + nq + nv floats]}``)."""
     if suite in _LIBERO:
         from sims.libero import NUM_TASKS
-        from sims.libero.scenes import load_init_states, task_dir
+        from sims.libero.scenes import ensure_tasks, load_init_states
 
         if isinstance(task, int) and not 0 <= task < NUM_TASKS[suite]:
             raise ValueError(f"task index {task} out of range for suite {suite!r} ({NUM_TASKS[suite]} tasks)")
         index = task if isinstance(task, int) else _task_index(suite, task)  # a name needs every task's spec
-        return [{"sim_state": row.tolist()} for row in load_init_states(task_dir(suite, index))]
+        return [{"sim_state": row.tolist()} for row in load_init_states(ensure_tasks(suite, [index])[0])]
     t = build_tasks(suite)[_task_index(suite, task)]
     return [t.initial_state(k) for k in range(NUM_INIT_STATES)]
 

@@ -4,13 +4,18 @@ with the same body poses (sims/libero/scenes.py, sims/libero/reference/export.py
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 
 import mujoco
 import numpy as np
 import pytest
+import torch
 
-from sims.libero import scenes
+import sims
+from sims.libero import PYTHON_ENV, ROOT, scenes
 
 from conftest import needs_libero_venv
 
@@ -112,3 +117,100 @@ def test_apply_init_state_checks_the_size():
     state = np.r_[0.5, [1, 2, 3, 1, 0, 0, 0], np.zeros(6)]
     scenes.apply_init_state(model, data, state)
     assert data.time == 0.5 and np.allclose(data.xpos[1], [1, 2, 3])
+
+
+# ---------------------------------------------------------------- the cache made on first use
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (scenes.AUTO_EXPORT_ENV, scenes.CACHE_ENV)}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+@needs_libero_venv
+def test_an_env_exports_its_named_task_on_first_use(tmp_path, monkeypatch, capfd):
+    monkeypatch.delenv(scenes.AUTO_EXPORT_ENV, raising=False)
+    t0 = time.perf_counter()
+    with sims.make("mujoco", suite="libero_spatial", num_envs=1, tasks=[1], cameras=(), cache=str(tmp_path)) as env:
+        made_s = time.perf_counter() - t0
+        assert scenes.missing_tasks("libero_spatial", [0, 1], tmp_path) == [0]  # the named task only
+        obs = env.reset()
+        obs, reward, terminated, truncated, info = env.step(torch.zeros(1, 7))
+        assert obs["state"].shape == (1, 8) and torch.isfinite(obs["state"]).all() and not terminated.any()
+    err = capfd.readouterr().err
+    assert "exporting 1 task of libero_spatial on first use" in err and f"into the cache root {tmp_path}" in err, err
+    assert scenes.CACHE_ENV in err and scenes.AUTO_EXPORT_ENV in err, err
+    name = env.tasks[0].name  # pick_up_the_black_bowl_next_to_the_ramekin_and_place_it_on_the_plate
+    assert f"[1/1] libero_spatial task 1 {name}: exported in" in err, err
+    print(f"first-use export of one task: env made in {made_s:.1f} s")
+    # a second env over the same cache finds the task: no export, no lock taken
+    with sims.make("mujoco", suite="libero_spatial", num_envs=1, tasks=[1], cameras=(), cache=str(tmp_path)):
+        pass
+    assert "exporting" not in capfd.readouterr().err
+
+
+CHILD = """
+import sys
+import sims
+with sims.make("mujoco", suite="libero_spatial", num_envs=1, cameras=(), cache=sys.argv[1],
+               box_contacts="native") as env:
+    env.reset(task_ids=[1])  # no named tasks: task 1 is exported when the env first runs it
+"""
+
+
+@needs_libero_venv
+def test_two_processes_making_the_cache_at_once(tmp_path):
+    """Two processes start on the same task of an empty cache: one exports it under the lock, the other
+    waits and finds it; one complete folder results."""
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT, env=_child_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    errs = [err for _, err in outs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    assert sum("exported in" in err for err in errs) == 1, errs  # the lock let one process export it
+    suite_dir = tmp_path / scenes.CACHE_VERSION / "libero_spatial"
+    entries = sorted(p.name for p in suite_dir.iterdir())
+    assert len(entries) == 1 and entries[0].startswith("1_"), entries  # no .tmp-* folder left, no task 0
+    folder = scenes.task_dir("libero_spatial", 1, tmp_path)
+    assert folder == suite_dir / entries[0]
+    meta = scenes.read_meta(folder)
+    assert (meta["suite"], meta["task_index"]) == ("libero_spatial", 1)
+    assert scenes.load_scene(folder).nq == meta["sizes"]["nq"]
+    assert scenes.task_dirs(tmp_path) == [folder]
+
+
+LOCKER = """
+import sys
+from sims.libero import scenes
+with scenes.export_lock(sys.argv[1]):
+    print("locked", flush=True)
+"""
+
+
+def test_a_process_waits_for_another_export(tmp_path):
+    with scenes.export_lock(tmp_path) as base:
+        assert (base / scenes.LOCK_NAME).is_file()
+        proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(tmp_path)], cwd=ROOT, env=_child_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = proc.stderr.readline()  # blocks until the child finds the lock taken
+        assert "waiting for another process's export" in line and str(base) in line, line
+        assert proc.poll() is None  # it waits while the lock is held
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out == "locked\n", err
+
+
+def test_auto_export_off_raises_naming_the_export_command(tmp_path, monkeypatch):
+    monkeypatch.setenv(scenes.AUTO_EXPORT_ENV, "0")
+    command = f"python -m sims.libero.scenes export --cache {tmp_path} --suites libero_spatial --tasks 1"
+    with pytest.raises(scenes.SceneCacheError, match=f"{scenes.AUTO_EXPORT_ENV}=0") as err:
+        sims.make("mujoco", suite="libero_spatial", num_envs=1, tasks=[1], cameras=(), cache=str(tmp_path))
+    assert command in str(err.value)
+    assert not (tmp_path / scenes.CACHE_VERSION).exists()  # nothing written
+
+
+def test_first_use_without_the_reference_venv_names_the_setup(tmp_path, monkeypatch):
+    monkeypatch.delenv(scenes.AUTO_EXPORT_ENV, raising=False)
+    monkeypatch.setenv(PYTHON_ENV, str(tmp_path / "no-venv" / "python"))
+    with pytest.raises(scenes.SceneCacheError, match="bash scripts/setup.sh"):
+        scenes.ensure_tasks("libero_spatial", [1], tmp_path)
+    with pytest.raises(ValueError, match=r"tasks 0\.\.9, got \[10\]"):
+        scenes.ensure_tasks("libero_spatial", [10], tmp_path)

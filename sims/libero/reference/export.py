@@ -37,7 +37,10 @@ The fixture placement is the one of the official protocol's first episode: ``env
 then ``env.reset()`` (LIBERO re-samples fixture poses at every hard reset; they are not in the init
 states). Progress is printed per task; a failed task is reported and the others go on (exit status
 1 if any failed); a task folder with its ``meta.json`` is complete and skipped (resume). Each task
-is written into a temporary folder that is renamed into place.
+is written into a temporary folder ``.tmp-<task>-<pid>`` that is renamed into place when complete, so a
+task folder is never seen half-written. Run it under the cache's lock (``sims.libero.scenes.export_lock``,
+which ``python -m sims.libero.scenes export`` and the first-use export take) when other processes may
+export into the same cache.
 """
 
 from __future__ import annotations
@@ -348,7 +351,10 @@ def export_task(suite_name: str, suite, index: int, out_dir: Path, root: Path) -
     (tmp / "scene.xml").write_text(rel_xml)
     np.save(tmp / "init_states.npy", init_states)
     np.savez(tmp / "reference_poses.npz", **poses)
-    (tmp / "meta.json").write_text(json.dumps(jsonable(meta), indent=1))
+    (tmp / "meta.json").write_text(json.dumps(jsonable(meta), indent=1))  # last: a folder with it is complete
+    if (final / "meta.json").is_file():  # an exporter outside the cache's lock finished it meanwhile: keep that one
+        shutil.rmtree(tmp)
+        return final
     if final.exists():  # an incomplete folder of an earlier run
         shutil.rmtree(final)
     os.replace(tmp, final)
