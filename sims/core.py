@@ -103,7 +103,7 @@ class VecEnv(abc.ABC):
 
     @abc.abstractmethod
     def step(
-        self, actions: torch.Tensor, *, active: torch.Tensor | None = None
+        self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
     ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """Advance the envs one control step.
 
@@ -111,6 +111,11 @@ class VecEnv(abc.ABC):
             actions: ``[N, A]`` in ``[-1, 1]``.
             active: optional bool ``[N]``; envs where it is False are not advanced (their
                 observation is returned unchanged, reward 0, not done).
+            render: False: render camera views only where an episode ends at this step (its final
+                observation and the first one of the next episode); the other rows of ``obs["rgb"]``
+                keep the frames last rendered. For callers that do not read this step's pixels
+                (:func:`step_chunk` between chunk boundaries). A frame history renders every step
+                regardless, and backends that render inside their physics step may ignore it.
 
         Returns:
             obs, reward ``[N]`` float32, terminated ``[N]`` bool, truncated ``[N]`` bool, info with
@@ -129,9 +134,9 @@ class VecEnv(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def step_chunk(self, actions: torch.Tensor) -> "ChunkResult":
+    def step_chunk(self, actions: torch.Tensor, *, render_every_step: bool = False) -> "ChunkResult":
         """Execute an action chunk ``[N, H, A]``; see :func:`step_chunk`."""
-        return step_chunk(self, actions)
+        return step_chunk(self, actions, render_every_step=render_every_step)
 
 
 @dataclass
@@ -166,11 +171,16 @@ class ChunkResult:
         return self.terminated | self.truncated
 
 
-def step_chunk(env: VecEnv, actions: torch.Tensor) -> ChunkResult:
+def step_chunk(env: VecEnv, actions: torch.Tensor, *, render_every_step: bool = False) -> ChunkResult:
     """Execute ``actions`` ``[N, H, A]`` step by step; each env stops at its own episode end.
 
     An env whose episode ends at step h is reset (automatic reset) and is not advanced for the
     remaining H-1-h steps of the chunk, so the chunk never leaks into the next episode.
+
+    Camera views are rendered only for the observations returned: the chunk's last one and the
+    final observation of each episode that ends inside the chunk (the intermediate observations
+    are not returned). The pixels are those that rendering every step gives; ``render_every_step``
+    renders every step anyway (the cost of the per-step API, for comparisons).
     """
     if actions.ndim != 3 or actions.shape[0] != env.num_envs:
         raise ValueError(
@@ -189,7 +199,8 @@ def step_chunk(env: VecEnv, actions: torch.Tensor) -> ChunkResult:
     active = torch.ones(n, dtype=torch.bool, device=dev)
     obs: Obs = {}
     for h in range(horizon):
-        obs, r, term, trunc, info = env.step(actions[:, h], active=active)
+        obs, r, term, trunc, info = env.step(actions[:, h], active=active,
+                                             render=render_every_step or h == horizon - 1)
         executed[:, h] = active
         reward += torch.where(active, r, torch.zeros_like(r))
         success |= info["success"] & active
@@ -343,9 +354,9 @@ class PrivilegedStateEnv(VecEnv):
     def reset(self, **kwargs: Any) -> Obs:
         return self._widen(self.env.reset(**kwargs))
 
-    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None
+    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
              ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(actions, active=active)
+        obs, reward, terminated, truncated, info = self.env.step(actions, active=active, render=render)
         info = dict(info)
         info["final_obs"] = self._widen(info["final_obs"])
         return self._widen(obs), reward, terminated, truncated, info

@@ -252,7 +252,9 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                 if should_stop is not None and should_stop():
                     raise KeyboardInterrupt
                 action, from_chunk = executor.next_action(obs, env, agent)
-                obs, _, _, _, info = env.step(action, active=torch.as_tensor(active))
+                # pixels only for the steps whose observation is read: the next chunk request, or a video
+                obs, _, _, _, info = env.step(action, active=torch.as_tensor(active),
+                                              render=filming or executor.reads_observation())
                 env_steps += int(active.sum())
                 held += int((~from_chunk.numpy() & active).sum())
                 ended = info["done"].numpy() & active

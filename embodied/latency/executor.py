@@ -177,15 +177,24 @@ class ChunkExecutor:
                              f"[{self.n}, {self.h}, {self.a}]")
         return chunk.detach().float().cpu(), seconds
 
+    def _arrive(self) -> None:
+        """Queue the chunk in flight once its arrival step has come."""
+        if self.pending is not None and self.pending[0] <= self.now:
+            self.queue.push(self.pending[2], self.pending[1])
+            self.pending = None
+
+    def reads_observation(self) -> bool:
+        """Whether the next :meth:`next_action` call reads its observation (asks for a chunk): the
+        steps whose observation must be rendered."""
+        self._arrive()
+        return self.pending is None and wants_chunk(self.cfg.mode, int(self.queue.remaining().max()), self.cfg.delay,
+                                                    self.threshold)
+
     def next_action(self, obs: dict[str, Any], env: Any, agent: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The action ``[N, A]`` for the current step and whether it came from a chunk ``[N]``
         (False: the robot held still); then the step advances."""
         t = self.now
-        if self.pending is not None and self.pending[0] <= t:
-            self.queue.push(self.pending[2], self.pending[1])
-            self.pending = None
-        if self.pending is None and wants_chunk(self.cfg.mode, int(self.queue.remaining().max()), self.cfg.delay,
-                                                self.threshold):
+        if self.reads_observation():
             chunk, seconds = self._request(obs, env, agent)
             d = self.cfg.delay if self.cfg.delay_source == "steps" else delay_steps(seconds, self.hz)
             self.stats.record("delay_steps", float(d))

@@ -39,7 +39,7 @@ import torch
 from sims.core import Obs, Spec, TaskSpec, VecEnv, env_index_array
 from sims.libero import (ACTION_DIM, ACTION_NAMES, MAX_STEPS, NUM_INIT_STATES, NUM_TASKS, NUM_WAIT_STEPS, STATE_NAMES,
                          TRAIN_STATES_FROM)
-from sims.libero.scenes import BOX_CONTACTS, task_dir
+from sims.libero.scenes import BOX_CONTACTS, ensure_tasks
 from sims.libero.worlds import CAMERAS, LiberoWorlds
 from sims.registry import closest_key
 
@@ -88,8 +88,9 @@ class LiberoVecEnv(VecEnv):
         image_size: the views' height and width (the protocol renders 256 and openpi resizes to 224;
             128 is what we train on).
         tasks: the suite's task indices the env runs (default all); ``obs["task_id"]`` and
-            ``reset(task_ids=...)`` index into this list. A task's scene must be in the cache when an
-            env first runs it (named ``tasks``: when the env is made).
+            ``reset(task_ids=...)`` index into this list. A task's scene missing from the cache is
+            exported when an env first runs it (named ``tasks``: when the env is made), about 10 s a
+            task (:func:`sims.libero.scenes.ensure_tasks`; ``EMBODIED_LIBERO_AUTO_EXPORT=0``: it raises).
         cache: the scene cache root (default :func:`sims.libero.scenes.cache_root`).
         box_contacts, shadows, reflections, render_faces, antialias: see :class:`~sims.libero.worlds.LiberoWorlds`
             (datasets, training and evaluation must render alike); ``render_faces`` defaults to
@@ -130,9 +131,8 @@ class LiberoVecEnv(VecEnv):
             raise ValueError(f"image_size must be >= 16, got {image_size}")
         self.suite, self.cache = suite, cache
         self.tasks = task_specs(suite, cache, tasks)
-        if tasks is not None:  # named tasks must be exported (the others: when an env first runs them)
-            for t in self.tasks:
-                task_dir(suite, t.extras["task_index"], cache)
+        if tasks is not None:  # named tasks are exported now if missing (others: when an env first runs them)
+            ensure_tasks(suite, [t.extras["task_index"] for t in self.tasks], cache)
         if max_steps is not None:
             self.tasks = [TaskSpec(t.name, t.suite, t.instruction, int(max_steps), t.privileged_keys, t.extras)
                           for t in self.tasks]
@@ -181,10 +181,13 @@ class LiberoVecEnv(VecEnv):
         for t in list(self._worlds):
             if t not in members or len(members[t]) != self._worlds[t].num_envs:
                 self._worlds.pop(t).close()
+        new = [t for t in members if t not in self._worlds]
+        # the tasks first run now are exported if missing, in one exporter run
+        folders = dict(zip(new, ensure_tasks(self.suite, [self.tasks[t].extras["task_index"] for t in new],
+                                             self.cache)))
         for t, envs in members.items():
             if t not in self._worlds:
-                folder = task_dir(self.suite, self.tasks[t].extras["task_index"], self.cache)
-                self._worlds[t] = LiberoWorlds(folder, len(envs), **self._world_options)
+                self._worlds[t] = LiberoWorlds(folders[t], len(envs), **self._world_options)
             self._local[envs] = np.arange(len(envs))
         self._members = members
 
@@ -253,7 +256,7 @@ class LiberoVecEnv(VecEnv):
         self._return[:] = 0.0
         return self._observe()
 
-    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None
+    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
              ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         self._check_open()
         self._start()
@@ -273,7 +276,7 @@ class LiberoVecEnv(VecEnv):
                 continue
             worlds, local = self._worlds[t], self._local[envs]
             warned = np.array([_bad_acc(worlds.datas[j]) for j in local])
-            success[envs] = worlds.step(act[envs], env_ids=local)
+            success[envs] = worlds.step(act[envs], env_ids=local, render=render)
             for k, j in enumerate(local):
                 d = worlds.datas[j]
                 diverged[envs[k]] = (_bad_acc(d) > warned[k] or not np.isfinite(d.qpos).all()
@@ -286,6 +289,9 @@ class LiberoVecEnv(VecEnv):
         terminated = success
         truncated = stepped & ~terminated & ((self._elapsed >= self._limits[self._task_ids]) | diverged)
         done = terminated | truncated
+        if not render:  # the final observations of the episodes that ended are drawn all the same
+            for t, envs in self._members.items():
+                self._worlds[t].render_views(self._local[envs[done[envs]]])
         obs = self._observe()
         final_obs = obs
         episode = {"return": torch.as_tensor(self._return.astype(np.float32), device=self.device),

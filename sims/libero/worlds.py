@@ -127,6 +127,12 @@ class LiberoWorlds:
                                         shadows=shadows, reflections=reflections, skybox=True,
                                         hidden_groups=(0,))  # robosuite's collision geoms are not drawn
         self._images = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
+        # the views are drawn when read (render_views), from the positions each env's last observation
+        # sample saw: qpos (and mocap poses) kept at the sample, and whether that sample is drawn yet
+        self._sample_qpos = np.zeros((num_envs, self.model.nq))
+        self._sample_mocap = (np.zeros((num_envs, self.model.nmocap, 3)), np.zeros((num_envs, self.model.nmocap, 4)))
+        self._undrawn = np.zeros(num_envs, dtype=bool)
+        self._scratch: mujoco.MjData | None = None
         self._video: tuple[str, Any] | None = None
         self._timestep = float(self.model.opt.timestep)
         self._period = self._timestep * osc.substeps
@@ -145,10 +151,12 @@ class LiberoWorlds:
         return ids
 
     def reset(self, init_ids: Sequence[int], wait_steps: int = NUM_WAIT_STEPS,
-              gripper_command: np.ndarray | None = None, env_ids: Sequence[int] | None = None) -> np.ndarray:
+              gripper_command: np.ndarray | None = None, env_ids: Sequence[int] | None = None,
+              render: bool = True) -> np.ndarray:
         """Every env (or the envs ``env_ids``) to official init state ``init_ids[i]``, the controller as
         robosuite leaves it, then ``wait_steps`` open-gripper steps; the protocol's state ``[N, 8]``
-        of every env (the others unchanged).
+        of every env (the others unchanged). ``render``: draw the reset envs' views (:meth:`images`)
+        now; False leaves them to :meth:`render_views`.
 
         ``gripper_command`` (``[2]`` or ``[len(init_ids), 2]``): the gripper command the reset starts from.
         robosuite keeps it across resets: ``[0, 0]`` (the default) in a new env, the previous episode's
@@ -170,11 +178,13 @@ class LiberoWorlds:
             self._clocks[e] = ObservationClock(self._timestep, self._period)
         # robosuite's forced observation at set_init_state
         self._observed[envs] = self._read_state(envs)
-        self._render(envs)
+        self._sample_views(envs)
         for _ in range(wait_steps):
             self._advance(np.tile(WAIT_ACTION, (len(envs), 1)), envs, env_ids is None, sync=False)
         if wait_steps:  # (physics.load synced them)
             self.physics.sync(envs)
+        if render:
+            self.render_views(envs)
         return self.state()
 
     def render_model(self) -> mujoco.MjModel:
@@ -208,11 +218,37 @@ class LiberoWorlds:
                               axis=1)
         return np.concatenate([pose, self.physics.qpos[envs][:, self.arm.finger_idx]], axis=1).astype(np.float32)
 
-    def _render(self, envs: np.ndarray) -> None:
+    def _sample_views(self, envs: np.ndarray) -> None:
+        """An observation sample of ``envs`` now: keep the positions their views show (drawn later)."""
         if self._views is not None and len(envs):
-            self.physics.sync(envs)
-            for e in envs:
-                self._views.render_data(self.datas[e], self._images[e])
+            self._sample_qpos[envs] = self.physics.qpos[envs]
+            if self.model.nmocap:
+                self._sample_mocap[0][envs] = self.physics.batch.bind("mocap_pos")[envs]
+                self._sample_mocap[1][envs] = self.physics.batch.bind("mocap_quat")[envs]
+            self._undrawn[envs] = True
+
+    def render_views(self, env_ids: Sequence[int] | None = None) -> None:
+        """Draw the views of the envs ``env_ids`` (default all) whose last observation sample is not drawn
+        yet, from the positions of that sample: the same pixels as drawing them at the sample (the
+        derived fields a view reads are the kinematics of those positions)."""
+        if self._views is None:
+            return
+        envs = self._env_ids(env_ids)
+        envs = envs[self._undrawn[envs]]
+        if not len(envs):
+            return
+        if self._scratch is None:
+            self._scratch = mujoco.MjData(self.model)
+        d, m = self._scratch, self.model
+        for e in envs:
+            d.qpos[:] = self._sample_qpos[e]
+            if m.nmocap:
+                d.mocap_pos[:], d.mocap_quat[:] = self._sample_mocap[0][e], self._sample_mocap[1][e]
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_comPos(m, d)
+            mujoco.mj_camlight(m, d)
+            self._views.render_data(d, self._images[e])
+        self._undrawn[envs] = False
 
     def _before_substep(self, _: int) -> None:
         # robosuite samples after a substep: the positions of its start (mj_step's derived fields), the
@@ -222,7 +258,7 @@ class LiberoWorlds:
         if len(due):
             self._due_pose = np.concatenate([self.physics.site_pos(due),
                                              quat_to_axisangle(self.physics.body_quat(due, self._hand))], axis=1)
-            self._render(due)
+            self._sample_views(due)
 
     def _after_substep(self, _: int) -> None:
         if len(self._due):
@@ -231,18 +267,22 @@ class LiberoWorlds:
             self._due = np.zeros(0, dtype=np.int64)
 
     def images(self) -> np.ndarray:
-        """The views ``[N, V, H, W, 3]`` uint8 as the protocol's observation shows them, rendered when
-        the observation was sampled: robosuite's renders are OpenGL's bottom-up buffer and the
+        """The views ``[N, V, H, W, 3]`` uint8 as the protocol's observation shows them, of the state when
+        the observation was sampled (as drawn by the last :meth:`render_views`; :meth:`reset` and
+        :meth:`step` draw them unless told not to): robosuite's renders are OpenGL's bottom-up buffer and the
         protocol rotates them by 180 degrees, which is MuJoCo 4's top-down image mirrored left-right."""
         return np.ascontiguousarray(self._images[:, :, :, ::-1])
 
-    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> np.ndarray:
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None, render: bool = True) -> np.ndarray:
         """One control step of ``actions [N, 7]`` (or ``[len(env_ids), 7]`` for the envs ``env_ids``, the
-        others standing still); whether each stepped env's goal holds after it ``[N]`` / ``[len(env_ids)]``."""
+        others standing still); whether each stepped env's goal holds after it ``[N]`` / ``[len(env_ids)]``.
+        ``render``: draw the stepped envs' views now; False leaves them to :meth:`render_views`."""
         envs = self._env_ids(env_ids)
         if len(envs) == 0:
             return np.zeros(0, dtype=bool)
         self._advance(actions, envs, env_ids is None)
+        if render:
+            self.render_views(envs)
         return self.success(envs)
 
     def _advance(self, actions: np.ndarray, envs: np.ndarray, every: bool, sync: bool = True) -> None:

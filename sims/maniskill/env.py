@@ -215,7 +215,8 @@ class ManiSkillVecEnv(VecEnv):
         out["task_id"] = torch.as_tensor(self._task_ids.copy())
         return out
 
-    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None):
+    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True):
+        # ``render`` is accepted for the contract; ManiSkill renders its observation inside its own step
         if self._closed:
             raise RuntimeError("the env is closed")
         n = self.num_envs

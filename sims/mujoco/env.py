@@ -248,10 +248,12 @@ class MujocoVecEnv(VecEnv):
                 self._rendered = np.zeros((num_envs, len(bases), image_size, image_size, 3), np.uint8)
             # the warp renderer without history makes rgb on the device: no host buffer then
             self._device_rgb = self.renderer == "warp" and not self._history
+            self._last_device_rgb: torch.Tensor | None = None
             if not self._device_rgb:
                 self._rgb = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
         else:
             self._renderer = None
+            self._history = False
 
         self._state: Any = None  # [N, STATE_DIM] float32, numpy or on the Warp device (task_logic)
         self._task_ids = np.arange(num_envs, dtype=np.int64) % len(self.task_objs)
@@ -458,7 +460,7 @@ class MujocoVecEnv(VecEnv):
             ctrl[np.ix_(ids, self.arm_act)] = target
         ctrl[sel, self.grip_act] = grip
 
-    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None):
+    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True):
         self._check_open()
         n = self.num_envs
         if not isinstance(actions, torch.Tensor):
@@ -524,10 +526,12 @@ class MujocoVecEnv(VecEnv):
             truncated[ids] = ((self._elapsed[ids] >= limit) | diverged[ids]) & ~terminated[ids]
         done = terminated | truncated
         done_ids = np.flatnonzero(done)
-        # Observe every active env; for the ones that ended this is the final observation.
+        # Observe every active env; for the ones that ended this is the final observation. Without
+        # ``render`` only those are drawn (a frame history needs every frame).
         if len(ids):
+            drawn = ids if render or self._history else ids[done[ids]]
             with self._logic():
-                obs = self._observe(ids)
+                obs = self._observe(ids, drawn=drawn)
         else:
             obs = self._last_obs
         final_obs = obs  # _observe builds fresh tensors, so the reset below leaves these intact
@@ -574,10 +578,12 @@ class MujocoVecEnv(VecEnv):
         return out
 
     # ------------------------------------------------------------------ observations
-    def _observe(self, ids: np.ndarray, fresh: bool = False) -> Obs:
+    def _observe(self, ids: np.ndarray, fresh: bool = False, drawn: np.ndarray | None = None) -> Obs:
         """Refresh the cached observation rows of envs ``ids`` and return a copy of all rows.
 
         ``fresh``: the envs start an episode, so past frames of history cameras repeat this one.
+        ``drawn``: the envs whose camera views are rendered (default ``ids``); the other rows keep
+        the frames last rendered.
         """
         xp = self.xp
         sel = slice(None) if len(ids) == self.num_envs else ids
@@ -600,7 +606,7 @@ class MujocoVecEnv(VecEnv):
             "privileged": self._obs_tensor(self._privileged()),
         }
         if self._renderer is not None:
-            obs["rgb"] = self._views(ids, fresh)
+            obs["rgb"] = self._views(ids if drawn is None else drawn, fresh)
         self._last_obs = obs
         return obs
 
@@ -611,7 +617,11 @@ class MujocoVecEnv(VecEnv):
             # the ray tracer's buffer as a torch tensor on the Warp device, copied once (on that device
             # when the obs live there: the next render overwrites the buffer). Worlds outside ``ids``
             # are re-rendered from their unchanged state, so their rows stay the same.
-            return self._renderer.render_torch(self.sim).to(dev, copy=True)
+            if len(ids) or self._last_device_rgb is None:
+                self._last_device_rgb = self._renderer.render_torch(self.sim).to(dev, copy=True)
+            return self._last_device_rgb.clone()
+        if not len(ids):  # nothing drawn: the frames last rendered
+            return torch.from_numpy(self._rgb.copy()).to(dev)
         if self._host_stale:  # the GL renderer reads the host arrays
             self._pull_host()
         if not self._history:  # the views are the rendered cameras

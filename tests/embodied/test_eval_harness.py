@@ -238,3 +238,57 @@ def test_a_stop_request_ends_the_run_between_control_steps():
                   on_episode=records.append, should_stop=should_stop)
     assert len(polls) == 61  # polled once per control step, stopped at the first True
     assert 0 < len(records) < 50 and all(r.success for r in records)
+
+
+class _RecordingAgent:
+    """Random chunks from a seeded stream; keeps the views of every observation it is asked with."""
+
+    cameras = ("agentview", "wrist")
+    state_obs = "proprio"
+    chunk_size = 4
+
+    def __init__(self):
+        self.seen: list = []
+
+    def begin_wave(self, seed: int) -> None:
+        import torch
+
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def act(self, obs, env):
+        import torch
+
+        self.seen.append(obs["rgb"].clone())
+        return torch.rand(obs["state"].shape[0], self.chunk_size, 7, generator=self.gen) * 2 - 1
+
+    def act_rtc(self, obs, env, prev, prev_valid, frozen):
+        return self.act(obs, env)
+
+    def episode_done(self, mask) -> None: ...
+
+
+@pytest.mark.parametrize("latency", [dict(mode="sync", action_steps=3), dict(mode="async", delay=1),
+                                     dict(mode="rtc", delay=2, threshold=2)])
+def test_latency_modes_read_mid_chunk_frames_as_rendered_every_step(latency):
+    """The harness renders only the steps whose observation a chunk request reads (or a video): the
+    requests see the pixels of rendering every step, and a video gets every frame."""
+    import torch
+
+    from embodied.eval.harness import run_suite
+    from embodied.latency import LatencyConfig
+
+    def run(film: bool):
+        agent, videos, records = _RecordingAgent(), [], []
+        run_suite(agent, "goal", tasks=[8], episodes=2, num_envs=2, image_size=32, seed=3, max_steps=9,
+                  latency=LatencyConfig(**latency), record_frames=film, on_episode=records.append,
+                  on_frames=lambda *a: videos.append(a))
+        return agent.seen, videos, records
+
+    lazy, _, _ = run(False)
+    every, videos, records = run(True)  # a video renders every step
+    assert len(lazy) == len(every) >= 3
+    assert all(torch.equal(a, b) for a, b in zip(lazy, every))
+    assert len(videos) == 2
+    for (_, _, _, frames, _, length), rec in zip(videos, records):
+        assert length == rec.length and len(frames) == length + 1  # the reset's frame and one per step
+        assert sum(not (a == b).all() for a, b in zip(frames, frames[1:])) >= length - 1  # drawn, not repeated

@@ -110,7 +110,8 @@ def test_task_specs_and_init_states_from_the_cache(libero_exported, monkeypatch)
     meta = scenes.read_meta(scenes.task_dir("libero_spatial", 0, cache))
     assert len(specs) == 10 and specs[0].name == meta["task_name"] and specs[0].instruction == meta["language"]
     assert specs[0].extras["goal"] == meta["goal_state"] and specs[0].extras["objects"] == sorted(meta["objects"])
-    # an env runs exported tasks only: task 1 is not
+    # with first-use export off, an env runs exported tasks only: task 1 is not
+    monkeypatch.setenv(scenes.AUTO_EXPORT_ENV, "0")
     with sims.make("mujoco", suite="libero_spatial", num_envs=2, cameras=()) as env:
         with pytest.raises(scenes.SceneCacheError, match="--tasks 1"):
             env.reset(task_ids=[0, 1])
@@ -135,7 +136,7 @@ def test_bad_options_are_refused(libero_exported, kwargs, message):
         sims.make("mujoco", suite="libero_spatial", num_envs=1, **args)
 
 
-def test_bad_calls_are_refused(libero_exported):
+def test_bad_calls_are_refused(libero_exported, monkeypatch):
     with _make(libero_exported[0], 2) as env:
         with pytest.raises(ValueError, match=r"init_ids must be in 0\.\.49"):
             env.reset(init_ids=[0, 50])
@@ -147,7 +148,40 @@ def test_bad_calls_are_refused(libero_exported):
             env.step(torch.full((2, 7), float("nan")))
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()
+    monkeypatch.setenv(scenes.AUTO_EXPORT_ENV, "0")  # (on, task 1 is exported: test_libero_scenes.py)
     with pytest.raises(scenes.SceneCacheError, match="--tasks 1"):
         sims.make("mujoco", suite="libero_spatial", num_envs=1, cache=str(libero_exported[0]), tasks=[1])
     with pytest.raises(ValueError, match="CPU backend only"):
         sims.make("mujoco_gpu", suite="libero_spatial", num_envs=1)
+
+
+def test_chunks_return_the_pixels_of_rendering_every_step(libero_exported):
+    """Render on demand on a LIBERO task: the views drawn later from an observation sample's positions
+    are the ones drawn at the sample, and chunks return the frames per-step rendering gives (episodes
+    ending inside chunks included)."""
+    cache = libero_exported[0]
+    worlds = LiberoWorlds(scenes.task_dir("libero_spatial", 0, cache), 2, box_contacts="native",
+                          cameras=("agentview", "wrist"), image_size=32)
+    try:
+        worlds.reset([3, 7], wait_steps=0)  # the sample at the reset: the synced state, drawn directly by render()
+        for e in range(2):
+            for v, cam in enumerate(("agentview", "wrist")):
+                np.testing.assert_array_equal(worlds.images()[e, v], worlds.render(e, cam))
+    finally:
+        worlds.close()
+
+    def run(every: bool):
+        gen = torch.Generator().manual_seed(0)
+        frames, finals = [], []
+        with _make(cache, 2, cameras=("agentview", "wrist"), image_size=32, max_steps=4) as env:
+            frames.append(env.reset(seed=1)["rgb"].clone())
+            for _ in range(3):
+                res = env.step_chunk(torch.rand(2, 3, 7, generator=gen) * 2 - 1, render_every_step=every)
+                frames.append(res.obs["rgb"].clone())
+                finals.append(res.final_obs["rgb"][res.done].clone())
+        return frames, finals
+
+    every, lazy = run(True), run(False)
+    assert sum(len(f) for f in every[1]) >= 2
+    for a, b in zip(every, lazy):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
