@@ -16,6 +16,11 @@ What one run measures, for every batch size N in ``num_envs`` and thread count T
   (``skip_checks=True``, preallocated outputs: the library's fastest path);
 - ``env_rgb``: our env with ``cameras`` rendered at ``image_size`` (skipped with ``cameras=[]``).
 
+Then the RL workload (:mod:`benchmarks.chunk_render`, skipped with ``workload_suites=[]``): for each
+suite of ``workload_suites``, ``step_chunk`` with the two views at ``image_size``, ``workload_num_envs``
+x ``workload_chunk_sizes``, rendering on demand against rendering every step of the same chunks
+(``rl_workload`` in ``sim.json``).
+
 The variants of a case, and the thread counts of one N, are interleaved inside every repeat,
 so slow drifts of the machine hit them alike; each repeat times ``steps`` control steps after
 an untimed warm-up with ``time.perf_counter``. Rates are env-steps/s (control steps x N per
@@ -104,6 +109,13 @@ class SimBenchConfig(BenchConfig):
     gpu_task_logic: list[str] = field(default_factory=lambda: ["device", "host"])
     gpu_steps: int = 50  # control steps per timed repeat
     gpu_repeats: int = 3
+    # The RL workload (benchmarks/chunk_render.py): step_chunk on these suites with the two views at
+    # image_size, rendering on demand against every step; [] skips it
+    workload_suites: list[str] = field(default_factory=lambda: ["goal", "spatial"])
+    workload_num_envs: list[int] = field(default_factory=lambda: [8, 32])
+    workload_chunk_sizes: list[int] = field(default_factory=lambda: [5, 10])
+    workload_control_steps: int = 40  # control steps per timed repeat (whole chunks)
+    workload_repeats: int = 3
 
 
 SCHEMA = SimBenchConfig
@@ -308,6 +320,15 @@ def validate(cfg: SimBenchConfig) -> None:
         raise BenchError(f"unknown camera(s) {unknown}; available: {list(CAMERAS)}")
     if cfg.task not in task_names():
         raise BenchError(f"unknown task {cfg.task!r}; available: {task_names()}")
+    if cfg.workload_suites:
+        mujoco_suites = [s for s in sims.suites.names() if not sims.suites.is_libero(s)]
+        bad = [s for s in cfg.workload_suites if s not in mujoco_suites]
+        if bad:
+            raise BenchError(f"workload_suites must name our MuJoCo suites {mujoco_suites}, got {bad} (real LIBERO's "
+                             "workload is in bench=libero)")
+        positive_list("workload_num_envs", cfg.workload_num_envs)
+        positive_list("workload_chunk_sizes", cfg.workload_chunk_sizes)
+        positive_list("workload_control_steps / workload_repeats", [cfg.workload_control_steps, cfg.workload_repeats])
 
 
 # ---------------------------------------------------------------------------- results
@@ -480,10 +501,34 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
         from benchmarks.sim_gpu import run_gpu_backends
 
         payload["gpu_backends"] = run_gpu_backends(cfg)
+    if cfg.workload_suites:
+        payload["rl_workload"] = rl_workload(cfg, progress)
     write_json(out / "sim.json", payload)
     _write_csv(out / "sim.csv", cfg, plan, series, payload, sizes, views)
     print(format_table(payload))
+    if payload.get("rl_workload"):
+        from benchmarks.chunk_render import format_rows
+
+        print(format_rows(payload["rl_workload"], f"RL workload, two views {cfg.image_size} px"))
     return payload
+
+
+def rl_workload(cfg: SimBenchConfig, progress: bool = True) -> list[dict[str, Any]]:
+    """:func:`benchmarks.chunk_render.time_workload` on each of ``cfg.workload_suites`` (rows carry the suite)."""
+    from benchmarks.chunk_render import time_workload
+
+    rows = []
+    for suite in cfg.workload_suites:
+        def make(n: int, suite: str = suite) -> Any:
+            return sims.make("mujoco", suite=suite, num_envs=n, seed=cfg.seed, device=cfg.device,
+                             cameras=("agentview", "wrist"), image_size=cfg.image_size)
+
+        say = (lambda msg, suite=suite: print(f"[bench sim] RL workload {suite}: {msg}", flush=True)) if progress else None
+        for row in time_workload(make, num_envs=cfg.workload_num_envs, chunk_sizes=cfg.workload_chunk_sizes,
+                                 control_steps=cfg.workload_control_steps, repeats=cfg.workload_repeats,
+                                 seed=cfg.seed, progress=say):
+            rows.append({"suite": suite, "cameras": ["agentview", "wrist"], "image_size": cfg.image_size, **row})
+    return rows
 
 
 def _other_cores(t0: float, start: tuple[float, float] | None) -> float | None:

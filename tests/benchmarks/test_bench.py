@@ -28,7 +28,8 @@ def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def test_bench_sim_writes_json_csv_and_table(tmp_path):
     out = tmp_path / "run"
     proc = _run("bench=sim", f"out={out}", "num_envs=[1,2]", "num_threads=[1,2]", "steps=3",
-                "repeats=1", "warmup_steps=1", "image_size=32", cwd=tmp_path)
+                "repeats=1", "warmup_steps=1", "image_size=32", "workload_suites=[goal]", "workload_num_envs=[2]",
+                "workload_chunk_sizes=[2,3]", "workload_control_steps=3", "workload_repeats=2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Hydra's own files go to the run folder, not ./outputs
     assert (out / ".hydra" / "config.yaml").is_file()
@@ -77,11 +78,17 @@ def test_bench_sim_writes_json_csv_and_table(tmp_path):
             "ratio_vs_raw_batch", "speedup_vs_1_thread", "overhead_ms_per_step"} <= set(rows[0])
     assert {r["variant"] for r in rows} == {"env_state", "raw_batch", "raw_rollout", "env_rgb"}
     assert all(float(r["env_steps_per_s_median"]) > 0 for r in rows)
+    # the RL workload: step_chunk rendering on demand against every step, per (N, H)
+    assert [(r["suite"], r["num_envs"], r["chunk_size"]) for r in res["rl_workload"]] == [("goal", 2, 2), ("goal", 2, 3)]
+    for r in res["rl_workload"]:
+        assert r["control_steps"] >= 3 and len(r["on_demand_runs"]) == len(r["every_step_runs"]) == 2
+        assert r["on_demand_env_steps_per_s"] > 0 and r["every_step_env_steps_per_s"] > 0 and r["speedup"] > 0
+    assert "RL workload" in proc.stdout
 
 
 def test_bench_state_only_without_rollout(tmp_path):
     proc = _run("bench=sim", f"out={tmp_path}", "num_envs=[2]", "num_threads=[1]", "cameras=[]",
-                "rollout=false", "steps=2", "repeats=2", "warmup_steps=0")
+                "rollout=false", "steps=2", "repeats=2", "warmup_steps=0", "workload_suites=[]")
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "sim.json").read_text())
     (case,) = res["cases"]
@@ -98,6 +105,8 @@ def test_bench_errors_are_clear(tmp_path):
     assert proc.returncode != 0 and "out=DIR is required" in proc.stderr
     proc = _run("bench=sim", f"out={tmp_path}", "num_envs=[0]")
     assert proc.returncode != 0 and "num_envs must be" in proc.stderr
+    proc = _run("bench=sim", f"out={tmp_path}", "workload_suites=[libero_spatial]")
+    assert proc.returncode != 0 and "workload_suites must name" in proc.stderr
     proc = _run("bench=sim", f"out={tmp_path}", "bogus_key=1")
     assert proc.returncode != 0 and "bogus_key" in proc.stderr
 

@@ -29,7 +29,9 @@ def test_evaluation_cost_counts_every_episode_at_its_limit():
 def test_bench_libero_writes_its_cases(tmp_path, libero_exported):
     out = tmp_path / "run"
     proc = subprocess.run([str(BIN / "embodied-bench"), "bench=libero", f"out={out}", "image_sizes=[128]", "steps=2",
-                           "repeats=1", "resets=1", "batched_num_envs=[2]", f"cache={libero_exported[0]}"],
+                           "repeats=1", "resets=1", "batched_num_envs=[2]", f"cache={libero_exported[0]}",
+                           "workload_num_envs=[2]", "workload_chunk_sizes=[2]", "workload_control_steps=2",
+                           "workload_repeats=1"],
                           capture_output=True, text=True, timeout=400, cwd=tmp_path,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -45,8 +47,26 @@ def test_bench_libero_writes_its_cases(tmp_path, libero_exported):
         ("native", 2, 0, None, None), ("reference", 2, 0, None, None), ("native", 2, 128, None, True),
         ("native", 2, 128, 2000, True), ("native", 2, 128, 2000, False)]
     assert all(b["steps_per_s"] > 0 and b["ratio_vs_reference"] > 0 for b in res["batched"])
+    # without rendering, also MuJoCo's own physics replaying the same substeps (the same trajectories)
+    # on our batch's threads, and our time over its time
+    for b in res["batched"]:
+        if b["image_size"]:
+            assert "physics_limit_steps_per_s" not in b
+            continue
+        assert b["physics_limit_steps_per_s"] > 0 and b["physics_nthread"] == 1, b
+        assert abs(b["ratio_to_limit"] - b["physics_limit_steps_per_s"] / b["steps_per_s"]) < 0.01, b
+        assert b["limit_state_err"] < 1e-9, b
+    # the RL workload: step_chunk on demand against every step, and against the reference rendering every
+    # step and only at the chunk boundaries
+    (w,) = res["rl_workload"]
+    assert (w["num_envs"], w["chunk_size"], w["control_steps"]) == (2, 2, 2)
+    assert w["on_demand_env_steps_per_s"] > 0 and w["every_step_env_steps_per_s"] > 0 and w["speedup"] > 0
+    assert w["vs_reference_every_step"] > 0 and w["vs_reference_chunk_boundary"] > 0
+    assert res["cases"][0]["chunk_boundary_steps_per_s"]["2"] > 0
     rows = list(csv.reader((out / "libero.csv").open()))
-    assert rows[0][:3] == ["case", "image_size", "steps_per_s"] and len(rows) == 9
+    assert rows[0] == ["case", "image_size", "steps_per_s", "soft_reset_s", "build_s", "physics_limit_steps_per_s",
+                       "ratio_to_limit"] and len(rows) == 9
+    assert [r[0] for r in rows[1:] if r[5]] == ["ours native contacts, 2 envs", "ours reference contacts, 2 envs"]
 
 
 def test_bench_libero_refuses_an_unknown_suite(tmp_path):

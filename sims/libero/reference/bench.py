@@ -4,8 +4,10 @@
 
 Per case (two cameras at each image size, and no rendering): env steps per second over ``steps``
 steps of random actions after a reset (the median of ``repeats`` runs); and the seconds a reset
-takes with ``hard_reset`` (robosuite's default: the model is rebuilt) and without. Prints one JSON
-line ``RESULT {...}``.
+takes with ``hard_reset`` (robosuite's default: the model is rebuilt) and without. With
+``--chunk-sizes``, each camera case also runs with the camera observables off and the two views
+drawn directly only at every H-th step (a chunked policy's loop that renders only at chunk
+boundaries; openpi's and RLinf's LIBERO loops render every step). Prints one JSON line ``RESULT {...}``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,22 @@ import numpy as np
 from .env import ReferenceTask
 
 
-def steps_per_s(task: ReferenceTask, steps: int, rng: np.random.Generator) -> float:
+def steps_per_s(task: ReferenceTask, steps: int, rng: np.random.Generator, chunk: int = 0) -> float:
+    """Steps/s of random actions; ``chunk`` > 0: the camera observables off and both views drawn at
+    every ``chunk``-th step only."""
     task.reset(0, wait_steps=0)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        task.step(rng.uniform(-1, 1, 7))
-    return steps / (time.perf_counter() - t0)
+    if chunk:
+        task.camera_observables(False)
+    try:
+        t0 = time.perf_counter()
+        for i in range(steps):
+            task.step(rng.uniform(-1, 1, 7))
+            if chunk and (i + 1) % chunk == 0:
+                task.render_views()
+        return steps / (time.perf_counter() - t0)
+    finally:
+        if chunk:
+            task.camera_observables(True)
 
 
 def reset_s(task: ReferenceTask, resets: int) -> list[float]:
@@ -45,6 +57,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--resets", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk-sizes", type=int, nargs="*", default=[],
+                   help="also time rendering only at every H-th step, for each H")
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
     cases = []
@@ -54,10 +68,15 @@ def main() -> None:
             build_s = time.perf_counter() - t0
             runs = [steps_per_s(task, args.steps, rng) for _ in range(args.repeats)]
             soft = reset_s(task, args.resets)
+            chunked = {h: [steps_per_s(task, args.steps, rng, chunk=h) for _ in range(args.repeats)]
+                       for h in (args.chunk_sizes if size else [])}
         cases.append({"case": f"two cameras {size} px" if size else "no rendering", "image_size": size,
                       "build_s": round(build_s, 2), "steps_per_s_runs": [round(r, 3) for r in runs],
                       "steps_per_s": round(float(np.median(runs)), 3), "soft_reset_s": round(float(np.median(soft)), 3)})
-        print(f"[libero bench] {cases[-1]['case']}: {cases[-1]['steps_per_s']:.2f} steps/s", flush=True)
+        if chunked:
+            cases[-1]["chunk_boundary_steps_per_s"] = {str(h): round(float(np.median(r)), 3) for h, r in chunked.items()}
+        print(f"[libero bench] {cases[-1]['case']}: {cases[-1]['steps_per_s']:.2f} steps/s"
+              + "".join(f", rendering every {h}th step {np.median(r):.2f}" for h, r in chunked.items()), flush=True)
     with ReferenceTask(args.suite, args.task, image_size=args.image_sizes[0] if args.image_sizes else 0,
                        hard_reset=True) as task:
         hard = reset_s(task, args.resets)

@@ -140,6 +140,23 @@ class ReferenceTask:
             out["wrist"] = np.ascontiguousarray(self.raw["robot0_eye_in_hand_image"][::-1, ::-1])
         return out
 
+    def camera_observables(self, enabled: bool) -> None:
+        """Turn robosuite's two camera observables on or off: off, a step renders nothing (the views are
+        then drawn only on request, :meth:`render_views`)."""
+        if self.image_size <= 0:
+            raise ValueError("this env was made without rendering (image_size=0)")
+        for cam in ("agentview", "robot0_eye_in_hand"):
+            self.inner.modify_observable(observable_name=f"{cam}_image", attribute="enabled", modifier=enabled)
+
+    def render_views(self) -> dict[str, np.ndarray]:
+        """Both views of the simulator now, drawn directly as the camera observables draw them
+        (``sim.render``), in the protocol's orientation ``[H, W, 3]``."""
+        if self.image_size <= 0:
+            raise ValueError("this env was made without rendering (image_size=0)")
+        sim, size = self.inner.sim, self.image_size
+        return {view: np.ascontiguousarray(sim.render(camera_name=cam, width=size, height=size)[::-1, ::-1])
+                for view, cam in (("agentview", "agentview"), ("wrist", "robot0_eye_in_hand"))}
+
     # -- privileged access ---------------------------------------------------------------------
     @property
     def inner(self) -> Any:
