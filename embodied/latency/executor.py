@@ -185,7 +185,8 @@ class ChunkExecutor:
 
     def reads_observation(self) -> bool:
         """Whether the next :meth:`next_action` call reads its observation (asks for a chunk): the
-        steps whose observation must be rendered."""
+        steps whose observation must be rendered. A chunk in flight whose arrival step has come is
+        queued first (as that call would), so the answer is exact."""
         self._arrive()
         return self.pending is None and wants_chunk(self.cfg.mode, int(self.queue.remaining().max()), self.cfg.delay,
                                                     self.threshold)

@@ -132,6 +132,8 @@ class LiberoWorlds:
         self._sample_qpos = np.zeros((num_envs, self.model.nq))
         self._sample_mocap = (np.zeros((num_envs, self.model.nmocap, 3)), np.zeros((num_envs, self.model.nmocap, 4)))
         self._undrawn = np.zeros(num_envs, dtype=bool)
+        b = self.physics.batch
+        self._mocap = (b.bind("mocap_pos"), b.bind("mocap_quat")) if self.model.nmocap else None
         self._scratch: mujoco.MjData | None = None
         self._video: tuple[str, Any] | None = None
         self._timestep = float(self.model.opt.timestep)
@@ -222,9 +224,8 @@ class LiberoWorlds:
         """An observation sample of ``envs`` now: keep the positions their views show (drawn later)."""
         if self._views is not None and len(envs):
             self._sample_qpos[envs] = self.physics.qpos[envs]
-            if self.model.nmocap:
-                self._sample_mocap[0][envs] = self.physics.batch.bind("mocap_pos")[envs]
-                self._sample_mocap[1][envs] = self.physics.batch.bind("mocap_quat")[envs]
+            if self._mocap is not None:
+                self._sample_mocap[0][envs], self._sample_mocap[1][envs] = self._mocap[0][envs], self._mocap[1][envs]
             self._undrawn[envs] = True
 
     def render_views(self, env_ids: Sequence[int] | None = None) -> None:

@@ -58,12 +58,16 @@ def test_gripper_command_moves_by_the_sign_and_saturates():
     np.testing.assert_allclose(out, [[-1, 1], [1, -1], [-1, 1]])
 
 
+def _random_arm(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A positive definite inertia ``[n, 7, 7]`` and a Jacobian ``[n, 6, 7]``, drawn from ``rng`` in that order."""
+    a = rng.normal(size=(n, 7, 7))
+    return a @ np.swapaxes(a, 1, 2) + 7 * np.eye(7), rng.normal(size=(n, 6, 7))
+
+
 def test_osc_torques_at_the_goal_only_compensate_and_pull_the_null_space():
     n, cfg = 2, OSCConfig()
     rng = np.random.default_rng(1)
-    a = rng.normal(size=(n, 7, 7))
-    mass = a @ np.swapaxes(a, 1, 2) + 7 * np.eye(7)
-    jac = rng.normal(size=(n, 6, 7))
+    mass, jac = _random_arm(rng, n)
     bias, q = rng.normal(size=(n, 7)), rng.normal(size=(n, 7))
     zero3, zero6 = np.zeros((n, 3)), np.zeros((n, 6))
     tau = osc.osc_torques(mass, jac, zero3, zero3, zero6, q, np.zeros((n, 7)), q, bias, cfg)
@@ -96,9 +100,7 @@ def _robosuite_torques(mass, jac, pos_err, ori_err, ee_vel, q, qd, q_null, bias,
 def test_osc_torques_are_robosuites_formula_also_at_a_singularity():
     n, cfg = 4, OSCConfig()
     rng = np.random.default_rng(3)
-    a = rng.normal(size=(n, 7, 7))
-    mass = a @ np.swapaxes(a, 1, 2) + 7 * np.eye(7)
-    jac = rng.normal(size=(n, 6, 7))
+    mass, jac = _random_arm(rng, n)
     jac[1, 5] = 0.0  # no yaw: the full and the orientation inertias are singular (pinv's rows)
     jac[2, 3:] = jac[2, :3]  # rank 3: the full one singular, the blocks regular
     args = (rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), rng.normal(size=(n, 6)), *rng.normal(size=(4, n, 7)))
