@@ -182,6 +182,12 @@ class ChunkSample:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+#: observation key of prefix tokens computed earlier for the same observations, ``(tokens [N, T, d],
+#: pad [N, T])``: a policy whose encoder is frozen (:attr:`Policy.frozen_prefix`) reads them instead of
+#: encoding again (an RL learner reuses them over an iteration's epochs)
+ENCODED = "encoded"
+
+
 class Policy(nn.Module, abc.ABC):
     """Base class of VLA policies. Subclasses set ``family`` and ``config_class``."""
 
@@ -214,6 +220,16 @@ class Policy(nn.Module, abc.ABC):
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+    @property
+    def frozen_prefix(self) -> bool:
+        """True when the observation encoder is a :class:`~policies.encoders.prefix.PrefixEncoder` none of
+        whose weights requires gradients (RL's ``freeze_prefix``): its tokens for an observation then stay
+        fixed while the rest trains, and ``obs[ENCODED]`` may carry them."""
+        from policies.encoders.prefix import PrefixEncoder
+
+        prefix = getattr(self, "prefix", None)
+        return isinstance(prefix, PrefixEncoder) and not any(p.requires_grad for p in prefix.parameters())
 
     @abc.abstractmethod
     def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",

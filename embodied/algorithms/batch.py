@@ -21,6 +21,9 @@ from embodied.algorithms.grpo import (GRPO_KEEP, GRPO_WEIGHTING, episode_weighte
 from embodied.algorithms.rollout import Rollout
 
 EXTRA_PREFIX = "x."
+#: a minibatch's column of its rows' indices in the iteration's batch ``[b]`` (int64): a learner whose
+#: policy's encoder is frozen keeps each row's prefix tokens by it (:class:`embodied.rllib.module.PolicyRLModule`)
+ROW = "row"
 
 
 def _observation_columns(rollout: Rollout, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

@@ -172,7 +172,8 @@ def load_records(path: Path) -> list[EpisodeRecord]:
     return out
 
 
-FrameSink = Callable[[str, int, int, list[np.ndarray], bool, int], None]
+#: ``(suite, task, init_id, frames, success, length) -> wants_more``: False stops the filming (no more videos wanted)
+FrameSink = Callable[[str, int, int, list[np.ndarray], bool, int], "bool | None"]
 
 
 def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, num_envs: int, image_size: int,
@@ -191,7 +192,8 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
         on_episode: called for every finished episode (append it to ``episodes.jsonl``).
         record_frames / on_frames: keep each env's frames ``[V, H, W, 3]`` and hand the episode's
             frames to ``on_frames(suite, task, init_id, frames, success, length)`` when it ends
-            (attempt 0's episodes only).
+            (attempt 0's episodes only). When ``on_frames`` returns False it wants no more videos:
+            the filming stops there, and with it the rendering of every step it needed.
         check: called with the env once built (e.g. the policy's spec check).
         should_stop: polled before every control step; when it returns True the run stops there
             with ``KeyboardInterrupt`` (finished episodes have been handed to ``on_episode``).
@@ -269,8 +271,11 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                     if on_episode is not None and (t, init_id) not in recorded.get((attempt, w), set()):
                         on_episode(rec)
                     if filming and on_frames is not None:
-                        on_frames(suite, t, init_id, frames[j], rec.success, rec.length)
+                        wants_more = on_frames(suite, t, init_id, frames[j], rec.success, rec.length)
                         frames[j] = []
+                        if wants_more is False:  # the sink is full: stop filming (and rendering every step)
+                            filming = record_frames = False
+                            frames = [[] for _ in range(n)]
                     if progress is not None:
                         progress.update(1)
                 if ended.any():

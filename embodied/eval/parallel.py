@@ -69,12 +69,13 @@ def _worker(index: int, count: int, spec: WorkerSpec, out: Any, stop: Any) -> No
             agent, check = ExpertAgent(spec.suite), None
         filmed = 0
 
-        def film(suite: str, task: int, init_id: int, frames: list, success: bool, length: int) -> None:
+        def film(suite: str, task: int, init_id: int, frames: list, success: bool, length: int) -> bool:
             nonlocal filmed
             if spec.videos == "none" or (spec.videos == "failures" and success) or filmed >= spec.video_max:
-                return
+                return filmed < spec.video_max
             filmed += 1
             out.put(("frames", (suite, task, init_id, frames, success, length)))
+            return filmed < spec.video_max
 
         stats = run_suite(agent, spec.suite, tasks=spec.tasks, episodes=spec.episodes, num_envs=spec.num_envs,
                           image_size=spec.image_size, seed=spec.seed, latency=spec.latency,

@@ -35,7 +35,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from embodied.algorithms.batch import batch_size, concat_batches
+from embodied.algorithms.batch import ROW, batch_size, concat_batches
 from embodied.algorithms.gae import normalize_advantages
 from embodied.algorithms.loss import LossConfig
 from embodied.algorithms.update import UpdateConfig, explained_variance, run_epochs
@@ -192,6 +192,7 @@ class ChunkRL(Algorithm):
                 learner.seed_update(seed)
                 learner.set_actor_frozen(frozen)
                 learner.keep_undo(rollback)
+                learner.keep_prefix_tokens(True)
                 if critic_obs is not None:
                     learner.update_critic_norm(DEFAULT_MODULE_ID, critic_obs)
 
@@ -200,6 +201,7 @@ class ChunkRL(Algorithm):
 
             def step(rows_idx: torch.Tensor) -> dict[str, float]:
                 mb = {k: v[rows_idx] for k, v in batch.items()}
+                mb[ROW] = rows_idx  # the learner keeps each row's frozen prefix tokens by it
                 self.learner_group.update(
                     batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(mb)}, env_steps=len(rows_idx)),
                     timesteps=steps, num_epochs=1, minibatch_size=None, shuffle_batch_per_epoch=False)
@@ -211,6 +213,7 @@ class ChunkRL(Algorithm):
             stats = run_epochs(step, rows, epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
                                target_kl=self.config.target_kl, generator=torch.Generator().manual_seed(seed),
                                undo=undo if rollback else None)
+            self._on_learners(lambda learner: learner.keep_prefix_tokens(False))  # the batch's tokens go
             self._weights_dirty = True
             if not frozen and self.config.lr > 0:
                 self._actor_version += 1

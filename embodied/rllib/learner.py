@@ -103,6 +103,14 @@ class ChunkPPOLearner(TorchLearner):
         self._before_steps.clear()
         self._first_grad, self._grad_cos, self._grad_compared = None, None, False
 
+    def keep_prefix_tokens(self, enabled: bool) -> None:
+        """Start an iteration's update: with ``enabled`` each row's frozen prefix tokens are computed once
+        and reused by later epochs (see :meth:`embodied.rllib.module.PolicyRLModule.keep_prefix_tokens`)."""
+        for module_id in self.module.keys():
+            module = self.module[module_id].unwrapped()
+            if hasattr(module, "keep_prefix_tokens"):
+                module.keep_prefix_tokens(enabled)
+
     def undo_actor_steps(self) -> int:
         """Put the actor back to its weights before the last two steps of this iteration (or before the
         only one); returns how many steps were undone. The optimizers' moments keep those steps'

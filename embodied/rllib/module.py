@@ -12,8 +12,9 @@ from typing import Any
 import torch
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from embodied.algorithms.batch import ROW
 from embodied.algorithms.critic import build_critic
-from embodied.algorithms.loss import evaluate_minibatch, policy_obs
+from embodied.algorithms.loss import policy_extras, policy_obs
 
 
 def module_config(policy: Any, instructions: list[str], critic: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -48,6 +49,30 @@ class PolicyRLModule(TorchRLModule):
         self.policy = build_policy(self.model_config)
         self.instructions = list(self.model_config["instructions"])
         self.critic = build_critic(self.model_config.get("critic"))
+        # row -> its prefix tokens [T_i, d], for the batch being trained on (None: not kept)
+        self._prefix_rows: dict[int, torch.Tensor] | None = None
+
+    def keep_prefix_tokens(self, enabled: bool = True) -> None:
+        """Start a new training batch: with ``enabled`` (and a frozen encoder, see
+        :attr:`policies.base.Policy.frozen_prefix`) train passes encode each row of the batch once
+        (minibatches carry the rows' indices, :data:`~embodied.algorithms.batch.ROW`) and reuse its tokens
+        in later epochs; they are the same tokens, since no encoder weight moves during the update."""
+        self._prefix_rows = {} if enabled else None
+
+    def _encoded(self, batch: dict[str, Any], obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The minibatch's prefix tokens from the rows kept, encoding (without gradients) the minibatch
+        once when a row is new; None when not keeping them."""
+        if self._prefix_rows is None or ROW not in batch or not self.policy.frozen_prefix:
+            return None
+        from policies.encoders.prefix import PrefixEncoder
+
+        rows = [int(r) for r in batch[ROW]]
+        if any(r not in self._prefix_rows for r in rows):
+            with torch.no_grad():
+                tokens, pad = self.policy.encode(obs)
+            self._prefix_rows.update(zip(rows, PrefixEncoder.split_rows(tokens, pad)))
+            return tokens, pad
+        return PrefixEncoder.stack_rows([self._prefix_rows[r] for r in rows])
 
     def _sample(self, batch: dict[str, Any], mode: str) -> dict[str, Any]:
         sample = self.policy.sample(policy_obs(batch, self.instructions), mode=mode)
@@ -66,7 +91,13 @@ class PolicyRLModule(TorchRLModule):
             return self._sample(batch, "explore")
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        logprob, entropy, value = evaluate_minibatch(self.policy, batch, self.instructions)
+        from policies.base import ENCODED
+
+        obs = policy_obs(batch, self.instructions)
+        encoded = self._encoded(batch, obs)
+        if encoded is not None:
+            obs[ENCODED] = encoded
+        logprob, entropy, value = self.policy.logprob(obs, policy_extras(batch))
         if self.critic is not None:
             value = self.critic(batch["critic_obs"])
         return {"logprob": logprob, "entropy": entropy, "value": value}

@@ -334,9 +334,9 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         log.write(rec.to_json() + "\n")
         log.flush()
 
-    def film(suite: str, task: int, init_id: int, frames: list, success: bool, length: int) -> None:
+    def film(suite: str, task: int, init_id: int, frames: list, success: bool, length: int) -> bool:
         if cfg.videos == "none" or (cfg.videos == "failures" and success) or counts.get(suite, 0) >= cfg.video_max:
-            return
+            return counts.get(suite, 0) < cfg.video_max
         counts[suite] = counts.get(suite, 0) + 1
         import sims
 
@@ -347,6 +347,7 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
                 writer.write(annotate_frame(list(views), [instruction, f"{suite} task {task} init {init_id} "
                                                           f"step {step}/{length} {'success' if success else ''}"]))
         videos.append(rel)
+        return counts[suite] < cfg.video_max
 
     env_steps, seconds, interrupted = 0, 0.0, False
     stop = _StopOnInterrupt()

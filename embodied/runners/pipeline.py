@@ -70,6 +70,9 @@ class PipelineSFTConfig:
     warmup_steps: int = 100
     save_every: int = 250
     augment_shift: int = 0  # random image shift in pixels during SFT (0 = off)
+    # torch threads of SFT (the stage runs alone): a fixed count, so the job trains the same policy on
+    # machines with more cores (of one CPU type)
+    threads: int = 2
 
 
 @dataclass
@@ -325,7 +328,7 @@ def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
     summary = sft_train(SFTConfig(data=str(out / "data"), out=str(out / "sft"), policy=cfg.policy, steps=s.steps,
                                   batch_size=s.batch_size, lr=s.lr, warmup_steps=s.warmup_steps,
                                   save_every=s.save_every, augment_shift=s.augment_shift, seed=cfg.seed,
-                                  resume=resume))
+                                  threads=s.threads, resume=resume))
     return {k: summary[k] for k in ("family", "episodes", "samples", "steps", "final_loss", "train_seconds",
                                     "parameters")} | {"checkpoint": "sft/ckpt"}
 
@@ -632,11 +635,14 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
 
 def _identity(c: dict[str, Any]) -> dict[str, Any]:
     """What makes two pipeline configs the same run: stages and rl.control only choose what runs (a run
-    may go on with more stages), eval.workers changes the wall time and init_from / continue_rl where
-    the first stages came from, not the episodes."""
+    may go on with more stages), eval.workers and rl.runtime.learner_threads change the wall time (the
+    learner's threads also the rounding of its sums) and init_from / continue_rl where the first stages
+    came from, not the episodes."""
     kept = {k: v for k, v in c.items() if k not in ("stages", "init_from", "continue_rl")}
-    return {**kept, "rl": {k: v for k, v in c.get("rl", {}).items() if k != "control"},
-            "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
+    rl = {k: v for k, v in c.get("rl", {}).items() if k != "control"}
+    if isinstance(rl.get("runtime"), dict):
+        rl["runtime"] = {k: v for k, v in rl["runtime"].items() if k != "learner_threads"}
+    return {**kept, "rl": rl, "eval": {k: v for k, v in c.get("eval", {}).items() if k != "workers"}}
 
 
 def pipeline_defaults(config: dict[str, Any]) -> dict[str, Any]:

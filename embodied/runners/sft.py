@@ -69,6 +69,9 @@ class SFTConfig:
     log_every: int = 25
     seed: int = 0
     device: str = "cpu"
+    # torch threads (null: torch's default, one per core). The count changes the order of floating-point
+    # sums, so a fixed count trains the same policy on machines with other core counts (of one CPU type).
+    threads: Optional[int] = None
     resume: bool = False  # continue from out/train_state and out/ckpt
     episodes: Optional[list[int]] = None  # subset of the dataset's episodes (default: all)
     eval: SFTEvalConfig = field(default_factory=SFTEvalConfig)
@@ -94,7 +97,11 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
 
     if cfg.augment_shift < 0:
         raise ValueError(f"augment_shift must be >= 0 pixels, got {cfg.augment_shift}")
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ValueError(f"threads must be >= 1 (or null for one per core), got {cfg.threads}")
     out = prepare_run_dir(cfg.out)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     family, overrides = policy_overrides(cfg.policy)

@@ -135,6 +135,9 @@ class RuntimeConfig:
     overlap: bool = False
     address: Optional[str] = None  # join this Ray cluster ("auto" after `ray start`); else start Ray here
     num_cpus: Optional[int] = None  # CPUs of the Ray started here (default: runners + learners + 1)
+    # torch threads of the driver (its learner with num_learners=0, and its sampler without env runners);
+    # with remote env runners and overlap=false the runners wait while it learns, so their cores are free
+    learner_threads: int = 1
 
 
 @dataclass
@@ -192,6 +195,8 @@ def runtime_problem(r: RuntimeConfig, group: str = "runtime") -> Optional[str]:
                 f"{group}.num_learners > 0")
     if r.name == "cluster" and r.num_env_runners < 1:
         return f"{group}=cluster needs {group}.num_env_runners >= 1"
+    if r.learner_threads < 1:
+        return f"{group}.learner_threads must be >= 1, got {r.learner_threads}"
     return None
 
 
@@ -441,7 +446,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if resumed is not None and holds_critic(resumed) != (critic is not None):
         raise TrainError(f"{resumed} was trained with algo.critic="
                          f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic")
-    torch.set_num_threads(1)
+    torch.set_num_threads(r.learner_threads)
     start_iter, env_steps = 0, 0
     meta: dict[str, Any] = {}
     if resumed is not None:

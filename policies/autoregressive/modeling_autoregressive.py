@@ -54,7 +54,7 @@ from torch import nn
 
 from policies.autoregressive.configuration_autoregressive import AutoregressiveConfig
 from policies.autoregressive.tokenization import actions_to_bins, bins_to_actions
-from policies.base import ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
+from policies.base import ENCODED, ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.encoders.prefix import PrefixEncoder
 
 KVCache = list[dict[str, torch.Tensor]]
@@ -176,6 +176,8 @@ class AutoregressivePolicy(Policy):
         """Observation batch -> ``(prefix tokens [N, T, d], pad [N, T])`` (True = padding)."""
         if not isinstance(obs, dict):
             raise TypeError(f"obs must be a dict with rgb, state and instruction, got {type(obs).__name__}")
+        if ENCODED in obs:  # computed earlier for these observations (a frozen encoder's, see Policy.frozen_prefix)
+            return obs[ENCODED]
         return self.prefix(self.processor.prepare(obs, self.device))
 
     def _cross(self, prefix: torch.Tensor, pad: torch.Tensor

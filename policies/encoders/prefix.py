@@ -13,7 +13,7 @@ so configs that lack these fields keep working.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -92,6 +92,26 @@ class PrefixEncoder(nn.Module):
             torch.zeros(n, 1, dtype=torch.bool, device=tokens.device),
         ], dim=1)
         return self.norm(self.fusion(tokens, src_key_padding_mask=pad)), pad
+
+    @staticmethod
+    def split_rows(tokens: torch.Tensor, pad: torch.Tensor) -> list[torch.Tensor]:
+        """Each row's tokens without its padding, ``[T_i, d]`` (:meth:`stack_rows` undoes it)."""
+        return [row[~mask] for row, mask in zip(tokens, pad)]
+
+    @staticmethod
+    def stack_rows(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``[T_i, d]`` of :meth:`split_rows` as one batch ``[N, T, d]`` and its pad mask ``[N, T]``
+        (``T = max T_i``): a shorter row is padded before its last token, where :meth:`forward` pads the
+        text (the state token stays last). Padded positions hold zeros; every reader masks them."""
+        t = max(int(r.shape[0]) for r in rows)
+        tokens = rows[0].new_zeros(len(rows), t, rows[0].shape[-1])
+        pad = torch.zeros(len(rows), t, dtype=torch.bool, device=rows[0].device)
+        for i, row in enumerate(rows):
+            k = int(row.shape[0])
+            tokens[i, :k - 1] = row[:-1]
+            tokens[i, -1] = row[-1]
+            pad[i, k - 1:t - 1] = True
+        return tokens, pad
 
     @staticmethod
     def pooled(tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:

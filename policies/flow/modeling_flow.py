@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.base import ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
+from policies.base import ENCODED, ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.encoders.prefix import PrefixEncoder
 from policies.flow import sde as S
 from policies.flow.configuration_flow import SAMPLERS, FlowConfig
@@ -133,7 +133,10 @@ class FlowPolicy(Policy):
 
     # ------------------------------------------------------------------ building blocks
     def encode(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prefix tokens ``[N, T, d]`` and padding mask ``[N, T]`` (once per chunk)."""
+        """Prefix tokens ``[N, T, d]`` and padding mask ``[N, T]`` (once per chunk; ``obs[ENCODED]``
+        when the caller holds them already)."""
+        if ENCODED in obs:
+            return obs[ENCODED]
         return self.prefix(self.processor.prepare(obs, self.device))
 
     def _features(self, x: torch.Tensor, t: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:

@@ -292,3 +292,29 @@ def test_latency_modes_read_mid_chunk_frames_as_rendered_every_step(latency):
     for (_, _, _, frames, _, length), rec in zip(videos, records):
         assert length == rec.length and len(frames) == length + 1  # the reset's frame and one per step
         assert sum(not (a == b).all() for a, b in zip(frames, frames[1:])) >= length - 1  # drawn, not repeated
+
+
+def test_filming_stops_when_the_sink_wants_no_more_videos():
+    """A frame sink that returns False is full: the harness hands it no further episode (and stops
+    rendering every step for it); the episodes themselves are the same as without videos."""
+    from embodied.eval.harness import run_suite
+    from embodied.latency import LatencyConfig
+
+    def run(film: bool, wants_more: bool):
+        agent, videos, records = _RecordingAgent(), [], []
+
+        def sink(*args):
+            videos.append(args)
+            return wants_more
+
+        run_suite(agent, "goal", tasks=[8], episodes=3, num_envs=3, image_size=32, seed=3, max_steps=7,
+                  latency=LatencyConfig(mode="sync"), record_frames=film, on_episode=records.append,
+                  on_frames=sink)
+        return videos, records
+
+    every, records = run(True, True)
+    one, records_one = run(True, False)
+    _, records_none = run(False, True)
+    assert len(every) == 3 and len(one) == 1
+    assert one[0][3] is not None and len(one[0][3]) == one[0][5] + 1
+    assert [r.__dict__ for r in records] == [r.__dict__ for r in records_one] == [r.__dict__ for r in records_none]

@@ -239,3 +239,57 @@ def test_token_vla_value_is_detached_and_reads_time_left():
         late = policy.value({**obs, "time_left": torch.full((4,), 0.1)})
         early = policy.value({**obs, "time_left": torch.full((4,), 0.9)})
     assert not torch.allclose(early, late)
+
+
+@pytest.mark.parametrize("family,extra", [("flow", {"sampler": "sde", "expert_layers": 1}),
+                                          ("autoregressive", {"decoder_layers": 1})])
+def test_learner_encodes_each_row_once_with_a_frozen_encoder(family, extra):
+    """With the encoder frozen (RL's freeze_prefix) the module keeps each row's prefix tokens from the
+    first minibatch that holds it: later minibatches (other rows mixed, instructions of other lengths, so
+    other padding) encode nothing and get the log-probs, entropies and values of encoding afresh."""
+    from embodied.algorithms.batch import ROW
+    from embodied.algorithms.params import split_parameters
+    from embodied.rllib.module import PolicyRLModule, module_config
+
+    torch.manual_seed(0)
+    policy = policies.make(family, **TINY, **extra)
+    with sims.make("mujoco", suite="goal", num_envs=3, image_size=32, max_steps=5) as env:
+        obs = env.reset(seed=0, task_ids=[0, 1, 8])  # three instructions of different lengths
+        rollout, _ = collect_chunks(env, policy, obs, num_chunks=2, generator=torch.Generator().manual_seed(0))
+        instructions = rollout.instructions
+    assert len({len(instructions[i]) for i in (0, 1, 8)}) == 3
+    batch = ppo_batch(rollout)
+    module = PolicyRLModule(observation_space=None, action_space=None, inference_only=False,
+                            model_config=module_config(policy, instructions))
+    module.policy.load_state_dict(policy.state_dict())
+    split_parameters(module, freeze_prefix=True)
+    assert module.policy.frozen_prefix
+    encoded_rows = []
+    module.policy.prefix.register_forward_hook(lambda m, inp, out: encoded_rows.append(out[0].shape[0]))
+
+    def forward(rows: list[int]) -> dict[str, torch.Tensor]:
+        idx = torch.tensor(rows)
+        return module._forward_train({**{k: v[idx] for k, v in batch.items()}, ROW: idx})
+
+    module.keep_prefix_tokens(True)
+    forward([0, 1, 2])
+    forward([3, 4, 5])
+    assert encoded_rows == [3, 3]
+    mixed = [5, 0, 4, 2]  # one row of each instruction but the longest in a short one: other padding
+    kept = forward(mixed)
+    assert encoded_rows == [3, 3]  # nothing encoded again
+    module.keep_prefix_tokens(False)
+    fresh = forward(mixed)
+    assert encoded_rows == [3, 3, 4]
+    for key in ("logprob", "entropy", "value"):
+        torch.testing.assert_close(kept[key], fresh[key], rtol=1e-5, atol=1e-5)
+    kept["logprob"].sum().backward()  # the actor still gets its gradient through the kept tokens
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in module.named_parameters()
+               if not n.startswith("policy.prefix."))
+    # an encoder that trains is never kept: its tokens change with every step
+    for p in module.policy.prefix.parameters():
+        p.requires_grad_(True)
+    module.keep_prefix_tokens(True)
+    forward([0, 1])
+    forward([0, 1])
+    assert encoded_rows == [3, 3, 4, 2, 2]
