@@ -94,6 +94,10 @@ class PipelineRLConfig:
     truncation: str = TrainConfig.truncation  # an episode ended by that limit: fail | bootstrap (see embodied-train)
     reward_type: str = TrainConfig.reward_type
     save_every: int = TrainConfig.save_every
+    # score the greedy policy (what evaluation runs) on greedy_states training states per task every this many
+    # iterations, beside the sampled policy's training success (embodied-train's greedy probe; 0: off)
+    greedy_every: int = TrainConfig.greedy_every
+    greedy_states: int = TrainConfig.greedy_states
     # where training episodes start: random (training states: the evaluation's 50 protocol states stay held out) |
     # protocol (on the 50 protocol states the evaluation scores, the LIBERO RL works' protocol)
     init_states: str = TrainConfig.init_pool
@@ -374,6 +378,7 @@ def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = F
         image_size=cfg.sim.image_size,
         iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
         truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every,
+        greedy_every=r.greedy_every, greedy_states=r.greedy_states,
         seed=cfg.seed if r.seed is None else r.seed, resume=resume,
         init_pool=r.init_states))
     return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} \

@@ -46,7 +46,8 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
                  "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
                  "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
                  "advantage_std", "minibatches", "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop",
-                 "policy_lag", "kl_rollback", "approx_kl_max", "log_ratio_max", "grad_cos_first"]
+                 "policy_lag", "kl_rollback", "approx_kl_max", "log_ratio_max", "grad_cos_first",
+                 "greedy_success_rate", "greedy_episodes", "greedy_s"]
 
 
 @dataclass
@@ -174,6 +175,12 @@ class TrainConfig:
     # from this list (each < the chunk size); the policy's state gains the committed actions and d
     latency_delays: Optional[list[int]] = None
     save_every: int = 10  # iterations between checkpoints (and one at the end)
+    # every this many iterations (and after the last) score the policy as evaluation runs it (greedy: the ODE
+    # from the initial noise, nothing injected) on greedy_states training states per task (init_pool's: the
+    # protocol's from 0, else the training states), with the tasks' own step limits: greedy_success_rate
+    # beside the sampled policy's success_rate in metrics.csv, episodes in greedy_episodes.jsonl; 0: off
+    greedy_every: int = 0
+    greedy_states: int = 5
     seed: int = 0
     device: str = "cpu"  # where the update runs: cpu | cuda (each learner takes runtime.num_gpus_per_learner GPUs)
     resume: bool = False  # continue out/checkpoint (after a crash or kill)
@@ -269,6 +276,13 @@ def check_config(cfg: TrainConfig) -> None:
 
     if cfg.init_pool not in INIT_POOLS:
         raise TrainError(f"init_pool={cfg.init_pool!r}: choose {' or '.join(INIT_POOLS)}")
+    if cfg.greedy_every < 0 or cfg.greedy_states < 1:
+        raise TrainError(f"greedy_every ({cfg.greedy_every}) must be >= 0 (0: no greedy probe) and greedy_states "
+                         f"({cfg.greedy_states}) >= 1")
+    pool = sims.suites.num_training_states(cfg.suite) if cfg.init_pool == "random" else sims.suites.NUM_INIT_STATES
+    if cfg.greedy_every and pool is not None and cfg.greedy_states > pool:
+        raise TrainError(f"greedy_states={cfg.greedy_states}: {cfg.suite}'s {cfg.init_pool} pool has {pool} states "
+                         "per task")
     if a.critic not in CRITICS:
         raise TrainError(f"algo.critic={a.critic!r}: choose one of {', '.join(CRITICS)}")
     if a.critic == "privileged" and (not a.critic_hidden or min(a.critic_hidden) < 1):
@@ -508,6 +522,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 env_steps += int(row["env_steps"])
                 row.update(iteration=it + 1, env_steps=env_steps,
                            env_steps_per_s=row["iteration_env_steps"] / max(row["iteration_s"], 1e-9))
+                if cfg.greedy_every and ((it + 1) % cfg.greedy_every == 0 or it + 1 == cfg.iterations):
+                    row.update(_greedy_probe(cfg, out, algo, policy, tasks, it + 1))
                 metrics.row({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
                 metrics.scalars({k: row[k] for k in METRIC_FIELDS[1:] if k in row and np.isfinite(row[k])}, it + 1)
                 history.append(row)
@@ -538,6 +554,22 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     }
     write_json(out / "train.json", summary)
     return summary
+
+
+def _greedy_probe(cfg: TrainConfig, out: Path, algo: Any, policy: Any, tasks: list[int],
+                  iteration: int) -> dict[str, float]:
+    """Score the current weights greedily on the run's training states (:mod:`embodied.eval.greedy_probe`),
+    in as many processes as the env runners, which wait meanwhile."""
+    import policies
+    from embodied.eval.greedy_probe import PROBE_POLICY, log_probe, probe_first_state, score_greedy
+
+    start = time.perf_counter()
+    policy.load_state_dict(algo.policy_state())
+    policies.save(policy, out / PROBE_POLICY, extra={"iteration": iteration})
+    records = score_greedy(out / PROBE_POLICY, suite=cfg.suite, tasks=tasks, states=cfg.greedy_states,
+                           first_state=probe_first_state(cfg.suite, cfg.init_pool), num_envs=cfg.num_envs,
+                           image_size=cfg.image_size, seed=cfg.seed, workers=max(1, cfg.runtime.num_env_runners))
+    return log_probe(out, iteration, records) | {"greedy_s": time.perf_counter() - start}
 
 
 @hydra_app("embodied-train", "train")

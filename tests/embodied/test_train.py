@@ -71,6 +71,32 @@ def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path, algo, sampler):
     assert abs(summary["env_steps_per_s"] - float(rows[-1]["env_steps_per_s"])) < 0.5
 
 
+def test_greedy_probe_scores_the_policy_as_evaluation_does_while_it_trains(tmp_path):
+    """``greedy_every``: every K iterations and after the last the greedy policy plays the run's training
+    states with the evaluation's harness (the protocol's states with init_pool=protocol), its success in
+    metrics.csv beside the sampled one's. Under a frozen actor (lr=0) every probe plays the same episodes:
+    same states, same initial noise, same weights."""
+    from embodied.eval.greedy_probe import read_probes
+
+    init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
+    out = tmp_path / "rl"
+    proc = _train(f"init={init}", f"out={out}", "iterations=3", "greedy_every=2", "greedy_states=2",
+                  "init_pool=protocol", "algo.lr=0", *RUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(out)
+    assert [r["greedy_episodes"] for r in rows] == ["", "4", "4"]  # iteration 2, then the last
+    assert all(0.0 <= float(rows[i]["greedy_success_rate"]) <= 1.0 for i in (1, 2))
+    probes = read_probes(out)
+    assert sorted(probes) == [2, 3]
+    for recs in probes.values():
+        assert sorted((r["task"], r["init_id"]) for r in recs) == [(2, 0), (2, 1), (3, 0), (3, 1)]
+    played = [sorted((r["task"], r["init_id"], r["success"], r["length"]) for r in probes[it]) for it in (2, 3)]
+    assert played[0] == played[1]
+    proc = _train(f"init={init}", f"out={tmp_path / 'bad'}", "greedy_states=51", "greedy_every=1",
+                  "init_pool=protocol", *RUN)
+    assert proc.returncode != 0 and "protocol pool has 50 states per task" in proc.stderr
+
+
 def test_resume_after_sigkill(tmp_path):
     """SIGKILL mid-run: the last complete checkpoint survives and resume=true finishes the run."""
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")

@@ -1,0 +1,319 @@
+"""One VLA that sees, for a whole real-LIBERO suite: few-shot SFT, then Flow-SDE PPO in the anchor's
+protocol, scored on the path every evaluation runs (greedy: the ODE from the initial noise).
+
+    .venv/bin/python benchmarks/libero_lift.py --out runs/libero_lift --docs docs/results/libero-lift.md
+    .venv/bin/python benchmarks/libero_lift.py --out runs/libero_lift --until sft      # the SFT start alone
+    .venv/bin/python benchmarks/libero_lift.py --out runs/libero_lift --table-only --docs docs/results/libero-lift.md
+
+Every cell is a run folder that the same command resumes (hours on 2 cores: run it again in the next
+session). Extra arguments after ``--`` go to every pipeline cell as Hydra overrides.
+
+1. ``OUT/sft`` (``embodied-pipeline``): the suite's scripted experts, with DART noise on their executed
+   actions, record ``--demos`` demonstrations per task from the training states 25..49; SFT of one flow
+   VLA for all tasks (:data:`SFT_OVERRIDES`); its greedy success on the official (task, state) pairs
+   (50 per task) and on the held-out states (:func:`sims.suites.heldout_states`).
+2. ``OUT/rl_s{S}``, then ``OUT/rl_s{S}_it{N}``: Flow-SDE PPO from that start in phases
+   (:data:`PHASES`), each a pipeline run that carries the previous one's RL on (``init_from=``,
+   ``continue_rl=true``), trained on the official pairs it is scored on (``rl.init_states=protocol``,
+   pi_RL's protocol), the greedy policy probed on them every few iterations (``rl.greedy_every``, so
+   the sampled and the greedy success are logged side by side). Seed 0 runs the frozen-actor control
+   beside it (``rl.control=true``: the same run with ``algo.lr=0``); ``--rl-seeds`` adds RL seeds over
+   the same SFT start.
+3. ``OUT/reference_{sft,rl}``: ``embodied-eval simulator=robosuite``, real LIBERO's own env (robosuite
+   1.4 in ``.venv-libero``) through the policy server, on ``--reference-states`` states of every task;
+   the RL checkpoint paired with the SFT one.
+4. ``OUT/pro_{variant}_{sft,rl}``: LIBERO-PRO's perturbed variants of the suite (:data:`PRO_VARIANTS`) in
+   the reference env on ``--pro-states`` states per task, RL paired with SFT.
+
+Writes ``OUT/libero_lift.json`` and, with ``--docs``, the table with the issue's criteria
+(:func:`verdicts`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the sibling benchmark's helpers
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.rl_lift import finished_results, measured_on, own_minutes, run_cell, states_moved  # noqa: E402
+
+SUITE = "libero_spatial"
+TASKS = list(range(10))
+#: the SFT start: every task, two 64 px views and the 8-D LIBERO state (the policy reads no privileged
+#: state; the pipeline's critic is a value head on the policy's own detached features), DART noise 0.1,
+#: 4000 SFT steps with random shifts of up to 4 px; one greedy episode per official state
+SFT_OVERRIDES = [f"sim.suite={SUITE}", f"tasks=[{','.join(map(str, TASKS))}]", "action_noise=0.1",
+                 "sft.steps=4000", "sft.augment_shift=4", "eval.attempts=1", "video_tasks=1"]
+#: the RL phases: (iterations at the phase's end, its ``rl.*`` settings); 40 envs x 16 chunks per iteration
+PHASES: tuple[tuple[int, tuple[str, ...]], ...] = ((40, ()), (80, ()), (120, ()))
+RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_every=5", "rl.greedy_states=5"]
+#: LIBERO-PRO's perturbations scored in the reference env (language, objects, swapped positions)
+PRO_VARIANTS = ("lan", "object", "swap")
+#: the issue's bars: an SFT start below START, RL at TARGET or more, every RL seed above SEEDS_ABOVE, the
+#: reference env within REFERENCE_GAP of our simulator on the same states
+START, TARGET, SEEDS_ABOVE, REFERENCE_GAP = 0.70, 0.90, 0.85, 0.10
+
+
+def pipeline(out: Path, extra: list[str]) -> list[str]:
+    return [str(Path(sys.executable).with_name("embodied-pipeline")), f"out={out}", *extra]
+
+
+def sft_command(out: Path, demos: int, extra: list[str]) -> list[str]:
+    return pipeline(out / "sft", [*SFT_OVERRIDES, f"episodes_per_task={demos}", "stages=[collect,sft,eval_sft]",
+                                  *extra])
+
+
+def phase_folder(out: Path, seed: int, phase: int) -> Path:
+    """``OUT/rl_s{seed}`` for the first phase, ``OUT/rl_s{seed}_it{N}`` for the later ones."""
+    return out / (f"rl_s{seed}" if phase == 0 else f"rl_s{seed}_it{PHASES[phase][0]}")
+
+
+def phase_command(out: Path, seed: int, phase: int, demos: int, extra: list[str]) -> list[str]:
+    """The pipeline command of RL seed ``seed``'s ``phase``: the first from the SFT cell, each later one
+    carrying the previous phase on (the control, seed 0's, copied along)."""
+    iterations, settings = PHASES[phase]
+    start = out / "sft" if phase == 0 else phase_folder(out, seed, phase - 1)
+    return pipeline(phase_folder(out, seed, phase), [
+        *SFT_OVERRIDES, f"episodes_per_task={demos}", *RL_OVERRIDES, f"rl.iterations={iterations}", *settings,
+        f"rl.seed={seed}", f"rl.control={'true' if seed == 0 else 'false'}", f"init_from={start.resolve()}",
+        *(["continue_rl=true"] if phase else []), *extra])
+
+
+def reference_command(out: Path, name: str, checkpoint: Path, suite: str, states: int,
+                      compare: Path | None = None) -> list[str]:
+    exe = Path(sys.executable).with_name("embodied-eval")
+    return [str(exe), f"out={out / name}", f"checkpoint={checkpoint}", f"suite={suite}", "simulator=robosuite",
+            f"tasks=[{','.join(map(str, TASKS))}]", f"episodes={states}", "image_size=64", "videos=none",
+            *([f"compare={compare}"] if compare is not None else [])]
+
+
+def eval_results(folder: Path) -> dict[str, Any] | None:
+    path = folder / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def suite_rate(results: dict[str, Any] | None, suite: str) -> float | None:
+    return None if results is None else float(results["suites"][suite]["success_rate"])
+
+
+def paired(results: dict[str, Any] | None, suite: str) -> dict[str, Any] | None:
+    """The paired comparison an ``embodied-eval compare=`` run (or a pipeline evaluation) holds."""
+    if results is None:
+        return None
+    comparison = results.get("comparison") or {}
+    comparison = comparison.get(suite, comparison)
+    return comparison.get("paired")
+
+
+def probe_curve(run: Path) -> list[dict[str, float]]:
+    """``[{iteration, sampled, greedy}]``: an RL stage's training success under its sampling beside the
+    greedy probe's, at the iterations the probe ran (``rl/metrics.csv``)."""
+    import csv
+
+    metrics = run / "rl" / "metrics.csv"
+    if not metrics.is_file():
+        return []
+    rows = [r for r in csv.DictReader(open(metrics)) if r.get("greedy_success_rate")]
+    return [{"iteration": int(r["iteration"]), "sampled": float(r["success_rate"]),
+             "greedy": float(r["greedy_success_rate"])} for r in rows]
+
+
+def phase_row(results: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """One finished phase: greedy success on the official pairs (RL, SFT, the control where it ran), on
+    the held-out states, the paired differences, the probe's last reading and the update diagnostics."""
+    vs_sft = results["eval_rl"]["comparison"]["paired"]
+    row: dict[str, Any] = {"iterations": results["rl"].get("iterations"), "sft": results["eval_sft"]["success_rate"],
+                           "rl": results["eval_rl"]["success_rate"], "rl_minus_sft": vs_sft["difference"],
+                           "rl_minus_sft_ci": vs_sft["ci95"], "minutes": own_minutes(results),
+                           "env_steps": results["rl"].get("env_steps")}
+    better, worse = states_moved(results["eval_sft"], results["eval_rl"])
+    row.update(states_better=better, states_worse=worse)
+    if "eval_control" in results:
+        row["control"] = results["eval_control"]["success_rate"]
+        row["rl_minus_control"] = results["rl_vs_control"]["paired"]["difference"]
+        row["rl_minus_control_ci"] = results["rl_vs_control"]["paired"]["ci95"]
+    if "eval_rl_heldout" in results:
+        held = results["eval_rl_heldout"]["comparison"]["paired"]
+        row.update(heldout_sft=held["before"], heldout_rl=held["now"], heldout_rl_minus_sft=held["difference"],
+                   heldout_ci=held["ci95"])
+    curve = probe_curve(folder)
+    if curve:
+        row.update(probe=curve)
+    upd = results["rl"].get("updates") or {}
+    row.update(approx_kl=upd.get("approx_kl"), clip_fraction=upd.get("clip_fraction"))
+    return row
+
+
+def verdicts(sft: float | None, seeds: dict[int, dict[str, Any]], reference: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """``(criterion, holds, evidence)`` for the issue's bars on the last finished phase of each seed."""
+    out: list[tuple[str, bool, str]] = []
+    first = seeds.get(0)
+    if sft is not None:
+        out.append((f"SFT below {START:.0%} greedy on the official pairs", sft < START, f"{sft:.1%}"))
+    if first is not None:
+        lo = first["rl_minus_sft_ci"][0]
+        out.append((f"RL >= {TARGET:.0%} with a paired interval above 0", first["rl"] >= TARGET and lo > 0,
+                    f"{first['rl']:.1%}, paired {first['rl_minus_sft']:+.3f} [{lo:+.3f}, "
+                    f"{first['rl_minus_sft_ci'][1]:+.3f}] at {first['iterations']} iterations"))
+        if "control" in first:
+            ctl = first["control"]
+            out.append(("the frozen control stays at SFT's level", abs(ctl - first["sft"]) < 0.05,
+                        f"control {ctl:.1%} against SFT {first['sft']:.1%}"))
+    if len(seeds) > 1:
+        rates = {s: r["rl"] for s, r in seeds.items()}
+        out.append((f"every RL seed above {SEEDS_ABOVE:.0%}", all(v > SEEDS_ABOVE for v in rates.values()),
+                    ", ".join(f"seed {s}: {v:.1%}" for s, v in sorted(rates.items()))))
+    ours, theirs = reference.get("ours_rl"), reference.get("rl")
+    if ours is not None and theirs is not None:
+        above = reference.get("sft") is not None and theirs > reference["sft"]
+        out.append((f"the reference env within {REFERENCE_GAP:.0%} of ours on the same states, and above SFT's",
+                    abs(theirs - ours) <= REFERENCE_GAP and above,
+                    f"reference {theirs:.1%} (SFT {reference.get('sft', float('nan')):.1%}), ours {ours:.1%}"))
+    return out
+
+
+def markdown(report: dict[str, Any], command: str) -> str:
+    pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
+    ci = lambda c: f"[{c[0]:+.3f}, {c[1]:+.3f}]"  # noqa: E731
+    lines = ["# One vision VLA for a real-LIBERO suite, lifted by RL", "",
+             f"`{SUITE}`, all {len(TASKS)} tasks, one flow VLA that sees (two 64 px views, the 8-D LIBERO state, the "
+             "instruction; no privileged state in the policy), few-shot SFT from DART demonstrations, then Flow-SDE "
+             "PPO on the official pairs it is scored on (pi_RL's protocol). Every success here is the greedy path "
+             "(the ODE from the initial noise), one episode per state; differences are paired over the states.", "",
+             f"Command: `{command}`", ""]
+    machine, measured = report.get("machine"), report.get("measured")
+    if machine:
+        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')})"
+                  + (f"; {measured}." if measured else "."), ""]
+    lines += [f"SFT start: **{pct(report.get('sft'))}** on the official pairs, {pct(report.get('sft_heldout'))} on "
+              "the held-out states.", "",
+              "| seed | iterations | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] | held-out RL "
+              "| states better / worse | minutes |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for seed, phases in sorted(report.get("phases", {}).items()):
+        for r in phases:
+            lines.append(
+                f"| {seed} | {r['iterations']} | {r.get('env_steps') or '-'} | {pct(r['rl'])} | {r['rl_minus_sft']:+.3f} "
+                f"{ci(r['rl_minus_sft_ci'])} | {pct(r.get('control'))} | "
+                + (f"{r['rl_minus_control']:+.3f} {ci(r['rl_minus_control_ci'])}" if "rl_minus_control" in r else "-")
+                + f" | {pct(r.get('heldout_rl'))} | {r['states_better']} / {r['states_worse']} | {r['minutes']} |")
+    first = report.get("phases", {}).get(0) or []
+    curve = first[-1].get("probe", []) if first else []  # a phase carries the earlier ones' metrics on
+    if curve:
+        lines += ["", "The greedy probe against the sampled training success (seed 0, 5 official states per task):", "",
+                  "| iteration | sampled (training) | greedy (probe) |", "|---|---|---|"]
+        lines += [f"| {p['iteration']} | {pct(p['sampled'])} | {pct(p['greedy'])} |" for p in curve]
+    ref = report.get("reference") or {}
+    if ref:
+        lines += ["", f"In the reference env (robosuite 1.4, {ref.get('states')} states per task): SFT {pct(ref.get('sft'))}, "
+                  f"RL {pct(ref.get('rl'))}; ours on the same states {pct(ref.get('ours_rl'))}."]
+    for variant, r in (report.get("pro") or {}).items():
+        lines.append(f"LIBERO-PRO `{variant}`: SFT {pct(r.get('sft'))} -> RL {pct(r.get('rl'))}"
+                     + (f", paired {r['paired']['difference']:+.3f} {ci(r['paired']['ci95'])}" if r.get("paired") else "")
+                     + ".")
+    lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
+    lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in report.get("verdicts", [])]
+    return "\n".join(lines) + "\n"
+
+
+def ours_on(results: dict[str, Any] | None, states: int) -> float | None:
+    """Our simulator's greedy success on the first ``states`` official states of every task, from a pipeline
+    evaluation's per-state outcomes (``state_successes``), to set beside the reference env's."""
+    if results is None:
+        return None
+    outcomes = [s[1] > 0 for t in results.get("tasks", []) for s in t.get("state_successes", []) if s[0] < states]
+    return sum(outcomes) / len(outcomes) if outcomes else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--demos", type=int, default=20, help="DART demonstrations per task")
+    ap.add_argument("--rl-seeds", type=int, nargs="+", default=[0, 1], help="RL seeds over the SFT start (0 has the control)")
+    ap.add_argument("--reference-states", type=int, default=10, help="states per task in the reference env")
+    ap.add_argument("--pro-states", type=int, default=5, help="states per task of each LIBERO-PRO variant")
+    ap.add_argument("--until", choices=("sft", "rl", "reference", "pro"), default="pro", help="the last part to run")
+    ap.add_argument("--table-only", action="store_true", help="only collect the finished cells")
+    ap.add_argument("--docs", type=Path, default=None)
+    args = ap.parse_args(argv)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    parts = ("sft", "rl", "reference", "pro")
+    runs = lambda part: not args.table_only and parts.index(part) <= parts.index(args.until)  # noqa: E731
+    report: dict[str, Any] = {"suite": SUITE, "demos": args.demos, "overrides": extra, "phases": {}}
+    if runs("sft") and finished_results(out / "sft", ("eval_sft",)) is None:
+        run_cell(out / "sft", sft_command(out, args.demos, extra), "SFT start")
+    sft = finished_results(out / "sft", ("eval_sft",))
+    cells = []
+    if sft is not None:
+        report.update(sft=sft["eval_sft"]["success_rate"], machine=sft.get("machine"),
+                      sft_heldout=(sft.get("eval_sft_heldout") or {}).get("success_rate"))
+        cells.append(out / "sft")
+    last: dict[int, tuple[dict[str, Any], Path]] = {}
+    for seed in args.rl_seeds if sft is not None else []:
+        rows = []
+        for phase in range(len(PHASES)):
+            folder = phase_folder(out, seed, phase)
+            needed = ("eval_rl", "eval_control") if seed == 0 else ("eval_rl",)
+            if runs("rl") and finished_results(folder, needed) is None:
+                run_cell(folder, phase_command(out, seed, phase, args.demos, extra),
+                         f"RL seed {seed}, phase {phase + 1}/{len(PHASES)} (to {PHASES[phase][0]} iterations)")
+            results = finished_results(folder, needed)
+            if results is None:
+                break
+            rows.append(phase_row(results, folder))
+            last[seed] = (results, folder)
+            cells.append(folder)
+        if rows:
+            report["phases"][seed] = rows
+    reference: dict[str, Any] = {}
+    if 0 in last and sft is not None:
+        rl_ckpt = (last[0][1] / "rl" / "checkpoint" / "policy").resolve()
+        sft_ckpt = (out / "sft" / "sft" / "ckpt").resolve()
+        for name, ckpt, base in (("reference_sft", sft_ckpt, None), ("reference_rl", rl_ckpt, out / "reference_sft")):
+            if runs("reference") and eval_results(out / name) is None:
+                run_cell(out / name, reference_command(out, name, ckpt, SUITE, args.reference_states, base),
+                         f"{name} in the reference env")
+        reference = {"states": args.reference_states, "sft": suite_rate(eval_results(out / "reference_sft"), SUITE),
+                     "rl": suite_rate(eval_results(out / "reference_rl"), SUITE),
+                     "paired": paired(eval_results(out / "reference_rl"), SUITE),
+                     "ours_rl": ours_on(last[0][0]["eval_rl"], args.reference_states)}
+        pro: dict[str, Any] = {}
+        for variant in PRO_VARIANTS:
+            suite = f"{SUITE}_{variant}"
+            for tag, ckpt in (("sft", sft_ckpt), ("rl", rl_ckpt)):
+                name = f"pro_{variant}_{tag}"
+                base = out / f"pro_{variant}_sft" if tag == "rl" else None
+                if runs("pro") and eval_results(out / name) is None:
+                    run_cell(out / name, reference_command(out, name, ckpt, suite, args.pro_states, base),
+                             f"LIBERO-PRO {variant}, {tag} policy")
+            pro[variant] = {"sft": suite_rate(eval_results(out / f"pro_{variant}_sft"), suite),
+                            "rl": suite_rate(eval_results(out / f"pro_{variant}_rl"), suite),
+                            "paired": paired(eval_results(out / f"pro_{variant}_rl"), suite)}
+        report["pro"] = pro
+    report["reference"] = reference
+    report["measured"] = measured_on(cells)
+    report["verdicts"] = verdicts(report.get("sft"), {s: r[-1] for s, r in report["phases"].items()}, reference)
+    (out / "libero_lift.json").write_text(json.dumps(report, indent=2))
+    command = "python benchmarks/libero_lift.py --out " + str(out) + (" -- " + " ".join(extra) if extra else "")
+    if args.docs:
+        args.docs.write_text(markdown(report, command))
+        print(f"[libero_lift] table written to {args.docs}")
+    for c, ok, ev in report["verdicts"]:
+        print(f"[libero_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")
+    return 0 if report["verdicts"] and all(ok for _, ok, _ in report["verdicts"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""The LIBERO lift benchmark's phases, criteria and table (benchmarks/libero_lift.py) from run results."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("libero_lift", ROOT / "benchmarks" / "libero_lift.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _paired(before: float, now: float, lo: float) -> dict:
+    return {"before": before, "now": now, "difference": now - before, "ci95": [lo, now - before + 0.05]}
+
+
+def _states(rate: float) -> list:
+    return [[i, int(i < rate * 10)] for i in range(10)]
+
+
+def _results(sft: float, rl: float, control: float | None) -> dict:
+    res = {"eval_sft": {"success_rate": sft, "tasks": [{"task": 0, "state_successes": _states(sft)}]},
+           "eval_rl": {"success_rate": rl, "comparison": {"paired": _paired(sft, rl, rl - sft - 0.05)},
+                       "tasks": [{"task": 0, "state_successes": _states(rl)}]},
+           "rl": {"iterations": 40, "env_steps": 128000, "updates": {"approx_kl": 0.01, "clip_fraction": 0.1}},
+           "stage_seconds": {"rl": 600, "eval_rl": 60}, "stages_done": ["eval_rl", "eval_control"]}
+    if control is not None:
+        res["eval_control"] = {"success_rate": control}
+        res["rl_vs_control"] = {"paired": _paired(control, rl, rl - control - 0.05)}
+    return res
+
+
+def test_phases_chain_from_the_sft_start_and_only_seed_0_runs_the_control(tmp_path):
+    m = _module()
+    first = m.phase_command(tmp_path, 0, 0, 20, ["x=1"])
+    assert f"init_from={(tmp_path / 'sft').resolve()}" in first and "rl.control=true" in first
+    assert "continue_rl=true" not in first and first[-1] == "x=1" and "rl.init_states=protocol" in first
+    later = m.phase_command(tmp_path, 1, 2, 20, [])
+    assert f"out={tmp_path / 'rl_s1_it120'}" in later and "rl.control=false" in later and "continue_rl=true" in later
+    assert f"init_from={(tmp_path / 'rl_s1_it80').resolve()}" in later and "rl.iterations=120" in later
+    assert "stages=[collect,sft,eval_sft]" in m.sft_command(tmp_path, 20, [])
+
+
+def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
+    m = _module()
+    (tmp_path / "rl").mkdir()
+    (tmp_path / "rl" / "metrics.csv").write_text("iteration,success_rate,greedy_success_rate\n1,0.6,\n5,0.8,0.55\n")
+    good = m.phase_row(_results(0.6, 0.92, 0.61), tmp_path)
+    assert good["states_better"] == 4 and good["probe"] == [{"iteration": 5, "sampled": 0.8, "greedy": 0.55}]
+    seed1 = m.phase_row(_results(0.6, 0.88, None), tmp_path)
+    reference = {"states": 10, "sft": 0.5, "rl": 0.85, "ours_rl": 0.9}
+    held = {c: ok for c, ok, _ in m.verdicts(0.6, {0: good, 1: seed1}, reference)}
+    assert all(held.values()) and len(held) == 5
+    low_seed = m.phase_row(_results(0.6, 0.80, None), tmp_path)
+    held = {c.split(" ")[1]: ok for c, ok, _ in m.verdicts(0.75, {0: good, 1: low_seed}, {**reference, "rl": 0.7})}
+    assert held["below"] is False and held["RL"] is False and held["reference"] is False
+    report = {"sft": 0.6, "phases": {0: [good], 1: [seed1]}, "reference": reference, "pro": {},
+              "verdicts": m.verdicts(0.6, {0: good, 1: seed1}, reference)}
+    table = m.markdown(report, "python benchmarks/libero_lift.py --out X")
+    assert "| 0 | 40 | 128000 | 92.0% |" in table and "| 5 | 80.0% | 55.0% |" in table and "**no**" not in table
+    assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
