@@ -4,8 +4,8 @@ Episodes run in waves of N parallel envs: each env of a wave is reset to one (ta
 state) of the work list and runs until its episode ends. Demonstrations use each task's training
 states (:func:`sims.suites.training_init_id`): for our suites ``TRAIN_INIT_OFFSET + k``, never the 50
 evaluation states (0..49), so a policy is never evaluated on the layouts it was trained on; for real
-LIBERO, which has its 50 official states only, states 25..49 (the protocol scores all 50, the
-held-out evaluation 0..24).
+LIBERO, whose demonstrations come from its 50 official states, states 25..49 (the protocol scores all
+50; the held-out evaluation the states 50..99 that LIBERO's placement initializer sampled).
 """
 
 from __future__ import annotations

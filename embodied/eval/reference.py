@@ -64,9 +64,9 @@ def check_config(cfg: Any) -> None:
                                  "server=HOST:PORT (an openpi-compatible policy server already running)")
     if cfg.policy is not None:
         raise ReferenceEvalError("policy=expert runs our suites' scripted experts; LIBERO's reference env has none")
-    if not 1 <= cfg.episodes or cfg.first_state < 0 or cfg.first_state + cfg.episodes > libero.NUM_INIT_STATES:
-        raise ReferenceEvalError(f"first_state + episodes must stay within LIBERO's {libero.NUM_INIT_STATES} "
-                                 "official initial states per task")
+    if not 1 <= cfg.episodes or cfg.first_state < 0 or cfg.first_state + cfg.episodes > libero.NUM_STATES:
+        raise ReferenceEvalError(f"first_state + episodes must stay within LIBERO's {libero.NUM_STATES} initial "
+                                 f"states per task: {libero.INIT_IDS} (a LIBERO-PRO variant: 0..49)")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise ReferenceEvalError(f"max_steps must be >= 1, got {cfg.max_steps}")
     if cfg.image_size < 16:
@@ -232,7 +232,8 @@ def run_reference(cfg: Any, out: Path, agent_info: dict[str, Any], identity_chec
         "agent": agent_info,
         "simulator": "robosuite",
         "protocol": (f"Protocol: real LIBERO in its reference simulator (robosuite, `.venv-libero`): "
-                     f"{cfg.episodes} official initial states per task from state {cfg.first_state}, one episode each, "
+                     f"{cfg.episodes} initial states per task from state {cfg.first_state} (0..49 official, 50..99 "
+                     f"sampled by LIBERO's placement initializer), one episode each, "
                      f"env seed {libero.SEED}, {libero.NUM_WAIT_STEPS} wait steps, at most "
                      f"{cfg.max_steps or libero.max_steps(suite)} policy steps, images {cfg.image_size} px rotated "
                      f"by 180 degrees, 8-D state, a new chunk every "

@@ -116,9 +116,9 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
     if cfg.first_state < 0:
         raise EvalError(f"first_state must be >= 0 (the first initial state of each task), got {cfg.first_state}")
     real = [s for s in suites if sims.suites.is_libero(s)]
-    if real and cfg.first_state + cfg.episodes > sims.libero.NUM_INIT_STATES:
-        raise EvalError(f"first_state + episodes must stay within real LIBERO's {sims.libero.NUM_INIT_STATES} init "
-                        f"states per task, got {cfg.first_state} + {cfg.episodes}")
+    if real and cfg.first_state + cfg.episodes > sims.libero.NUM_STATES:
+        raise EvalError(f"first_state + episodes must stay within real LIBERO's {sims.libero.NUM_STATES} init "
+                        f"states per task ({sims.libero.INIT_IDS}), got {cfg.first_state} + {cfg.episodes}")
     if cfg.attempts < 1:
         raise EvalError(f"attempts must be >= 1 (episodes per initial state), got {cfg.attempts}")
     if cfg.workers < 1:

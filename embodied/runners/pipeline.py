@@ -340,7 +340,7 @@ def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
 def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, compare: Path | None,
                heldout: bool = False) -> dict[str, Any]:
     """An evaluation stage in ``out/name``: the protocol's states, or with ``heldout`` the suite's held-out
-    states (:func:`sims.suites.heldout_states`: ours from state 50; real LIBERO's 0..24), at most
+    states (:func:`sims.suites.heldout_states`: from state 50, real LIBERO's the sampled ones), at most
     ``eval.heldout_episodes`` per task."""
     import sims
     from embodied.runners.eval import EvalConfig, run
@@ -551,9 +551,9 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
                   + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`."
                   + (" Trained on the evaluation's own 50 initial states per task (rl.init_states=protocol): "
                      "the evaluation below scores states RL has seen." if rl.get("init_states") == "protocol" else
-                     (" Trained on LIBERO's states 25..49 (rl.init_states=random; real LIBERO has no states beyond "
-                      "its 50): the protocol's evaluation below includes them, the held-out one (states 0..24) does "
-                      "not." if str(results.get("config", {}).get("sim", {}).get("suite", "")).startswith("libero_") else
+                     (" Trained on LIBERO's states 25..49 (rl.init_states=random): the protocol's evaluation below "
+                      "includes them, the held-out one (states 50..99, sampled by LIBERO's placement initializer) "
+                      "does not." if str(results.get("config", {}).get("sim", {}).get("suite", "")).startswith("libero_") else
                       " Trained on other initial states than the evaluation's (rl.init_states=random): the "
                       "evaluation below is held out.")), ""]
         u = rl.get("updates") or {}
@@ -757,9 +757,8 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     import sims
 
     # held out: ours, the 50 states after the protocol's (worth scoring when RL trains on the protocol's);
-    # real LIBERO, states 0..24 (when demonstrations and RL keep to states 25..49; on the protocol's states
-    # RL sees all 50 and nothing is held out)
-    if cfg.eval.heldout_episodes and sims.suites.is_libero(cfg.sim.suite) != (cfg.rl.init_states == "protocol"):
+    # real LIBERO, the 50 its placement initializer sampled (50..99), which neither init pool trains on
+    if cfg.eval.heldout_episodes and (sims.suites.is_libero(cfg.sim.suite) or cfg.rl.init_states == "protocol"):
         stages = [x for s in stages for x in ((s, HELDOUT_STAGES[s]) if s in HELDOUT_STAGES else (s,))]
     for stage in stages:
         if stage in done:

@@ -29,13 +29,26 @@ PRO_PERTURBATIONS = {"lan": "language instruction", "object": "object replacemen
                      "swap": "object-position swaps", "task": "task replacement"}
 PRO_BASES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 #: the official protocol: the environment's seed, steps of the open-gripper dummy action before the
-#: policy acts (objects settle), and the initial states per task
+#: policy acts (objects settle), and the initial states per task (init ids 0..49)
 SEED = 7
 NUM_WAIT_STEPS = 10
 NUM_INIT_STATES = 50
-#: in our batched simulator, demonstrations and RL's starts outside the official protocol take the init
-#: states from this one on (25..49), and states 0..24 stay held out: LIBERO has no states beyond its 50
+#: beyond LIBERO's 50 official states, 50 more per task drawn by LIBERO's own placement initializer (the
+#: scene cache's ``sampled_states.npy``: a fresh env's ``env.seed(seed); env.reset()`` for the seeds from
+#: SAMPLED_SEED on whose layout settles like the official ones, :mod:`sims.libero.reference.export`), init
+#: ids 50..99: the held-out states of a LIBERO suite, which neither demonstrations nor RL (either init pool)
+#: start from. SAMPLED_SEED mirrors the exporter's and lies far from the protocol's seed 7
+NUM_SAMPLED_STATES = 50
+SAMPLED_STATES_FROM = NUM_INIT_STATES
+SAMPLED_SEED = 100_000
+#: every init id of a LIBERO task: ``0 .. NUM_STATES - 1``
+NUM_STATES = NUM_INIT_STATES + NUM_SAMPLED_STATES
+#: in our batched simulator, demonstrations and RL's random starts take the official init states from this
+#: one on (25..49); RL on the protocol's states (the anchor's) trains on all 50
 TRAIN_STATES_FROM = 25
+#: what a LIBERO init id may be, for error messages
+INIT_IDS = (f"0..{NUM_INIT_STATES - 1} (LIBERO's official init states) or {SAMPLED_STATES_FROM}..{NUM_STATES - 1} "
+            "(the held-out states LIBERO's placement initializer sampled)")
 #: the 8-D state of the official protocol: end-effector position, its orientation as an axis-angle,
 #: the two gripper finger positions
 STATE_NAMES = ("eef_x", "eef_y", "eef_z", "eef_ax", "eef_ay", "eef_az", "gripper_left", "gripper_right")
@@ -99,6 +112,7 @@ def reference_command(module: str, args: Sequence[str] = ()) -> tuple[list[str],
     return [str(python), "-m", f"reference.{module}", *args], env
 
 
-__all__ = ["ACTION_DIM", "ACTION_NAMES", "LiberoSetupError", "MAX_STEPS", "NUM_INIT_STATES", "NUM_TASKS", "NUM_WAIT_STEPS",
-           "PRO_PERTURBATIONS", "SEED", "STATE_NAMES", "TRAIN_STATES_FROM", "base_suite", "max_steps", "reference_command",
-           "suite_names", "venv_python"]
+__all__ = ["ACTION_DIM", "ACTION_NAMES", "INIT_IDS", "LiberoSetupError", "MAX_STEPS", "NUM_INIT_STATES",
+           "NUM_SAMPLED_STATES", "NUM_STATES", "NUM_TASKS", "NUM_WAIT_STEPS", "PRO_PERTURBATIONS", "SAMPLED_SEED",
+           "SAMPLED_STATES_FROM", "SEED", "STATE_NAMES", "TRAIN_STATES_FROM", "base_suite", "max_steps",
+           "reference_command", "suite_names", "venv_python"]

@@ -1,8 +1,10 @@
 """Our scripted experts closed-loop in the reference env (robosuite 1.4 in ``.venv-libero``).
 
-    python -m sims.libero.closed_loop --cache DIR --suites libero_object [--tasks 0 1] [--states 10] [--json OUT]
+    python -m sims.libero.closed_loop --cache DIR --suites libero_object [--tasks 0 1] [--states 10]
+        [--first-state 0] [--json OUT]
 
-The reference env runs the episode: its reset (official init state, the protocol's wait steps), its
+The reference env runs the episode: its reset (an init state: official 0..49, or with ``--first-state 50``
+the held-out ones LIBERO's placement initializer sampled; the protocol's wait steps), its
 OSC_POSE controller, its physics and its success check (:mod:`sims.libero.reference.state_server`,
 a child process). Each step its simulator state comes over a pipe into a *shadow* of the exported scene
 (:class:`~sims.libero.worlds.LiberoWorlds`, the reference's fixture placement applied), where
@@ -31,8 +33,9 @@ from sims.libero.worlds import LiberoWorlds
 class ReferenceLoop:
     """The reference env of one suite in a child process, stepped one request at a time."""
 
-    def __init__(self, suite: str) -> None:
-        argv, env = reference_command("state_server", ["--suite", suite])
+    def __init__(self, suite: str, cache: str | Path | None = None) -> None:
+        cache_args = [] if cache is None else ["--cache", str(Path(cache).expanduser())]  # of the sampled states
+        argv, env = reference_command("state_server", ["--suite", suite, *cache_args])
         self._log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      text=True, bufsize=1)
@@ -106,7 +109,8 @@ def run_closed_loop(folder: Path, ref: ReferenceLoop, init_ids: Sequence[int]) -
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m sims.libero.closed_loop --cache CACHE [--suites ...] [--tasks ...] [--states N] [--json FILE]``:
-    the expert's success per task on init states ``0..N-1`` in the reference env, closed-loop."""
+    the expert's success per task on init states ``F..F+N-1`` (``--first-state F``, default 0; 50..99 are the
+    sampled held-out states) in the reference env, closed-loop."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0] if main.__doc__ else None)
@@ -120,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     inits = list(range(args.first_state, args.first_state + args.states))
     for suite in args.suites:
-        with ReferenceLoop(suite) as ref:
+        with ReferenceLoop(suite, args.cache) as ref:
             for folder in scenes.task_dirs(args.cache, [suite]):
                 meta = scenes.read_meta(folder)
                 if args.tasks is not None and int(meta["task_index"]) not in args.tasks:

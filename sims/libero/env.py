@@ -8,7 +8,8 @@ A suite env groups its envs by task: one :class:`~sims.libero.worlds.LiberoWorld
 envs run (one compiled model each), every group stepped with LIBERO's own controller, goal and
 observation timing. What an episode is follows LIBERO's protocol (openpi's LIBERO example):
 
-- a reset puts the env in an official init state (``init_ids``; without them each env draws one of the
+- a reset puts the env in an init state (``init_ids``: LIBERO's official states 0..49, or the held-out
+  states 50..99 that LIBERO's placement initializer sampled; without them each env draws one of the
   training states ``TRAIN_STATES_FROM .. 49`` with its own random stream, or one of
   :meth:`set_init_pool`'s pool), then plays the protocol's open-gripper wait steps, which the step
   count does not include;
@@ -19,10 +20,11 @@ observation timing. What an episode is follows LIBERO's protocol (openpi's LIBER
   into ``env.tasks``.
 
 An automatic reset keeps the env's gripper command, as robosuite keeps it across resets; ``reset()``
-starts every env as a new one (command ``[0, 0]``). LIBERO has no initial states beyond the official
-50 per task: the anchor's protocol trains and evaluates on all 50 (``set_init_pool(range(50))``);
-otherwise demonstrations and training draw from states 25..49 and states 0..24 stay held out
-(:func:`sims.suites.training_init_id`, :func:`sims.suites.heldout_states`).
+starts every env as a new one (command ``[0, 0]``). LIBERO has 50 official states per task: the
+anchor's protocol trains and evaluates on all 50 (``set_init_pool(range(50))``); otherwise
+demonstrations and training draw from states 25..49 (:func:`sims.suites.training_init_id`). Either
+way states 50..99, which LIBERO's own placement initializer drew for the scene cache
+(:mod:`sims.libero.reference.export`), stay held out (:func:`sims.suites.heldout_states`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ import numpy as np
 import torch
 
 from sims.core import Obs, Spec, TaskSpec, VecEnv, env_index_array
-from sims.libero import (ACTION_DIM, ACTION_NAMES, MAX_STEPS, NUM_INIT_STATES, NUM_TASKS, NUM_WAIT_STEPS, STATE_NAMES,
-                         TRAIN_STATES_FROM)
+from sims.libero import (ACTION_DIM, ACTION_NAMES, INIT_IDS, MAX_STEPS, NUM_INIT_STATES, NUM_STATES, NUM_TASKS,
+                         NUM_WAIT_STEPS, STATE_NAMES, TRAIN_STATES_FROM)
 from sims.libero.scenes import BOX_CONTACTS, ensure_tasks
 from sims.libero.worlds import CAMERAS, LiberoWorlds
 from sims.registry import closest_key
@@ -224,12 +226,12 @@ class LiberoVecEnv(VecEnv):
         return int(self._rngs[env].integers(TRAIN_STATES_FROM, NUM_INIT_STATES))
 
     def set_init_pool(self, init_ids: Any | None) -> None:
-        """Draw every reset without an explicit init id (automatic resets included) from these official
-        init states (each env picks one with its own random stream); None: the training states again
-        (``TRAIN_STATES_FROM .. 49``)."""
+        """Draw every reset without an explicit init id (automatic resets included) from these init states
+        (official 0..49 or sampled 50..99; each env picks one with its own random stream); None: the
+        training states again (``TRAIN_STATES_FROM .. 49``)."""
         pool = None if init_ids is None else np.asarray(list(init_ids), np.int64)
-        if pool is not None and (len(pool) == 0 or (pool < 0).any() or (pool >= NUM_INIT_STATES).any()):
-            raise ValueError(f"an init pool needs LIBERO init ids in 0..{NUM_INIT_STATES - 1}, got {list(init_ids)}")
+        if pool is not None and (len(pool) == 0 or (pool < 0).any() or (pool >= NUM_STATES).any()):
+            raise ValueError(f"an init pool needs LIBERO init ids in {INIT_IDS}, got {list(init_ids)}")
         self.init_pool = pool
 
     # ------------------------------------------------------------------ contract
@@ -242,9 +244,9 @@ class LiberoVecEnv(VecEnv):
         if tids is not None:
             self._task_ids[:] = tids
         iids = env_index_array(init_ids, self.num_envs, "init_ids")
-        if iids is not None and ((iids < 0).any() or (iids >= NUM_INIT_STATES).any()):
-            raise ValueError(f"LIBERO has {NUM_INIT_STATES} init states per task: init_ids must be in "
-                             f"0..{NUM_INIT_STATES - 1}, got {iids.tolist()}")
+        if iids is not None and ((iids < 0).any() or (iids >= NUM_STATES).any()):
+            raise ValueError(f"a LIBERO task has {NUM_STATES} init states: init_ids must be in {INIT_IDS}, "
+                             f"got {iids.tolist()}")
         self._init_ids[:] = -1 if iids is None else iids
         self._regroup()
         self._started = True
@@ -338,7 +340,7 @@ class LiberoVecEnv(VecEnv):
     # ------------------------------------------------------------------ extras
     @property
     def init_ids(self) -> np.ndarray:
-        """The official init state each env's current episode started from ``[N]``."""
+        """The init state each env's current episode started from ``[N]`` (0..49 official, 50..99 sampled)."""
         self._start()
         return self._current_init.copy()
 

@@ -464,8 +464,9 @@ def run_episodes(worlds: LiberoWorlds, init_ids: np.ndarray, expert: Any = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sims.libero.experts --cache CACHE [--suites ...] [--tasks ...] [--states N] [--json FILE]``:
-    the expert's success per task on init states ``0..N-1`` (one env per state) in our simulator."""
+    """``python -m sims.libero.experts --cache CACHE [--suites ...] [--tasks ...] [--states N] [--first-state F]
+    [--json FILE]``: the expert's success per task on init states ``F..F+N-1`` (one env per state; 0..49
+    official, 50..99 the held-out states LIBERO's placement initializer sampled) in our simulator."""
     import argparse
     import json
     import time
@@ -477,28 +478,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=None, help="the scene cache root (default: $EMBODIED_LIBERO_CACHE)")
     ap.add_argument("--suites", nargs="+", default=["libero_spatial", "libero_object"])
     ap.add_argument("--tasks", type=int, nargs="+", default=None, help="task indices (default: every exported one)")
-    ap.add_argument("--states", type=int, default=10, help="init states 0..N-1 of each task")
+    ap.add_argument("--states", type=int, default=10, help="init states F..F+N-1 of each task")
+    ap.add_argument("--first-state", type=int, default=0,
+                    help="F: the first init state (0..49 official, 50..99 sampled and held out)")
     ap.add_argument("--box-contacts", default="native", choices=scenes.BOX_CONTACTS)
     ap.add_argument("--json", default=None, help="write the rows here")
     args = ap.parse_args(argv)
+    from sims.libero import INIT_IDS, NUM_STATES
+
+    inits = np.arange(args.first_state, args.first_state + args.states)
+    if args.states < 1 or inits[0] < 0 or inits[-1] >= NUM_STATES:
+        ap.error(f"--first-state {args.first_state} --states {args.states}: the init states must be in {INIT_IDS}")
     rows = []
     for folder in scenes.task_dirs(args.cache, args.suites):
         meta = scenes.read_meta(folder)
         if args.tasks is not None and int(meta["task_index"]) not in args.tasks:
             continue
         worlds = LiberoWorlds(folder, args.states, box_contacts=args.box_contacts)
-        row = {"suite": meta["suite"], "task": int(meta["task_index"]), "goal": meta["goal_state"]}
+        row = {"suite": meta["suite"], "task": int(meta["task_index"]), "goal": meta["goal_state"],
+               "inits": inits.tolist()}
         t0 = time.perf_counter()
         try:
             expert = make_expert(worlds)
-            result = run_episodes(worlds, np.arange(args.states), expert)
+            result = run_episodes(worlds, inits, expert)
         except ValueError as err:  # a goal this expert does not handle
             row["skipped"] = str(err)
             print(f"{row['suite']} {row['task']}: skipped ({err})", flush=True)
         else:
             ok = result["success"]
             row.update(success=float(ok.mean()), lengths=result["length"][ok].tolist(),
-                       failed_in=[expert.phases[p] for p, s in zip(result["phase"], ok) if not s])
+                       failed_in=[expert.phases[p] for p, s in zip(result["phase"], ok) if not s],
+                       failed_inits=inits[~ok].tolist())
             print(f"{row['suite']} {row['task']}: {row['success']:.0%} ({time.perf_counter() - t0:.0f} s); failures end "
                   f"in {row['failed_in'] or 'none'}", flush=True)
         worlds.close()

@@ -2,8 +2,11 @@
 
 The cache is written by the reference venv's exporter (:mod:`sims.libero.reference.export`, whose
 docstring describes each file): ``<root>/<CACHE_VERSION>/<suite>/<index>_<task name>/`` with
-``scene.xml``, ``init_states.npy``, ``meta.json`` and ``reference_poses.npz``. The root is
-``$EMBODIED_LIBERO_CACHE`` or ``~/.cache/embodied/libero``.
+``scene.xml``, ``init_states.npy`` (LIBERO's 50 official states, init ids 0..49), ``sampled_states.npy``
+(50 more drawn by LIBERO's own placement initializer, init ids 50..99: the held-out states),
+``meta.json`` and ``reference_poses.npz``. The root is ``$EMBODIED_LIBERO_CACHE`` or
+``~/.cache/embodied/libero``; a cache of another version (``v1`` had no sampled states) is not read,
+and its tasks are exported again on first use.
 
     python -m sims.libero.scenes export --cache DIR --suites libero_spatial libero_10 [--tasks 0 1]
     python -m sims.libero.scenes check --cache DIR [--suites ...] [--json OUT.json]
@@ -11,7 +14,7 @@ docstring describes each file): ``<root>/<CACHE_VERSION>/<suite>/<index>_<task n
 
 ``export`` runs the exporter in ``.venv-libero`` (resumes: complete task folders are skipped).
 Nothing needs exporting by hand first: an env exports the tasks it runs on first use
-(:func:`ensure_tasks`, about 10 s a task, once per cache; ``EMBODIED_LIBERO_AUTO_EXPORT=0`` turns
+(:func:`ensure_tasks`, about 20 s a task, once per cache; ``EMBODIED_LIBERO_AUTO_EXPORT=0`` turns
 this off and a missing task raises :class:`SceneCacheError` naming the command). Every export,
 ``export`` included, holds the lock file ``<root>/<CACHE_VERSION>/.export.lock`` (:func:`export_lock`),
 so processes that make the same cache at once take turns, and the exporter renames each finished
@@ -58,7 +61,7 @@ from sims.libero.reference.physics import REST_SUBSTEPS, apply_state, rest_rollo
 #: the 79-D flattened robosuite state applied to a model (``env.set_init_state``)
 apply_init_state = apply_state
 
-CACHE_VERSION = "v1"  # must match sims/libero/reference/export.py
+CACHE_VERSION = "v2"  # must match sims/libero/reference/export.py
 CACHE_ENV = "EMBODIED_LIBERO_CACHE"
 ASSETS_ENV = "EMBODIED_LIBERO_ASSETS"
 #: ``0`` (or ``false``/``no``/``off``): a missing task raises instead of being exported on first use
@@ -190,7 +193,7 @@ def _export(root: Path, suite: str, tasks: list[int], log: Callable[[str], None]
     argv, env = export_command(root, [suite], tasks)
     by_hand = f"{export_hint(root, [suite])} --tasks {' '.join(map(str, tasks))}"
     n = len(tasks)
-    log(f"LIBERO scene cache: exporting {n} task{'s' * (n > 1)} of {suite} on first use (about 10 s a task, once) "
+    log(f"LIBERO scene cache: exporting {n} task{'s' * (n > 1)} of {suite} on first use (about 20 s a task, once) "
         f"into the cache root {root} (${CACHE_ENV} moves it; {AUTO_EXPORT_ENV}=0 turns first-use export off)")
     t0 = last = time.perf_counter()
     output: list[str] = []
@@ -225,7 +228,7 @@ def ensure_tasks(suite: str, indices: Sequence[int], root: str | Path | None = N
                  log: Callable[[str], None] = _stderr) -> list[Path]:
     """The folders of tasks ``indices`` of ``suite``, the missing ones exported first (first use).
 
-    Missing tasks are exported by the reference venv's exporter (about 10 s a task) under the cache's
+    Missing tasks are exported by the reference venv's exporter (about 20 s a task) under the cache's
     lock (:func:`export_lock`): once it is held, the tasks still missing (another process may have
     exported them meanwhile) are exported, one progress line per task through ``log`` (stderr).
     :class:`SceneCacheError` when a task is missing and ``$EMBODIED_LIBERO_AUTO_EXPORT`` is ``0``, when
@@ -326,8 +329,24 @@ def load_scene(task_dir: str | Path, assets_root: str | Path | None = None,
 
 
 def load_init_states(task_dir: str | Path) -> np.ndarray:
-    """The task's official init states ``[50, 1 + nq + nv]`` (time, qpos, qvel)."""
+    """The task's official init states ``[50, 1 + nq + nv]`` (time, qpos, qvel), init ids 0..49."""
     return np.load(Path(task_dir) / "init_states.npy")
+
+
+def load_sampled_states(task_dir: str | Path) -> np.ndarray:
+    """The task's states drawn by LIBERO's own placement initializer ``[50, 1 + nq + nv]`` (time, qpos,
+    qvel), init ids 50..99 (``meta.json["sampled_states"]`` says how: seeds, fixture displacement)."""
+    path = Path(task_dir) / "sampled_states.npy"
+    if not path.is_file():
+        raise SceneCacheError(f"{task_dir} has no sampled_states.npy (an export older than {CACHE_VERSION}?): "
+                              f"export it again with `{export_hint()}`")
+    return np.load(path)
+
+
+def load_states(task_dir: str | Path) -> np.ndarray:
+    """Every init state of the task by init id ``[100, 1 + nq + nv]``: the official ones (0..49), then the
+    sampled ones (50..99)."""
+    return np.concatenate([load_init_states(task_dir), load_sampled_states(task_dir)])
 
 
 def _quat_err(a: np.ndarray, b: np.ndarray) -> float:

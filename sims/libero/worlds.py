@@ -1,5 +1,6 @@
-"""N copies of one exported LIBERO task, stepped together: official init states, LIBERO's controller
-and goal, the protocol's 8-D state. The physics core of the batched LIBERO backend (no rendering).
+"""N copies of one exported LIBERO task, stepped together: its init states (LIBERO's official 0..49 and
+the held-out 50..99 its placement initializer sampled), LIBERO's controller and goal, the protocol's 8-D
+state. The physics core of the batched LIBERO backend (no rendering).
 
     worlds = LiberoWorlds(scenes.task_dir("libero_spatial", 0), num_envs=8)
     state = worlds.reset([0, 1, 2, 3, 4, 5, 6, 7])       # [8, 8], after the protocol's wait steps
@@ -11,7 +12,9 @@ the state is robosuite's observation: its observables sample the simulator once 
 on a timer that accumulates the 2 ms substeps in floating point (:class:`ObservationClock`), so
 the state a step reports is the simulator's after an earlier substep of the step (the 24th of 25
 in LIBERO's protocol), exactly what the reference env reports. The fixtures stay where the cache put them
-(the official protocol's first episode; LIBERO moves them by up to 2 cm at later resets).
+(the official protocol's first episode; LIBERO moves them by up to 2 cm at later resets), for the
+official and the sampled states alike (``meta.json["sampled_states"]`` records how far each sampled
+state's own reset had put them).
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ from typing import Any, Sequence
 import mujoco
 import numpy as np
 
-from sims.libero import NUM_WAIT_STEPS, max_steps
+from sims.libero import INIT_IDS, NUM_WAIT_STEPS, max_steps
 from sims.libero.osc import OSCArm, OSCConfig
 from sims.libero.predicates import GoalChecker
-from sims.libero.scenes import apply_init_state, load_init_states, load_scene, read_meta
+from sims.libero.scenes import apply_init_state, load_init_states, load_sampled_states, load_scene, read_meta
 
 #: the protocol's views and the scene's cameras behind them
 CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}
@@ -104,7 +107,9 @@ class LiberoWorlds:
         self.instruction: str = self.meta["language"]
         self.max_steps = max_steps(self.suite)
         self.model = load_scene(task_dir, box_contacts=box_contacts)
-        self.init_states = load_init_states(task_dir)
+        self.init_states = load_init_states(task_dir)  # official [50, 1 + nq + nv], init ids 0..49
+        self.sampled_states = load_sampled_states(task_dir)  # sampled [50, 1 + nq + nv], init ids 50..99
+        self.states = np.concatenate([self.init_states, self.sampled_states])  # by init id [100, 1 + nq + nv]
         self.arm = OSCArm(self.model, osc)
         self.physics = self.arm.physics(num_envs, nthread)
         self.datas = self.physics.datas  # MjData copies of the simulations after each step (goal, experts, views)
@@ -155,9 +160,9 @@ class LiberoWorlds:
     def reset(self, init_ids: Sequence[int], wait_steps: int = NUM_WAIT_STEPS,
               gripper_command: np.ndarray | None = None, env_ids: Sequence[int] | None = None,
               render: bool = True) -> np.ndarray:
-        """Every env (or the envs ``env_ids``) to official init state ``init_ids[i]``, the controller as
-        robosuite leaves it, then ``wait_steps`` open-gripper steps; the protocol's state ``[N, 8]``
-        of every env (the others unchanged). ``render``: draw the reset envs' views (:meth:`images`)
+        """Every env (or the envs ``env_ids``) to init state ``init_ids[i]`` (0..49 official, 50..99 sampled),
+        the controller as robosuite leaves it, then ``wait_steps`` open-gripper steps; the protocol's state
+        ``[N, 8]`` of every env (the others unchanged). ``render``: draw the reset envs' views (:meth:`images`)
         now; False leaves them to :meth:`render_views`.
 
         ``gripper_command`` (``[2]`` or ``[len(init_ids), 2]``): the gripper command the reset starts from.
@@ -170,9 +175,9 @@ class LiberoWorlds:
             raise ValueError(f"init_ids must hold one id per env ({len(envs)}), got {ids.shape[0]}")
         if len(ids) == 0:
             return self.state()
-        if ids.min() < 0 or ids.max() >= len(self.init_states):
-            raise ValueError(f"init ids must be in 0..{len(self.init_states) - 1}, got {ids.tolist()}")
-        self.physics.load(envs, self.init_states[ids])
+        if ids.min() < 0 or ids.max() >= len(self.states):
+            raise ValueError(f"init ids must be in {INIT_IDS}, got {ids.tolist()}")
+        self.physics.load(envs, self.states[ids])
         self.arm.reset(self.num_envs if env_ids is None else None, rows=None if env_ids is None else envs,
                        gripper=gripper_command)
         self.init_ids[envs] = ids

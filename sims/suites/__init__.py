@@ -83,13 +83,15 @@ def is_libero(suite: str) -> bool:
 
 def training_init_id(suite: str, k: int) -> int:
     """The init id of a suite's ``k``-th training state (demonstrations, RL's starts outside the
-    protocol): ``TRAIN_INIT_OFFSET + k`` for ours, never an evaluation state; for real LIBERO, which has
-    its 50 official states only, state ``TRAIN_STATES_FROM + k`` (k < :func:`num_training_states`)."""
+    protocol): ``TRAIN_INIT_OFFSET + k`` for ours, never an evaluation state; for real LIBERO, whose
+    demonstrations come from its 50 official states, official state ``TRAIN_STATES_FROM + k``
+    (k < :func:`num_training_states`; never a held-out state, :func:`heldout_states`)."""
     count = num_training_states(suite)
     if k < 0 or (count is not None and k >= count):
         raise ValueError(f"training state {k} out of range for {suite!r}"
-                         + (f": it has {count} (init ids {training_init_id(suite, 0)}..{training_init_id(suite, count - 1)}), "
-                            "the rest of its 50 states are held out" if count is not None else ""))
+                         + (f": it has {count} (init ids {training_init_id(suite, 0)}..{training_init_id(suite, count - 1)}); "
+                            "no demonstration or random start uses its other official states or its held-out "
+                            "sampled ones" if count is not None else ""))
     if suite in _LIBERO:
         from sims.libero import TRAIN_STATES_FROM
 
@@ -107,13 +109,14 @@ def num_training_states(suite: str) -> int | None:
 
 
 def heldout_states(suite: str) -> tuple[int, int]:
-    """``(first init id, count)`` of the states a run trained on the protocol's states is also scored on
-    (never a demonstration's or training start's): ours the 50 after the protocol's; real LIBERO's, with
-    no states beyond its 50, the ones below its training states (``0 .. TRAIN_STATES_FROM - 1``)."""
+    """``(first init id, count)`` of the states a run is also scored on that no demonstration and no
+    training start (either init pool) ever uses: ours the 50 after the protocol's (50..99); real
+    LIBERO's the 50 that LIBERO's own placement initializer sampled beyond its 50 official states, init
+    ids 50..99 (the scene cache's ``sampled_states.npy``, :mod:`sims.libero.reference.export`)."""
     if suite in _LIBERO:
-        from sims.libero import TRAIN_STATES_FROM
+        from sims.libero import NUM_SAMPLED_STATES, SAMPLED_STATES_FROM
 
-        return 0, TRAIN_STATES_FROM
+        return SAMPLED_STATES_FROM, NUM_SAMPLED_STATES
     return NUM_INIT_STATES, NUM_INIT_STATES
 
 
@@ -162,7 +165,8 @@ def _task_index(suite: str, task: int | str) -> int:
 def init_states(suite: str, task: int | str) -> list[dict[str, Any]]:
     """The 50 fixed evaluation initial states of a task: object placements ``(x, y, yaw)``,
     initial velocities and the robot's initial joint offsets, as plain Python data (a LIBERO task's:
-    the official flattened simulator states, ``{"sim_state": [1 + nq + nv floats]}``)."""
+    the official flattened simulator states, ``{"sim_state": [1 + nq + nv floats]}``; its held-out
+    sampled ones are :func:`sims.libero.scenes.load_sampled_states`)."""
     if suite in _LIBERO:
         from sims.libero import NUM_TASKS
         from sims.libero.scenes import ensure_tasks, load_init_states

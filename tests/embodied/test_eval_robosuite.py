@@ -66,6 +66,31 @@ def test_the_reference_env_plays_the_protocol_through_our_server(libero_policy, 
     assert again["suites"] == res["suites"] and again["comparison"]["libero_spatial"]["mean_difference"] == 0.0
 
 
+@needs_venv
+def test_the_reference_env_plays_the_sampled_held_out_states(libero_policy, libero_exported, tmp_path,
+                                                            monkeypatch):
+    """first_state=50: the server and the reference client play init ids 50 and 51, the states LIBERO's
+    placement initializer sampled, read from the scene cache (``$EMBODIED_LIBERO_CACHE``). The serving path
+    itself (``run_reference``): ``embodied-eval``'s own config check still bounds first_state + episodes
+    by the 50 official states."""
+    from embodied.eval.reference import run_reference
+    from embodied.runners.eval import EvalConfig
+    from sims.libero import scenes
+
+    monkeypatch.setenv(scenes.CACHE_ENV, str(libero_exported[0]))
+    monkeypatch.setenv(scenes.AUTO_EXPORT_ENV, "0")  # task 0 is in the cache: nothing is exported
+    out = tmp_path / "eval"
+    out.mkdir()
+    cfg = EvalConfig(out=str(out), checkpoint=str(libero_policy), suite="libero_spatial", simulator="robosuite",
+                     tasks=[0], episodes=2, first_state=50, max_steps=3, image_size=32, videos="none")
+    res = run_reference(cfg, out, {"label": "tiny"}, lambda: None, None)
+    (row,) = res["suites"]["libero_spatial"]["tasks"]
+    assert row["episodes"] == 2 and [s[0] for s in row["state_successes"]] == [50, 51]
+    assert res["env_steps"] == 6 and "from state 50" in res["protocol"]
+    log = (out / "client.log").read_text()
+    assert "task 0 init 50: failure in 3 steps" in log and "task 0 init 51" in log, log[-2000:]
+
+
 @pytest.mark.parametrize("keys, message", [
     (dict(suite="libero_spatial_swap"), "libero_spatial_swap is a LIBERO-PRO variant: add simulator=robosuite"),
     (dict(suite="libero_spatial", simulator="robosuite", workers=2), "workers=2 is not available with simulator=robosuite"),

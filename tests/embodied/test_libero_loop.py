@@ -36,7 +36,7 @@ def _run(command: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
 def test_collect_sft_eval_and_train_on_libero_spatial(libero_exported, tmp_path, monkeypatch):
     cache = libero_exported[0]
     monkeypatch.setenv(scenes.CACHE_ENV, str(cache))
-    # the expert's demonstration from the first training state (25: states 0..24 stay held out)
+    # the expert's demonstration from the first training state (25; the held-out states are the sampled 50..99)
     data = tmp_path / "data"
     result = collect_suite("libero_spatial", data, episodes_per_task=1, task_ids=[0], num_envs=1, image_size=32)
     assert result.episodes == 1 and result.tasks[0]["success_rate"] == 1.0
@@ -73,8 +73,8 @@ def test_collect_sft_eval_and_train_on_libero_spatial(libero_exported, tmp_path,
         run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", meshes="coarse", out=str(tmp_path / "bad")))
     with pytest.raises(EvalError, match="real LIBERO's suites only"):
         run(EvalConfig(checkpoint=str(ckpt), suite="spatial", meshes="full", out=str(tmp_path / "bad")))
-    with pytest.raises(EvalError, match="within real LIBERO's 50"):
-        run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", first_state=40, episodes=11,
+    with pytest.raises(EvalError, match="within real LIBERO's 100 init states"):  # 50 official, 50 sampled
+        run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", first_state=90, episodes=11,
                        out=str(tmp_path / "bad")))
 
     # Flow-SDE PPO on the same scenes, starting from the training states
@@ -125,7 +125,7 @@ def test_the_main_job_takes_a_libero_suite():
     assert compose("pipeline", "out=x", "sim.suite=libero_goal", "rl.max_episode_steps=200").rl.max_episode_steps == 200
     with pytest.raises(PipelineError, match="libero_spatial"):
         check_config(compose("pipeline", "out=x", "sim.suite=libero_spacial"))
-    assert sims.suites.heldout_states("spatial") == (50, 50)
+    assert sims.suites.heldout_states("spatial") == sims.suites.heldout_states("libero_spatial") == (50, 50)
 
 
 def test_grpo_groups_on_libero_start_from_its_training_states():

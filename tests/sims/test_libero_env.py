@@ -84,6 +84,26 @@ def test_truncation_and_automatic_reset_keep_the_fixed_init_state(libero_exporte
         assert env.init_ids.tolist() == [7, 7]
 
 
+def test_the_sampled_held_out_states_are_init_ids_50_to_99(libero_exported):
+    """Init ids 50..99 are the sampled states of the cache, by reset and by init pool; random draws keep
+    to the training states 25..49."""
+    folder = scenes.task_dir("libero_spatial", 0, libero_exported[0])
+    sampled = scenes.load_sampled_states(folder)
+    with _make(libero_exported[0], 2, wait_steps=0) as env:
+        env.reset(init_ids=[60, 99])
+        assert env.init_ids.tolist() == [60, 99]
+        np.testing.assert_array_equal(env.worlds(0).sim_state()[:, 1:], sampled[[10, 49], 1:])
+        env.set_init_pool([60])
+        env.reset()
+        assert env.init_ids.tolist() == [60, 60]
+        env.set_init_pool(None)
+        draws = []
+        for seed in range(10):
+            env.reset(seed=seed)
+            draws += env.init_ids.tolist()
+        assert min(draws) >= 25 and max(draws) <= 49
+
+
 def test_success_terminates_with_reward_one(libero_exported):
     with _make(libero_exported[0], 1) as env:
         env.reset(init_ids=[0])
@@ -117,9 +137,10 @@ def test_task_specs_and_init_states_from_the_cache(libero_exported, monkeypatch)
             env.reset(task_ids=[0, 1])
     with pytest.raises(ValueError, match="pass env="):
         sims.suites.expert("libero_spatial")
-    assert sims.suites.heldout_states("libero_spatial") == (0, 25)
+    # held out: the 50 states LIBERO's placement initializer sampled, which no training start uses
+    assert sims.suites.heldout_states("libero_spatial") == (50, 50)
     assert [sims.suites.training_init_id("libero_spatial", k) for k in (0, 24)] == [25, 49]
-    with pytest.raises(ValueError, match="held out"):
+    with pytest.raises(ValueError, match="held-out sampled ones"):
         sims.suites.training_init_id("libero_spatial", 25)
 
 
@@ -138,8 +159,11 @@ def test_bad_options_are_refused(libero_exported, kwargs, message):
 
 def test_bad_calls_are_refused(libero_exported, monkeypatch):
     with _make(libero_exported[0], 2) as env:
-        with pytest.raises(ValueError, match=r"init_ids must be in 0\.\.49"):
-            env.reset(init_ids=[0, 50])
+        with pytest.raises(ValueError, match=r"init_ids must be in 0\.\.49 \(LIBERO's official init states\) or "
+                                             r"50\.\.99 \(the held-out states"):
+            env.reset(init_ids=[0, 100])
+        with pytest.raises(ValueError, match=r"init ids in 0\.\.49 .* or 50\.\.99"):
+            env.set_init_pool([60, 100])
         with pytest.raises(ValueError, match=r"task_ids must be in \[0, 1\)"):
             env.reset(task_ids=[0, 1])
         with pytest.raises(ValueError, match=r"actions must have shape \[2, 7\]"):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import mujoco
+import numpy as np
 import pytest
 
 import sims.libero as libero
@@ -109,3 +111,51 @@ def test_a_missing_venv_names_the_setup_command(monkeypatch, tmp_path):
     monkeypatch.setenv(libero.PYTHON_ENV, str(tmp_path / "nothing" / "python"))
     with pytest.raises(libero.LiberoSetupError, match="bash scripts/setup.sh"):
         libero.venv_python()
+
+
+SAMPLED_PROBE = r'''
+import json
+import numpy as np
+from reference.env import ReferenceTask
+
+out = {}
+with ReferenceTask("libero_spatial", 0, image_size=0) as task:
+    task.reset(60, wait_steps=0)
+    sim = task.inner.sim
+    out["state"] = np.asarray(sim.get_state().flatten()).tolist()
+    out["objects"] = {n: np.asarray(sim.data.body_xpos[task.inner.obj_body_id[n]]).tolist()
+                      for n in task.object_names()}
+    out["proprio"] = task.observation()["state"].tolist()
+    out["num_states"] = task.num_states
+    try:
+        task.reset(100)
+    except ValueError as err:
+        out["error"] = str(err)
+print("RESULT " + json.dumps(out))
+'''
+
+
+@needs_venv
+def test_both_simulators_start_a_sampled_state_alike(libero_exported, monkeypatch):
+    """Init id 60 (sampled state 10): the reference env reads it from the scene cache, and after loading its
+    objects stand where ours do (as after the official states' loading, 8.9e-16 m measured)."""
+    from sims.libero import INIT_IDS, scenes
+    from sims.libero.worlds import LiberoWorlds
+
+    root = libero_exported[0]
+    argv, env = libero.reference_command("env")
+    env.update({scenes.CACHE_ENV: str(root), scenes.AUTO_EXPORT_ENV: "0"})  # in the cache: nothing exported
+    proc = subprocess.run([argv[0], "-c", SAMPLED_PROBE], capture_output=True, text=True, env=env, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
+    folder = scenes.task_dir("libero_spatial", 0, root)
+    np.testing.assert_array_equal(ref["state"], scenes.load_sampled_states(folder)[10])
+    assert ref["num_states"] == 100 and INIT_IDS in ref["error"]
+    worlds = LiberoWorlds(folder, 1, box_contacts="native")
+    proprio = worlds.reset([60], wait_steps=0)[0]
+    meta = worlds.meta
+    for name, pos in ref["objects"].items():
+        body = mujoco.mj_name2id(worlds.model, mujoco.mjtObj.mjOBJ_BODY, meta["objects"][name]["root_body"])
+        np.testing.assert_allclose(worlds.datas[0].xpos[body], pos, rtol=0, atol=1e-9, err_msg=name)
+    np.testing.assert_allclose(proprio, ref["proprio"], rtol=0, atol=1e-6)  # the 8-D state after loading
+    worlds.close()

@@ -49,8 +49,10 @@ def test_worlds_reset_step_and_refuse_bad_input(libero_exported):
     assert worlds.sim_state().shape == (3, 1 + worlds.model.nq + worlds.model.nv)
     with pytest.raises(ValueError, match="one id per env"):
         worlds.reset([0, 1])
-    with pytest.raises(ValueError, match=r"init ids must be in 0\.\.49"):
-        worlds.reset([0, 1, 50])
+    with pytest.raises(ValueError, match=r"init ids must be in 0\.\.49 .* or 50\.\.99"):
+        worlds.reset([0, 1, 100])
+    worlds.reset([0, 50, 99], wait_steps=0)  # official 0, sampled 0 and 49
+    np.testing.assert_array_equal(worlds.sim_state()[1:, 1:], worlds.sampled_states[[0, 49], 1:])
     with pytest.raises(ValueError, match=r"actions must be \[3, 7\]"):
         worlds.step(np.zeros((3, 6)))
     with pytest.raises(ValueError, match="num_envs must be >= 1"):

@@ -1,11 +1,13 @@
 """The official LIBERO protocol in the reference simulator, against a policy server.
 
     python -m reference.client --port 8000 --suite libero_spatial --out DIR [--tasks 0 1]
-        [--episodes 50] [--first-state 0] [--max-steps N] [--action-steps K] [--image-size 128]
+        [--episodes 50] [--first-state 0] [--max-steps N] [--action-steps K] [--image-size 128] [--cache DIR]
 
 Runs in ``.venv-libero`` (numpy, libero, openpi-client); ``embodied-eval ... simulator=robosuite``
 starts it beside ``embodied-serve``. The protocol is openpi's LIBERO example: per task, its
-official initial states in order (one episode each), the env seeded with 7, 10 open-gripper wait
+official initial states in order (one episode each; ``--first-state 50``: the held-out states 50..99
+that LIBERO's placement initializer sampled, read from the scene cache at ``--cache``, default
+``$EMBODIED_LIBERO_CACHE``, exported there first when missing), the env seeded with 7, 10 open-gripper wait
 steps, then the policy acts until the goal holds or for the suite's step limit (spatial 220,
 object 280, goal 300, libero_10 520, libero_90 400); images rotated by 180 degrees; the 8-D state
 (eef position, axis-angle, gripper); a new chunk is asked for after every ``action_steps``
@@ -115,7 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--suite", required=True)
     p.add_argument("--tasks", type=int, nargs="*", default=None, help="task indices (default: all)")
     p.add_argument("--episodes", type=int, default=50, help="initial states per task")
-    p.add_argument("--first-state", type=int, default=0)
+    p.add_argument("--first-state", type=int, default=0, help="0..49 official, 50..99 the sampled held-out states")
+    p.add_argument("--cache", default=None, help="the scene cache root of the sampled states (default "
+                                                 "$EMBODIED_LIBERO_CACHE or ~/.cache/embodied/libero)")
     p.add_argument("--max-steps", type=int, default=None, help="policy steps per episode (default: the suite's)")
     p.add_argument("--action-steps", type=int, default=None, help="actions executed per chunk (default: all)")
     p.add_argument("--image-size", type=int, default=128)
@@ -155,10 +159,11 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             t0 = time.perf_counter()
             task = ReferenceTask(args.suite, t, image_size=args.image_size, hard_reset=args.hard_reset,
-                                 seed=args.seed)
-            if todo[-1] >= len(task.init_states):
-                raise SystemExit(f"{args.suite} task {t} has {len(task.init_states)} initial states; "
-                                 f"asked for up to {todo[-1]}")
+                                 seed=args.seed, cache=args.cache)
+            if todo[0] < 0 or todo[-1] >= task.num_states:
+                raise SystemExit(f"{args.suite} task {t} has init ids {task.init_ids_help()}; asked for "
+                                 f"{todo[0]}..{todo[-1]}")
+            task.state_of(todo[-1])  # a sampled state's cache read (exported if missing) before the first episode
             print(f"[libero] {args.suite} task {t} {task.name}: env ready in {time.perf_counter() - t0:.1f} s",
                   flush=True)
             try:

@@ -3,8 +3,11 @@
 Runs in ``.venv-libero`` only (numpy, libero). :class:`ReferenceTask` wraps LIBERO's
 ``OffScreenRenderEnv`` for one task of a suite:
 
-- :meth:`reset` restores one of the suite's official initial states (``set_init_state``: the full
-  simulator state) and plays the protocol's wait steps (the open-gripper dummy action);
+- :meth:`reset` restores one of the task's initial states (``set_init_state``: the full simulator
+  state) and plays the protocol's wait steps (the open-gripper dummy action): init ids 0..49 are
+  LIBERO's official states, 50..99 (standard suites) the held-out states LIBERO's placement
+  initializer sampled, read from the scene cache (``sampled_states.npy``, exported there first when
+  missing), so that this simulator and the batched one start from the very same states;
 - :meth:`observation` is what the policy sees: both camera images rotated by 180 degrees (the
   renders are upside down) and the 8-D state (end-effector position, axis-angle, gripper);
 - privileged access for scripted experts and tests: object and fixture poses (:meth:`pose`), the
@@ -23,6 +26,7 @@ import numpy as np
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
 NUM_WAIT_STEPS = 10
 SEED = 7
+NUM_SAMPLED_STATES = 50  # the sampled states of a standard suite's task (sims.libero.NUM_SAMPLED_STATES)
 DUMMY_ACTION = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])  # hold still, gripper open
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 
@@ -80,10 +84,12 @@ class ReferenceTask:
         hard_reset: robosuite's default rebuilds the whole model at every reset (seconds); the
             initial state restores the full simulator state either way, so the default here is False.
         seed: the env's seed (the protocol's 7).
+        cache: the scene cache root the sampled states (init ids 50..99) are read from (default
+            ``$EMBODIED_LIBERO_CACHE`` or ``~/.cache/embodied/libero``, as the main venv's).
     """
 
     def __init__(self, suite: str, task_id: int, *, image_size: int = 128, hard_reset: bool = False,
-                 seed: int = SEED) -> None:
+                 seed: int = SEED, cache: str | Path | None = None) -> None:
         from libero.libero import get_libero_path
         from libero.libero.envs import OffScreenRenderEnv
 
@@ -107,15 +113,58 @@ class ReferenceTask:
             kwargs.update(use_camera_obs=False, has_offscreen_renderer=False)
         self.env = OffScreenRenderEnv(**kwargs)
         self.env.seed(seed)
+        self.cache = cache
+        self._sampled: np.ndarray | None = None
         self.raw: dict[str, np.ndarray] = {}
 
     # -- the protocol ------------------------------------------------------------------------
+    @property
+    def num_states(self) -> int:
+        """How many init ids the task has: a standard suite's 100 (official 0..49, sampled 50..99), a
+        LIBERO-PRO variant's official ones."""
+        return len(self.init_states) + (NUM_SAMPLED_STATES if self.suite_name in MAX_STEPS else 0)
+
+    def init_ids_help(self) -> str:
+        """The task's init ids in words, for error messages."""
+        official = f"0..{len(self.init_states) - 1} (LIBERO's official init states)"
+        if self.suite_name not in MAX_STEPS:
+            return f"{official} only: a LIBERO-PRO variant has no sampled states"
+        return (f"{official} or {len(self.init_states)}..{self.num_states - 1} (the held-out states LIBERO's "
+                "placement initializer sampled)")
+
+    @property
+    def sampled_states(self) -> np.ndarray:
+        """The held-out states LIBERO's own placement initializer drew for this task ``[50, 1 + nq + nv]``
+        (init ids 50..99), read from the scene cache's ``sampled_states.npy`` (the task exported into the
+        cache first when missing, :func:`reference.export.ensure_task`)."""
+        if self._sampled is None:
+            if self.suite_name not in MAX_STEPS:
+                raise ValueError(f"{self.suite_name} task {self.task_id} has init ids {self.init_ids_help()}")
+            from .export import ensure_task
+
+            path = ensure_task(self.suite_name, self.task_id, self.cache) / "sampled_states.npy"
+            states = np.load(path)
+            if states.shape != (NUM_SAMPLED_STATES,) + self.init_states.shape[1:]:
+                raise ValueError(f"{path} holds states {list(states.shape)}; this task's are "
+                                 f"[{NUM_SAMPLED_STATES}, {self.init_states.shape[1]}]: export the task again")
+            self._sampled = states
+        return self._sampled
+
+    def state_of(self, init_id: int) -> np.ndarray:
+        """The flattened simulator state ``[1 + nq + nv]`` of init id ``init_id``."""
+        if not 0 <= init_id < self.num_states:
+            raise ValueError(f"init state {init_id} out of range: {self.suite_name} task {self.task_id} has init ids "
+                             f"{self.init_ids_help()}")
+        if init_id < len(self.init_states):
+            return self.init_states[init_id]
+        return self.sampled_states[init_id - len(self.init_states)]
+
     def reset(self, init_id: int, *, wait_steps: int = NUM_WAIT_STEPS) -> dict[str, np.ndarray]:
-        """Restore official initial state ``init_id`` and play ``wait_steps`` dummy steps."""
-        if not 0 <= init_id < len(self.init_states):
-            raise ValueError(f"init state {init_id} out of range (0..{len(self.init_states) - 1})")
+        """Restore initial state ``init_id`` (official 0..49, sampled 50..99) and play ``wait_steps`` dummy
+        steps."""
+        state = self.state_of(init_id)
         self.env.reset()
-        self.raw = self.env.set_init_state(self.init_states[init_id])
+        self.raw = self.env.set_init_state(state)
         for _ in range(wait_steps):
             self.raw, _, _, _ = self.env.step(DUMMY_ACTION)
         return self.raw

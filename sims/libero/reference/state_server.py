@@ -1,14 +1,15 @@
 """The reference env stepped by another process, one request per line: the closed loop of a controller
 that lives elsewhere (our scripted experts, on the reference's own state).
 
-    python -m reference.state_server --suite libero_object
+    python -m reference.state_server --suite libero_object [--cache DIR]
 
 Runs in the reference venv (started by :func:`sims.libero.closed_loop.ReferenceLoop`). Reads JSON
 requests from stdin, one per line, and answers each with one line on stdout that starts with
 ``@@`` (anything else on stdout, such as a library's print, is not an answer):
 
 - ``{"cmd": "reset", "task": T, "init": I}``: task ``T`` of the suite (its env made on first use),
-  official init state ``I``, the protocol's wait steps. Answer: ``state`` (the simulator's flattened
+  init state ``I`` (0..49 official, 50..99 sampled: from the scene cache at ``--cache``), the protocol's
+  wait steps. Answer: ``state`` (the simulator's flattened
   state ``[1 + nq + nv]``), ``body_pos`` ``[nbody, 3]`` and ``body_quat`` ``[nbody, 4]`` (the model's
   fixture placement of this reset), ``gripper`` (robosuite's accumulated gripper command),
   ``max_steps`` (the suite's step limit), ``success``.
@@ -43,6 +44,7 @@ def snapshot(task: ReferenceTask) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="the reference env stepped over stdin/stdout")
     ap.add_argument("--suite", required=True)
+    ap.add_argument("--cache", default=None, help="the scene cache root of the sampled states (init ids 50..99)")
     args = ap.parse_args(argv)
     task: ReferenceTask | None = None
     for line in sys.stdin:
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
                 if task is None or task.task_id != int(req["task"]):
                     if task is not None:
                         task.close()
-                    task = ReferenceTask(args.suite, int(req["task"]), image_size=0)
+                    task = ReferenceTask(args.suite, int(req["task"]), image_size=0, cache=args.cache)
                 task.reset(int(req["init"]))
                 model = task.inner.sim.model
                 answer({**snapshot(task), "body_pos": np.asarray(model.body_pos).tolist(),
