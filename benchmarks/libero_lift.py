@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the sibling benchmark's helpers
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.rl_lift import finished_results, measured_on, own_minutes, run_cell, states_moved  # noqa: E402
+from benchmarks.rl_lift import (finished_results, measured_on, own_minutes, run_cell,  # noqa: E402
+                                split_overrides, states_moved)
 
 SUITE = "libero_spatial"
 TASKS = list(range(10))
@@ -232,11 +233,7 @@ def ours_on(results: dict[str, Any] | None, states: int) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+    argv, extra = split_overrides(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--demos", type=int, default=20, help="DART demonstrations per task")

@@ -397,12 +397,18 @@ def run_cell(cell: Path, cmd: list[str], label: str) -> bool:
     return proc.returncode == 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def split_overrides(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """``(options, overrides)``: the command line (default ``sys.argv[1:]``) cut at ``--``; what follows
+    goes to every pipeline cell as Hydra overrides."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, extra = split_overrides(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder of the cells (OUT/d{D}_s{S})")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
