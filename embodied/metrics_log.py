@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from embodied.runs import read_complete_rows
+from policies.files import atomic_path
 
 
 class MetricsLog:
@@ -15,7 +16,9 @@ class MetricsLog:
 
     ``resume_upto``: the step (integer column ``key``) of the checkpoint a resumed run starts from;
     the file keeps the complete rows up to it (rows logged after it, or torn by a crash, go: see
-    :func:`embodied.runs.read_complete_rows`). None starts an empty file.
+    :func:`embodied.runs.read_complete_rows`), rewritten atomically, and TensorBoard drops its events
+    after that step (``purge_step``), so both curves continue from the checkpoint rather than doubling
+    back. None starts an empty file.
     """
 
     def __init__(self, out: Path, fields: Sequence[str], key: str, *, resume_upto: int | None = None,
@@ -23,15 +26,17 @@ class MetricsLog:
         path = out / "metrics.csv"
         kept = read_complete_rows(path, key, resume_upto)[1] if resume_upto is not None else []
         self.tb_prefix = tb_prefix
-        self._file = open(path, "w", newline="")
+        with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:  # a kill here keeps the old rows
+            writer = csv.DictWriter(fh, fieldnames=list(fields), extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(kept)
+        self._file = open(path, "a", newline="")
         self._csv = csv.DictWriter(self._file, fieldnames=list(fields), extrasaction="ignore")
-        self._csv.writeheader()
-        self._csv.writerows(kept)
-        self._file.flush()
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb: Any = SummaryWriter(str(out / "tb"))
+            purge = None if resume_upto is None else int(resume_upto) + 1
+            self._tb: Any = SummaryWriter(str(out / "tb"), purge_step=purge)
         except ImportError:
             self._tb = None
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from embodied.runs import write_json
-from policies.files import atomic_path
+from policies.files import atomic_path, fsync_dir, fsync_tree
 
 
 def _flatten_optimizer(sd: dict[str, Any], prefix: str = "opt.") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -112,18 +112,21 @@ def load_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimi
 def swap_in_folder(tmp: str | os.PathLike, final: str | os.PathLike) -> Path:
     """Replace folder ``final`` by the complete folder ``tmp`` (same file system).
 
-    Steps: ``final`` -> ``final.old``, ``tmp`` -> ``final``, delete ``final.old``. A kill at any point
-    leaves either ``final`` or ``final.old`` complete; :func:`resolve_folder` finds it.
+    Steps: ``tmp``'s files and folders flushed to disk, ``final`` -> ``final.old``, ``tmp`` -> ``final``,
+    the parent folder flushed, delete ``final.old``. A kill or a power loss at any point leaves either
+    ``final`` or ``final.old`` complete; :func:`resolve_folder` finds it.
     """
     import shutil
 
     tmp, final = Path(tmp), Path(final)
+    fsync_tree(tmp)
     old = final.with_name(final.name + ".old")
     if old.exists() and final.exists():
         shutil.rmtree(old)
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)
+    fsync_dir(final.parent)
     if old.exists():
         shutil.rmtree(old)
     return final
