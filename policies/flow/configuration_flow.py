@@ -7,8 +7,6 @@ from typing import Optional
 
 from policies.base import PolicyConfig
 
-SAMPLERS = ("ode", "sde", "sde_full", "noise", "fpo", "steer")
-
 
 @dataclass
 class FlowConfig(PolicyConfig):
@@ -16,7 +14,7 @@ class FlowConfig(PolicyConfig):
 
     Attributes:
         num_steps: K Euler denoising steps from t=1 (noise) to t=0 (actions); 4-5 in pi_RL.
-        sampler: exploration sampler: ``ode`` (deterministic), ``sde`` (Flow-SDE, one uniformly
+        sampler: exploration sampler, a name registered in :mod:`policies.flow.samplers`: ``ode`` (deterministic), ``sde`` (Flow-SDE, one uniformly
             drawn stochastic step per call: the accelerated mode), ``sde_full`` (Flow-SDE, every
             step stochastic), ``noise`` (Flow-Noise: learned std on every step). Greedy mode
             always uses the ODE. ``fpo`` (FPO, Flow Policy Optimization): the ODE from random
@@ -58,8 +56,10 @@ class FlowConfig(PolicyConfig):
     steer_std_max: float = 1.2
 
     def __post_init__(self) -> None:
+        from policies.flow.samplers import SAMPLERS  # the registry (torch): imported when a config is made
+
         if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+            raise ValueError(f"FlowConfig.sampler: {SAMPLERS.unknown(self.sampler)}")
         if self.fpo_samples < 1:
             raise ValueError(f"fpo_samples must be >= 1, got {self.fpo_samples}")
         if self.num_steps < 1:

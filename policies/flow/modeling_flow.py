@@ -5,19 +5,9 @@ Training (flow matching): ``x_t = t*noise + (1-t)*a``, the expert predicts ``noi
 chunk and reused by every denoising step. Actions live in the processor's normalised space inside
 the model (log-probabilities too); the env receives them unnormalised and clipped to [-1, 1].
 
-``sample`` returns in ``extras`` what ``logprob`` needs:
-- ``sde``: ``step`` [N] (the stochastic step index), ``x_t`` and ``x_next`` [N, H, A];
-- ``sde_full`` and ``noise``: ``chain`` [N, K+1, H, A] (every intermediate x);
-- ``ode``/greedy: ``chain`` as well (log-probability 0: the ODE is deterministic);
-- ``fpo``: ``action`` [N, H, A] (the sampled chunk, normalised), ``fpo_t`` [N, M] and
-  ``fpo_eps`` [N, M, H, A]: M fixed flow-matching draws. The "log-probability" is FPO's
-  surrogate ``-1/2 * mean_j ||v(x_tj, t_j) - (eps_j - a)||^2`` (summed over the H*A
-  dimensions), so a PPO ratio of two weights is ``exp(L_old - L_new)``, FPO's ratio of the
-  flow-matching losses (McAllister et al., 2025, "Flow Matching Policy Gradients");
-- ``steer`` (DSRL, :mod:`policies.flow.steer`): ``steer_w`` [N, H, A], the initial noise drawn from
-  the steering Gaussian; the ODE from it gives the chunk, and the log-probability (and entropy) is
-  that Gaussian's. The flow itself gets no gradient, and the value comes from the steering module's
-  own head on the detached prefix.
+``sample`` draws with one of the samplers of :mod:`policies.flow.samplers` (``ode``, ``sde``,
+``sde_full``, ``noise``, ``fpo``, ``steer``: each owns its denoising transition, the layout of the
+``extras`` it leaves and the log-probability ``logprob`` computes from them).
 
 Value (``value_features``, see :class:`~policies.base.PolicyConfig`): ``detached`` (default) reads
 the fused state token and the pooled prefix, detached, plus ``obs["time_left"]`` (1.0 when absent)
@@ -37,11 +27,12 @@ from torch import nn
 from policies.base import ENCODED, ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.encoders.prefix import PrefixEncoder
 from policies.flow import sde as S
-from policies.flow.configuration_flow import SAMPLERS, FlowConfig
+from policies.flow.configuration_flow import FlowConfig
+from policies.flow.samplers import SAMPLERS, Draw, sampler_index, sampler_of
 from policies.flow.steer import NoiseSteer
 
 
-def _flow_time(u: torch.Tensor) -> torch.Tensor:
+def flow_time(u: torch.Tensor) -> torch.Tensor:
     """Flow-matching times from draws ``u`` in [0, 1], kept off the ends: ``0.999 * u + 0.001``."""
     return 0.999 * u + 0.001
 
@@ -172,126 +163,49 @@ class FlowPolicy(Policy):
         return prefix.repeat_interleave(k, 0), pad.repeat_interleave(k, 0)
 
     # ------------------------------------------------------------------ the contract
+    def sample_with(self, mode: Mode) -> str:
+        """The sampler a ``mode`` call draws with: the config's (``explore``), the ODE (``greedy``); a
+        steered policy draws its initial noise from its steering Gaussian in both modes (it is the
+        policy's noise distribution, as N(0, I) is the plain flow's)."""
+        if self.config.sampler == "steer":
+            return "steer"
+        return "ode" if mode == "greedy" else self.config.sampler
+
     def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
                generator: torch.Generator | None = None) -> ChunkSample:
+        """A chunk ``[N, H, A]`` by K denoising steps of the sampler :meth:`sample_with` names; ``extras``
+        hold what that sampler's log-probability needs (:mod:`policies.flow.samplers`) and its index."""
         cfg = self.config
         prefix, pad = self.encode(obs)
-        n, h, a, k_steps = prefix.shape[0], cfg.chunk_size, cfg.action_dim, cfg.num_steps
-        dt = 1.0 / k_steps
-        # greedy mode runs the ODE from random noise; a steered policy draws that noise from its steering
-        # Gaussian in both modes (it is the policy's noise distribution, as N(0, I) is the plain flow's)
-        sampler = "steer" if cfg.sampler == "steer" else "ode" if mode == "greedy" else cfg.sampler
-        if sampler == "steer" and self.steer is None:
-            raise RuntimeError("sampler='steer' needs the steering module: call policy.add_steer() first")
-        rng_device = generator.device if generator is not None else prefix.device
-
-        def normal(shape: tuple[int, ...]) -> torch.Tensor:
-            return torch.randn(shape, generator=generator, device=rng_device).to(prefix.device)
-
-        x = normal((n, h, a))
-        logprob = torch.zeros(n, device=prefix.device)
-        if sampler == "steer":
-            mean, std = self.steer(self._steer_features(prefix, pad))
-            x = mean + std * x
-            logprob = S.gaussian_logprob(x, mean, std)
-            steer_w = x
-        chain = [x]
-        if sampler == "sde":  # one stochastic step per chunk, drawn uniformly per sample
-            stoch = torch.randint(0, cfg.sde_steps or k_steps, (n,), generator=generator,
-                                  device=rng_device).to(prefix.device)
-        extras: dict[str, torch.Tensor] = {}
-        for k, t_val in enumerate(S.time_grid(k_steps)):
-            t = torch.full((n,), t_val, device=prefix.device)
+        name = self.sample_with(mode)
+        sampler = SAMPLERS.lookup(name)()
+        dev = prefix.device
+        rng = generator.device if generator is not None else dev
+        d = Draw(n=prefix.shape[0], h=cfg.chunk_size, a=cfg.action_dim, k_steps=cfg.num_steps, prefix=prefix,
+                 pad=pad, normal=lambda shape: torch.randn(shape, generator=generator, device=rng).to(dev),
+                 uniform=lambda shape: torch.rand(shape, generator=generator, device=rng).to(dev),
+                 integers=lambda high, shape: torch.randint(0, high, shape, generator=generator, device=rng).to(dev))
+        x = sampler.start(self, d)
+        d.chain.append(x)
+        for k, t_val in enumerate(S.time_grid(cfg.num_steps)):
+            t = torch.full((d.n,), t_val, device=dev)
             feats = self._features(x, t, prefix, pad)
-            v = self.velocity(feats)
-            if sampler in ("ode", "fpo", "steer"):
-                x_next = S.ode_step(x, v, dt)
-            else:
-                if sampler == "noise":
-                    mean, std = S.ode_step(x, v, dt), self._noise_std(feats)
-                else:
-                    mean, std = S.sde_step(x, v, t, dt, cfg.noise_level)
-                eps = normal(tuple(mean.shape))
-                noisy = mean + std * eps
-                if sampler == "sde":
-                    is_k = (stoch == k)
-                    x_next = torch.where(is_k[:, None, None], noisy, S.ode_step(x, v, dt))
-                    lp = S.gaussian_logprob(noisy, mean, std)
-                    logprob = torch.where(is_k, lp, logprob)
-                    S.keep_stochastic_step(extras, k, is_k, x, x_next)
-                else:
-                    x_next = noisy
-                    logprob = logprob + S.gaussian_logprob(noisy, mean, std)
-            x = x_next
-            chain.append(x)
-        if sampler == "fpo":
-            u = torch.rand((n, cfg.fpo_samples), generator=generator, device=rng_device).to(prefix.device)
-            fpo_t = _flow_time(u)
-            fpo_eps = normal((n, cfg.fpo_samples, h, a))
-            logprob = self._fpo_surrogate(x, fpo_t, fpo_eps, prefix, pad)
-            extras = {"action": x, "fpo_t": fpo_t, "fpo_eps": fpo_eps}
-        elif sampler == "sde":
-            extras["step"] = stoch
-        elif sampler == "steer":
-            extras = {"steer_w": steer_w}
-        else:
-            extras["chain"] = torch.stack(chain, dim=1)
-        # which sampler produced the chunk: logprob() follows it, whatever the config says now
-        extras["sampler"] = torch.full((n,), SAMPLERS.index(sampler), dtype=torch.long, device=prefix.device)
-        actions = self.processor.unnormalize_actions(x)
-        value = self._value(prefix, pad, obs_time_left(obs, n, prefix.device))
-        return ChunkSample(actions=actions, logprob=logprob.detach(), value=value.detach(),
-                           extras={k: v.detach() for k, v in extras.items()})
+            x = sampler.transition(self, d, k, x, t, feats, self.velocity(feats))
+            d.chain.append(x)
+        sampler.finish(self, d, x)
+        # which sampler drew the chunk: logprob() follows it, whatever the config says now
+        d.extras["sampler"] = torch.full((d.n,), sampler_index(name), dtype=torch.long, device=dev)
+        value = self._value(prefix, pad, obs_time_left(obs, d.n, dev))
+        return ChunkSample(actions=self.processor.unnormalize_actions(x), logprob=d.logprob.detach(),
+                           value=value.detach(), extras={k: v.detach() for k, v in d.extras.items()})
 
     def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Exact log-probability of the sampled chunk under the current weights.
-
-        ``sde``: the one stochastic transition; ``sde_full``/``noise``: the sum over all K.
-        """
-        cfg = self.config
+        """Exact log-probability, entropy and value ``[N]`` of sampled chunks under the current weights,
+        by the sampler that drew them (``extras["sampler"]``; see :mod:`policies.flow.samplers`)."""
         prefix, pad = self.encode(obs)
-        n, k_steps = prefix.shape[0], cfg.num_steps
-        value = self._value(prefix, pad, obs_time_left(obs, n, prefix.device))
-        dt = 1.0 / k_steps
-        if "steer_w" in extras:
-            if self.steer is None:
-                raise RuntimeError("these chunks were steered (extras 'steer_w') but the policy has no steering module")
-            mean, std = self.steer(self._steer_features(prefix, pad))
-            return S.gaussian_logprob(extras["steer_w"].to(prefix.device), mean, std), S.gaussian_entropy(std), value
-        if "fpo_t" in extras:
-            dev = prefix.device
-            lp = self._fpo_surrogate(extras["action"].to(dev), extras["fpo_t"].to(dev), extras["fpo_eps"].to(dev),
-                                     prefix, pad)
-            return lp, torch.zeros_like(lp), value  # no closed-form entropy: FPO has no entropy bonus
-        if "step" in extras:
-            x_t, x_next = extras["x_t"].to(prefix.device), extras["x_next"].to(prefix.device)
-            t = 1.0 - extras["step"].to(prefix.device).float() * dt
-            v = self.velocity(self._features(x_t, t, prefix, pad))
-            mean, std = S.sde_step(x_t, v, t, dt, cfg.noise_level)
-            return S.gaussian_logprob(x_next, mean, std), S.gaussian_entropy(std), value
-        if "chain" not in extras:
-            raise KeyError("extras need 'step', 'x_t', 'x_next' (Flow-SDE) or 'chain' (full chain / Flow-Noise)")
-        chain = extras["chain"].to(prefix.device)  # [N, K+1, H, A]
-        kind = SAMPLERS[int(extras["sampler"][0])] if "sampler" in extras else cfg.sampler
-        if "sampler" in extras and not bool((extras["sampler"] == extras["sampler"][0]).all()):
-            raise ValueError("extras mix chunks of different samplers; compute their log-probs separately")
-        if kind == "ode":
-            zero = torch.zeros(n, device=prefix.device)
-            return zero, zero, value
-        # every transition in one batched expert pass: [N*K, H, A]
-        x_t = chain[:, :-1].flatten(0, 1)
-        x_next = chain[:, 1:].flatten(0, 1)
-        t = torch.tensor(S.time_grid(k_steps), device=prefix.device).repeat(n)
-        rp, rpad = self._repeat(prefix, pad, k_steps)
-        feats = self._features(x_t, t, rp, rpad)
-        v = self.velocity(feats)
-        if kind == "noise":
-            mean, std = S.ode_step(x_t, v, dt), self._noise_std(feats)
-        else:
-            mean, std = S.sde_step(x_t, v, t, dt, cfg.noise_level)
-        lp = S.gaussian_logprob(x_next, mean, std).reshape(n, k_steps).sum(1)
-        ent = S.gaussian_entropy(std).reshape(n, k_steps).sum(1)
+        value = self._value(prefix, pad, obs_time_left(obs, prefix.shape[0], prefix.device))
+        lp, ent = sampler_of(extras, self.config.sampler).logprob(self, prefix, pad, extras)
         return lp, ent, value
 
     def _fpo_surrogate(self, action: torch.Tensor, t: torch.Tensor, eps: torch.Tensor, prefix: torch.Tensor,
@@ -323,6 +237,6 @@ class FlowPolicy(Policy):
         prefix, pad = self.encode(obs)
         a = self.processor.normalize_actions(actions.to(prefix.device))
         n = a.shape[0]
-        t = _flow_time(torch.distributions.Beta(cfg.beta_a, cfg.beta_b).sample((n,)).to(prefix.device))
+        t = flow_time(torch.distributions.Beta(cfg.beta_a, cfg.beta_b).sample((n,)).to(prefix.device))
         noise = torch.randn_like(a)
         return torch.mean(self._velocity_error(a, t, noise, prefix, pad))

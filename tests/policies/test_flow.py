@@ -210,7 +210,7 @@ def test_bad_inputs_are_clear():
         policy.sample({k: v for k, v in obs.items() if k != "instruction"})
     with pytest.raises(ValueError, match="views"):
         policy.sample({**obs, "rgb": obs["rgb"][:, :1]})
-    with pytest.raises(ValueError, match="sampler must be one of"):
+    with pytest.raises(ValueError, match="unknown flow sampler"):
         policies.make("flow", sampler="langevin")
     with pytest.raises(ValueError, match="unknown flow config key"):
         policies.make("flow", chunk=5)
@@ -378,3 +378,32 @@ def test_rtc_returns_exactly_the_committed_actions_on_the_frozen_steps():
     assert near < far
     with pytest.raises(ValueError, match="needs a flow policy"):
         rtc_sample(policies.make("autoregressive", chunk_size=6, decoder_layers=1, **RTC_TINY), obs, prev, valid, 2)
+
+
+def test_a_new_sampler_is_one_registered_class():
+    """A sampler is added in one place: its class, registered. The config accepts its name, ``sample``
+    draws with it and ``logprob`` recomputes its chunks' log-probability from the extras it left."""
+    from policies.flow.samplers import SAMPLERS, ChainSampler, register_sampler
+
+    class JitterSampler(ChainSampler):  # the ODE's mean with a fixed std on every step
+        name = "ode_jitter"
+
+        def gaussian(self, policy, x, t, feats, v, dt):
+            return S.ode_step(x, v, dt), torch.full_like(x, 0.1)
+
+    register_sampler(JitterSampler)
+    try:
+        torch.manual_seed(0)
+        policy = policies.make("flow", **TINY, sampler="ode_jitter")
+        obs = _obs()
+        with torch.no_grad():
+            chunk = policy.sample(obs, generator=torch.Generator().manual_seed(3))
+            lp, ent, _ = policy.logprob(obs, chunk.extras)
+            greedy = policy.sample(obs, mode="greedy", generator=torch.Generator().manual_seed(3))
+        assert chunk.extras["chain"].shape == (4, policy.config.num_steps + 1, 3, policy.config.action_dim)
+        torch.testing.assert_close(lp, chunk.logprob, rtol=1e-5, atol=1e-4)
+        assert torch.all(ent == ent[0]) and not torch.equal(chunk.actions, greedy.actions)
+    finally:
+        SAMPLERS._entries.pop("ode_jitter")
+    with pytest.raises(ValueError, match="unknown flow sampler 'ode_jitter'"):
+        policies.make("flow", sampler="ode_jitter")
