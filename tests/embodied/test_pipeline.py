@@ -111,7 +111,7 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     # continue_rl=true: the first run's RL carried on from its checkpoint at other rl.* settings, its frozen
     # control copied along; a run that dies after the copy resumes from its own folder (the copied
     # checkpoint kept, nothing copied again)
-    import embodied.runners.pipeline as pipeline_module
+    import embodied.runners.pipeline_stages as pipeline_module
 
     def crash(*args, **kwargs):
         raise RuntimeError("killed")
@@ -203,7 +203,7 @@ def test_rl_stage_composes_embodied_train_groups_and_old_keys_still_work(capsys)
 
     from conftest import compose
     from embodied.config import rewrite_moved_keys
-    from embodied.runners.pipeline import MOVED_RL_KEYS, PipelineConfig, _identity, moved_rl_override, upgrade_config
+    from embodied.runners.pipeline import MOVED_RL_KEYS, PipelineConfig, run_identity, moved_rl_override, upgrade_config
     from embodied.runs import same_config
 
     cfg = compose("pipeline")
@@ -226,8 +226,8 @@ def test_rl_stage_composes_embodied_train_groups_and_old_keys_still_work(capsys)
         "truncation": "fail", "lr": 1e-05, "critic_warmup": 4, "critic": "policy", "reward_type": "sparse",
         "overlap": False, "env_runners": 2, "save_every": 10, "init_states": "random", "control": False}}
     # as a resume compares them (the runtime's learner threads, 1 then, change the wall time, not the run)
-    assert same_config(_identity(upgrade_config(old)), _identity(asdict(cfg)), PipelineConfig)
-    assert not same_config(_identity(upgrade_config(old | {"rl": old["rl"] | {"lr": 3e-6}})), _identity(asdict(cfg)),
+    assert same_config(run_identity(upgrade_config(old)), run_identity(asdict(cfg)), PipelineConfig)
+    assert not same_config(run_identity(upgrade_config(old | {"rl": old["rl"] | {"lr": 3e-6}})), run_identity(asdict(cfg)),
                            PipelineConfig)
     assert upgrade_config(asdict(cfg)) == asdict(cfg)
 
