@@ -23,6 +23,7 @@ import numpy as np
 from omegaconf import MISSING, OmegaConf
 
 from embodied.config import hydra_app, store
+from real_robot.policy_client import ReconnectPolicy
 from sims.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,9 @@ class DeployAppConfig:
     stall_timeout_s: float = 0.5
     record: bool = True
     estop_keyboard: bool = False  # 'e' + Enter on stdin triggers the emergency stop
+    # when the policy server goes away mid-episode: the robot holds while the client reconnects with this
+    # backoff; past it the episode ends as server_lost and the deployment stops
+    reconnect: ReconnectPolicy = field(default_factory=ReconnectPolicy)
 
 
 store("serve_schema", ServeConfig)
@@ -162,7 +166,7 @@ def deploy_main(cfg) -> None:
     if not instruction:
         robot.disconnect()
         raise SystemExit("embodied-deploy: give instruction=\"...\" (the task the policy should do)")
-    client = PolicyClient(c.server, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"))
+    client = PolicyClient(c.server, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"), reconnect=c.reconnect)
     dcfg = DeployConfig(mode=c.mode, threshold=c.threshold, max_steps=c.max_steps, hold_timeout_s=c.hold_timeout_s,
                         stop_timeout_s=c.stop_timeout_s, stall_timeout_s=c.stall_timeout_s)
     try:
@@ -190,11 +194,14 @@ def deploy_main(cfg) -> None:
             res = deployer.run_episode(record=c.record)
             row = {"episode": e, "success": res.success, "reason": res.reason, "steps": res.steps,
                    "held_steps": res.held_steps, "starved_steps": res.starved_steps, "safety_counts": res.safety_counts,
+                   "server_hold_s": round(res.server_hold_s, 3), "reconnects": res.reconnects,
                    "round_trip_ms": {k: round(v * 1e3, 2) for k, v in res.latency.get("round_trip", {}).items()
                                      if k != "count"}}
             episodes.append(row)
             print(f"episode {e}: {'success' if res.success else 'no success'} ({res.reason}) in {res.steps} steps, "
-                  f"held {res.held_steps}, safety clips {res.safety_counts}", flush=True)
+                  f"held {res.held_steps}, safety clips {res.safety_counts}"
+                  + (f", held {res.server_hold_s:.1f} s for the policy server ({res.reconnects} reconnects)"
+                     if res.server_hold_s else ""), flush=True)
             if writer is not None and res.actions:
                 t = len(res.actions)
                 rgb = (np.stack([np.stack([im[c_] for c_ in cams]) for im in res.images]) if cams else None)
@@ -206,7 +213,7 @@ def deploy_main(cfg) -> None:
                                            privileged=np.zeros((t, 0), np.float32), action=np.stack(res.actions),
                                            reward=succ.astype(np.float32), done=done, success=succ, rgb=rgb,
                                            meta={"reason": res.reason}))
-            if res.reason in ("estop", "watchdog", "unsafe_state") or res.reason.startswith("camera_stalled"):
+            if res.reason in ("estop", "watchdog", "unsafe_state", "server_lost") or res.reason.startswith("camera_stalled"):
                 break
     except KeyboardInterrupt:
         print("interrupted: stopping the robot", file=sys.stderr)

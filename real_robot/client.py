@@ -15,12 +15,17 @@ thread so the loop keeps its rate while the server thinks:
   ask when d actions are left, send the state augmented with those committed actions and d; the
   chunk starts d steps after the request and runs in full.
 
-Faults: a lost server clears the queue (the robot holds from the next period); without an
-action queued for the current step the robot holds at once; the :class:`Watchdog` counts the
-periods without any fresh action for over ``hold_timeout_s`` (``starved_steps``) and stops the
-robot (motors off, disconnected) when that lasts ``stop_timeout_s``; a camera whose frames stop changing for
-``stall_timeout_s`` stops the episode; the emergency stop (SIGUSR1, the keyboard's ``e`` + Enter,
-or :meth:`Deployer.emergency_stop`) holds and disconnects, and only :meth:`Deployer.reset_estop`
+Faults: a lost server (connection closed, a request failed or timed out) clears the queue and
+the robot holds (:meth:`Robot.hold`, then no motion command) while :meth:`PolicyClient.reconnect`
+retries in the background with bounded backoff; the watchdog's stop waits meanwhile (the robot
+already holds), the episode goes on once the server is back and ends with reason ``server_lost``
+(hold, disconnect) when the client gives up; the result counts the reconnects and the seconds
+held (``server_hold_s``). Without an action queued for the current step the robot holds at
+once; the :class:`Watchdog` counts the periods without any fresh action for over
+``hold_timeout_s`` (``starved_steps``) and stops the robot (motors off, disconnected) when that
+lasts ``stop_timeout_s``; a camera whose frames stop changing for ``stall_timeout_s`` stops the
+episode; the emergency stop (SIGUSR1, the keyboard's ``e`` + Enter, or
+:meth:`Deployer.emergency_stop`) holds and disconnects, and only :meth:`Deployer.reset_estop`
 leaves it; an implausible robot state (NaN/inf, a joint or the tool far outside its limits: see
 :meth:`~real_robot.safety.SafetyFilter.check_state`) is never turned into a command: the episode
 ends at once with reason ``unsafe_state`` and the robot takes the emergency-stop path (hold,
@@ -29,6 +34,7 @@ disconnect). Episodes are recorded in the demonstration dataset format.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,6 +53,10 @@ from real_robot.safety import SafetyFilter, UnsafeState
 from real_robot.spec import IMAGE_PREFIX, PROMPT_KEY, RTC_FROZEN_KEY, RTC_PREV_KEY, STATE_KEY, PolicySpec
 
 CLIENT_MODES = ("sync", "async", "rtc", "aware")
+#: episode end reasons after which the robot is held and disconnected (motors stopped)
+STOP_REASONS = ("watchdog", "estop", "unsafe_state", "server_lost")
+
+log = logging.getLogger(__name__)
 
 
 class DeployError(RuntimeError):
@@ -91,6 +101,8 @@ class EpisodeResult:
     starved_steps: int  # of those, steps after hold_timeout_s without any fresh action (the watchdog's hold)
     safety_counts: dict[str, int]
     latency: dict[str, Any]
+    server_hold_s: float = 0.0  # seconds the robot held while the policy server was away
+    reconnects: int = 0  # times the client got the server back during this episode
     states: list[np.ndarray] = field(default_factory=list, repr=False)
     actions: list[np.ndarray] = field(default_factory=list, repr=False)
     images: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False)
@@ -127,6 +139,27 @@ def check_compatible(policy: PolicySpec, robot: Robot, mode: str = "async") -> N
         raise DeployError("policy and robot do not fit: " + "; ".join(problems))
 
 
+@dataclass
+class _Outage:
+    """The policy server is away since ``since`` (perf_counter); ``reconnect`` runs in the request thread."""
+
+    since: float
+    reconnect: Future
+
+
+@dataclass
+class _HoldLog:
+    """What an episode's outages cost: seconds held and reconnects."""
+
+    started: float
+    seconds: float = 0.0
+    reconnects: int = 0
+
+    def add(self, outage: _Outage, now: float, reconnected: bool) -> None:
+        self.seconds += now - max(outage.since, self.started)
+        self.reconnects += reconnected
+
+
 class Deployer:
     """Runs episodes of ``robot`` driven by the policy behind ``client``."""
 
@@ -148,6 +181,7 @@ class Deployer:
             raise ValueError(f"threshold must be in 0..{h - 1}")
         self.stats = LatencyStats()
         self.last_error: Optional[str] = None
+        self._outage: Optional[_Outage] = None  # outlives an episode that ends while reconnecting
         self._estop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-request")
 
@@ -201,6 +235,8 @@ class Deployer:
 
     def run_episode(self, on_step: Optional[Callable[[int, Observation, np.ndarray], None]] = None,
                     record: bool = True) -> EpisodeResult:
+        """One episode; ``on_step(step, obs, action)`` sees each period's action (the hold while the
+        server is away, which is recorded but not sent)."""
         cfg, robot = self.cfg, self.robot
         if self.estopped:
             raise DeployError("the emergency stop is engaged: call reset_estop() after checking the robot")
@@ -214,6 +250,7 @@ class Deployer:
         starved = 0
         counts_before = dict(self.safety.counts)
         held = 0
+        holds = _HoldLog(time.perf_counter())
         reason, success = "max_steps", False
         last_frames: dict[str, tuple[int, float]] = {}
         states, actions, images = [], [], []
@@ -236,7 +273,8 @@ class Deployer:
             if cfg.stop_on_success and obs.success:
                 reason, success = "success", True
                 break
-            # a finished request: queue its chunk
+            lost = False
+            # a finished request: queue its chunk (not one that raced a lost connection)
             if inflight is not None and inflight[0].done():
                 fut, req_step = inflight
                 inflight = None
@@ -246,17 +284,22 @@ class Deployer:
                     measured = self.stats.delay(self.hz, "round_trip")
                     # sync: the robot waited for this chunk, it starts now
                     start = chunk_start(cfg.mode, req_step, step - req_step if cfg.mode == "sync" else req_delay)
-                    queue.push(torch.from_numpy(np.array(chunk, np.float32))[None], start)
+                    if self._outage is None:
+                        queue.push(torch.from_numpy(np.array(chunk, np.float32))[None], start)
                 except (ConnectionError, ServerError, TimeoutError) as err:
                     self.stats.record("failures", 1.0)
                     queue.clear()  # hold from this period on: never act on a plan nobody refreshes
                     self.last_error = f"{type(err).__name__}: {err}"
-            if not self.client.alive():
-                queue.clear()  # the server is gone: hold from this period on
-                self.last_error = "connection to the policy server lost"
+                    lost = not isinstance(err, ServerError)  # an error reply leaves the connection usable
+            if self._outage is None and (lost or not self.client.alive()):
+                self._begin_outage(queue)
+            if self._outage is not None and self._reconnect_failed(holds, watchdog):
+                reason = "server_lost"
+                break
+            away = self._outage is not None
             d_plan = min(measured, self.max_delay) if cfg.mode == "aware" else measured
             want = wants_chunk(cfg.mode, int(queue.remaining()[0]), d_plan, self.threshold)
-            if want and inflight is None and self.client.alive():
+            if want and inflight is None and not away and self.client.alive():
                 prev, frozen, committed = None, 0, None
                 if cfg.mode == "rtc":
                     acts, ok = queue.peek(self.spec.chunk_size)
@@ -274,21 +317,24 @@ class Deployer:
                 watchdog.fresh()  # an action planned for this very step: fresh
             else:
                 state = watchdog.state()
-                if state == "stop":
+                if state == "stop" and not away:  # while away the robot already holds; the reconnect is bounded
                     reason = "watchdog"
                     break
-                starved += state == "hold"
+                starved += state != "ok"
             if bool(ok[0]):
                 wanted = action[0].numpy().astype(np.float64)
             else:
                 wanted = hold_action
                 held += 1
-            try:
-                sent = self.safety.filter(wanted, obs.state)
-            except UnsafeState as err:
-                reason, self.last_error = "unsafe_state", f"unsafe robot state: {err.reason}"
-                break
-            robot.send_action(sent)
+            if away:
+                sent = hold_action.astype(np.float64)  # recorded, not sent: the robot holds since the loss
+            else:
+                try:
+                    sent = self.safety.filter(wanted, obs.state)
+                except UnsafeState as err:
+                    reason, self.last_error = "unsafe_state", f"unsafe robot state: {err.reason}"
+                    break
+                robot.send_action(sent)
             if record:
                 states.append(obs.state.copy())
                 actions.append(sent.astype(np.float32))
@@ -296,7 +342,9 @@ class Deployer:
             if on_step is not None:
                 on_step(step, obs, sent)
             rate.wait()
-        if reason in ("watchdog", "estop", "unsafe_state") or reason.startswith("camera_stalled"):
+        if self._outage is not None:  # still away: this episode's share of the hold
+            holds.add(self._outage, time.perf_counter(), reconnected=False)
+        if reason in STOP_REASONS or reason.startswith("camera_stalled"):
             robot.hold()
             robot.disconnect()  # motors stopped cleanly; a new episode needs connect()
         elif reason == "max_steps":
@@ -305,7 +353,36 @@ class Deployer:
                              held_steps=held, starved_steps=starved,
                              safety_counts={k: v - counts_before.get(k, 0) for k, v in self.safety.counts.items()
                                             if v - counts_before.get(k, 0)},
-                             latency=self.stats.summary(), states=states, actions=actions, images=images)
+                             latency=self.stats.summary(), server_hold_s=holds.seconds, reconnects=holds.reconnects,
+                             states=states, actions=actions, images=images)
+
+    # ------------------------------------------------------------------ a lost server
+    def _begin_outage(self, queue: ActionQueue) -> None:
+        """Hold the robot and start reconnecting in the request thread (after any request still there)."""
+        queue.clear()  # never act on a plan nobody refreshes
+        self.robot.hold()
+        self.last_error = f"lost the policy server at {self.client.uri}; holding the robot while reconnecting"
+        log.warning("%s", self.last_error)
+        self._outage = _Outage(time.perf_counter(), self._pool.submit(self.client.reconnect))
+
+    def _reconnect_failed(self, holds: _HoldLog, watchdog: Watchdog) -> bool:
+        """Whether the client gave up; once the server is back the outage ends and is counted."""
+        outage = self._outage
+        if outage is None or not outage.reconnect.done():
+            return False
+        self._outage = None
+        try:
+            outage.reconnect.result()
+        except Exception as err:  # noqa: BLE001 - whatever stopped the reconnect, the robot stops
+            holds.add(outage, time.perf_counter(), reconnected=False)
+            self.last_error = f"{type(err).__name__}: {err}"
+            log.error("stopping the robot: %s", self.last_error)
+            return True
+        holds.add(outage, time.perf_counter(), reconnected=True)
+        watchdog.fresh()  # the new connection gets the full hold/stop window for its first chunk
+        log.info("the policy server at %s is back after %.2f s; resuming", self.client.uri,
+                 time.perf_counter() - outage.since)
+        return False
 
     def _stalled_camera(self, obs: Observation, last: dict[str, tuple[int, float]], now: float) -> Optional[str]:
         for cam, fid in obs.frame_ids.items():

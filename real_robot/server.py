@@ -19,7 +19,13 @@ shape, finite, within ``action_range``); a chunk that fails is never sent: the c
 Deadlines: the handshake must finish within ``open_timeout_s``; after it, a connection that starts
 no message for ``idle_timeout_s`` (from its last reply) is closed (1008), as is one that takes over
 ``message_timeout_s`` to finish a message it has begun (half a frame, a trickle) or to take a
-reply. At most ``max_connections`` connections are open at once; more are refused with HTTP 503.
+reply (:class:`FrameClock` tells the two apart from the frame headers).
+
+At most ``max_connections`` connections are open at once. When a new authorized client finds them
+all taken, the longest-idle one (no request read, run or answered; the longest since its last
+reply) is closed (1013, logged, ``evicted_connections`` in ``/healthz``) to make room: idle or
+leaked sessions never lock the robot's client out. Only when every open connection has a request
+in flight is the new one refused with HTTP 503 (``refused_connections``).
 
 ``GET /healthz`` answers 200 with JSON stage timings once the warm-up inference is done (503
 before). Requests from concurrent clients are batched: those that arrived while the previous
@@ -53,32 +59,113 @@ from real_robot.spec import PolicySpec, RequestError
 log = logging.getLogger(__name__)
 
 
+class FrameClock:
+    """When the client's unfinished message began, read off RFC 6455 frame headers alone.
+
+    Fed every byte the client sends after the handshake, it follows frame boundaries (header,
+    then a payload it skips by length): ``since`` is the arrival time of the first byte of a frame
+    or fragmented message still unfinished, None between messages. Control frames (ping, pong,
+    close) between messages leave it None, so a client that only keeps the connection alive is
+    governed by the idle deadline.
+    """
+
+    def __init__(self) -> None:
+        self.since: Optional[float] = None
+        self._header = bytearray()
+        self._opcode = 0
+        self._fin = True
+        self._payload_left = 0
+        self._in_message = False  # a data frame without FIN was seen: its continuation is due
+
+    def feed(self, data: bytes, now: float) -> None:
+        i, n = 0, len(data)
+        while i < n:
+            if self._payload_left:
+                take = min(self._payload_left, n - i)
+                self._payload_left -= take
+                i += take
+                if not self._payload_left:
+                    self._frame_done()
+                continue
+            if self.since is None:
+                self.since = now
+            self._header.append(data[i])
+            i += 1
+            self._parse_header()
+
+    def _parse_header(self) -> None:
+        h = self._header
+        if len(h) < 2:
+            return
+        short = h[1] & 0x7F
+        ext = 2 if short == 126 else 8 if short == 127 else 0
+        if len(h) < 2 + ext + (4 if h[1] & 0x80 else 0):
+            return
+        self._fin, self._opcode = bool(h[0] & 0x80), h[0] & 0x0F
+        self._payload_left = int.from_bytes(h[2:2 + ext], "big") if ext else short
+        self._header.clear()
+        if not self._payload_left:
+            self._frame_done()
+
+    def _frame_done(self) -> None:
+        if self._opcode < 0x8:  # a data frame (continuation, text, binary)
+            self._in_message = not self._fin
+        if not self._in_message:
+            self.since = None
+
+
 def _deadline_connection_class() -> type:
-    """A websockets ``ServerConnection`` that records when an unfinished message began arriving."""
+    """A websockets ``ServerConnection`` whose :class:`FrameClock` sees every byte after the handshake.
+
+    It relies on public contracts only: ``serve(create_connection=...)`` for the subclass, the
+    connection being an :class:`asyncio.Protocol` (bytes arrive through ``data_received``) and its
+    ``state``; an implementation that breaks the second is refused here rather than left without
+    a message deadline.
+    """
     from websockets.asyncio.server import ServerConnection
-    from websockets.frames import Frame, Opcode
+    from websockets.protocol import State
+
+    if not issubclass(ServerConnection, asyncio.Protocol) or issubclass(ServerConnection, asyncio.BufferedProtocol):
+        raise RuntimeError("this websockets version does not receive bytes through asyncio.Protocol.data_received, "
+                           "so the message deadline cannot be kept: install a websockets release from 13 to 17")
 
     class DeadlineConnection(ServerConnection):
-        # loop time of the first byte not yet part of a finished data frame (None: nothing pending)
-        pending_since: Optional[float] = None
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.frames = FrameClock()
+
+        @property
+        def pending_since(self) -> Optional[float]:
+            """Loop time of the first byte of the message still arriving (None: nothing pending)."""
+            return self.frames.since
 
         def data_received(self, data: bytes) -> None:
-            if self.pending_since is None:
-                self.pending_since = self.loop.time()
+            # a client sends frames only after the server's 101 answer (RFC 6455 4.1), so the
+            # first byte seen in OPEN starts a frame; the handshake has its own deadline
+            if self.state is State.OPEN:
+                self.frames.feed(data, self.loop.time())
             super().data_received(data)
-            reader = getattr(self.protocol, "reader", None)
-            if self.pending_since is None and reader is not None and len(getattr(reader, "buffer", b"")):
-                self.pending_since = self.loop.time()  # a frame's tail after the finished ones
-
-        def process_event(self, event: Any) -> None:
-            # a finished frame ends what was pending, except a fragment of a longer message; so does the
-            # handshake's request (not a frame): until the first message, only the idle deadline counts
-            if not isinstance(event, Frame) or not (event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
-                                                    and not event.fin):
-                self.pending_since = None
-            super().process_event(event)
 
     return DeadlineConnection
+
+
+@dataclass
+class _Session:
+    """An open websocket connection: ``idle_since`` (loop time of its last reply, or of the
+    handshake), ``busy`` while a request of it is being read, run or answered."""
+
+    idle_since: float
+    busy: bool = False
+    evicted: bool = False
+
+
+def _peer(connection: Any) -> str:
+    """``host:port`` of a connection's client, for the log."""
+    try:
+        host, port = connection.remote_address[:2]
+        return f"{host}:{port}"
+    except Exception:  # noqa: BLE001 - a socket already gone has no address
+        return "a client"
 
 
 @dataclass
@@ -115,7 +202,9 @@ class PolicyServer:
         self.unsafe_replies = 0  # chunks the last check stopped (never sent)
         self.timeouts = {"idle": 0, "message": 0, "reply": 0}
         self.refused_connections = 0
-        self._open: set[Any] = set()
+        self.evicted_connections = 0
+        self._open: dict[Any, _Session] = {}
+        self._closing: set[asyncio.Future] = set()
         self._gen = torch.Generator(device=policy.device).manual_seed(seed)
         self._queue: asyncio.Queue[_Pending] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
@@ -200,6 +289,7 @@ class PolicyServer:
             body = {"status": "ok", "requests": self.requests, "errors": self.errors,
                     "unsafe_replies": self.unsafe_replies, "connections": len(self._open),
                     "max_connections": self.max_connections, "refused_connections": self.refused_connections,
+                    "evicted_connections": self.evicted_connections,
                     "timeouts": dict(self.timeouts),
                     "deadlines_s": {"open": self.open_timeout, "idle": self.idle_timeout,
                                     "message": self.message_timeout},
@@ -211,11 +301,32 @@ class PolicyServer:
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
         if not self.ready:
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
-        if len(self._open) >= self.max_connections:
+        if len(self._open) >= self.max_connections and not self._evict_longest_idle():
             self.refused_connections += 1
+            log.warning("refused a connection from %s: all %d connections have a request in flight",
+                        _peer(connection), self.max_connections)
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE,
-                                      f"too many connections (at most {self.max_connections}); try again later\n")
+                                      f"too many connections (at most {self.max_connections}), each with a request "
+                                      f"in flight; try again later\n")
         return None
+
+    def _evict_longest_idle(self) -> bool:
+        """Close the open connection idle the longest (none with a request in flight) to make room;
+        False when there is none to close."""
+        idle = [(session.idle_since, id(ws), ws) for ws, session in self._open.items()
+                if not session.busy and getattr(ws, "pending_since", None) is None]
+        if not idle:
+            return False
+        since, _, ws = min(idle)
+        self._open.pop(ws).evicted = True
+        self.evicted_connections += 1
+        seconds = asyncio.get_running_loop().time() - since
+        log.warning("evicted the connection from %s, idle for %.1f s, to admit a new client (%d open at most; "
+                    "%d evicted so far)", _peer(ws), seconds, self.max_connections, self.evicted_connections)
+        task = asyncio.ensure_future(self._drop(ws, f"evicted after {seconds:.0f} s idle: the server is full", 1013))
+        self._closing.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._closing.discard)
+        return True
 
     async def _next_message(self, ws: Any, idle_since: float) -> Any:
         """The next message, or None once a deadline passed (idle since ``idle_since``, or a message
@@ -238,11 +349,11 @@ class PolicyServer:
             if not recv.done():
                 recv.cancel()
 
-    async def _drop(self, ws: Any, reason: str) -> None:
-        """Close ``ws`` for ``reason`` (1008); a peer that does not answer the close is cut off."""
+    async def _drop(self, ws: Any, reason: str, code: int = 1008) -> None:
+        """Close ``ws`` for ``reason`` (``code``); a peer that does not answer the close is cut off."""
         log.info("closing a connection: %s", reason)
         try:
-            await asyncio.wait_for(ws.close(1008, reason[:120]), timeout=min(2.0, self.message_timeout))
+            await asyncio.wait_for(ws.close(code, reason[:120]), timeout=min(2.0, self.message_timeout))
         except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - whatever happens, the socket goes
             pass
         transport = getattr(ws, "transport", None)
@@ -252,64 +363,70 @@ class PolicyServer:
     async def _handle(self, ws: Any) -> None:
         import websockets
 
-        assert self._queue is not None
         loop = asyncio.get_running_loop()
         prev_encode = 0.0
-        self._open.add(ws)
+        session = self._open[ws] = _Session(loop.time())
         try:
             await self._reply(ws, self._metadata)
-            idle_since = loop.time()
+            session.idle_since = loop.time()
             while True:
-                message = await self._next_message(ws, idle_since)
+                message = await self._next_message(ws, session.idle_since)
+                if session.evicted:
+                    return
                 if message is None:
                     await self._drop(ws, f"no complete message within the deadline (idle {self.idle_timeout:g} s, "
                                          f"message {self.message_timeout:g} s)")
                     return
-                t0 = time.perf_counter()
-                try:
-                    obs = self.spec.validate(protocol.unpackb(message, self.max_message_bytes))
-                except (protocol.ProtocolError, RequestError) as err:
-                    self.errors += 1
-                    await self._reply(ws, f"error: {err}")
-                    idle_since = loop.time()
-                    continue
-                decode = time.perf_counter() - t0
-                fut = loop.create_future()
-                await self._queue.put(_Pending(obs, fut, time.perf_counter()))
-                try:
-                    chunk, queued, pre, inf, batch = await fut
-                except Exception as err:
-                    self.errors += 1
-                    await self._reply(ws, f"error: inference failed: {type(err).__name__}: {err}")
-                    idle_since = loop.time()
-                    continue
-                t_enc = time.perf_counter()
-                chunk = np.asarray(chunk)
-                problem = self.spec.check_actions(chunk)
-                if problem is not None:  # the last line of defence: this chunk never leaves the server
-                    self.errors += 1
-                    self.unsafe_replies += 1
-                    log.error("refused to send a chunk: %s", problem)
-                    await self._reply(ws, f"error: {problem}; no actions sent")
-                    idle_since = loop.time()
-                    continue
-                timing = {"decode_ms": decode * 1e3, "queue_ms": queued * 1e3, "preprocess_ms": pre * 1e3,
-                          "infer_ms": inf * 1e3, "prev_encode_ms": prev_encode * 1e3, "batch_size": batch}
-                reply = protocol.packb({"actions": chunk, "server_timing": timing})
-                prev_encode = time.perf_counter() - t_enc
-                for stage, secs in (("decode", decode), ("queue", queued), ("preprocess", pre), ("inference", inf),
-                                    ("encode", prev_encode)):
-                    self.stats.record(stage, secs)
-                self.requests += 1
-                await self._reply(ws, reply)
-                idle_since = loop.time()
+                session.busy = True
+                prev_encode = await self._answer(ws, message, prev_encode)
+                session.busy, session.idle_since = False, loop.time()
         except websockets.ConnectionClosed:
             pass
         except asyncio.TimeoutError:  # the peer did not take its reply in time
             self.timeouts["reply"] += 1
             await self._drop(ws, f"reply not taken within {self.message_timeout:g} s")
         finally:
-            self._open.discard(ws)
+            if self._open.get(ws) is session:
+                del self._open[ws]
+
+    async def _answer(self, ws: Any, message: Any, prev_encode: float) -> float:
+        """Validate, run and answer one request; returns the seconds its reply took to encode."""
+        assert self._queue is not None
+        t0 = time.perf_counter()
+        try:
+            obs = self.spec.validate(protocol.unpackb(message, self.max_message_bytes))
+        except (protocol.ProtocolError, RequestError) as err:
+            self.errors += 1
+            await self._reply(ws, f"error: {err}")
+            return prev_encode
+        decode = time.perf_counter() - t0
+        fut = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(obs, fut, time.perf_counter()))
+        try:
+            chunk, queued, pre, inf, batch = await fut
+        except Exception as err:
+            self.errors += 1
+            await self._reply(ws, f"error: inference failed: {type(err).__name__}: {err}")
+            return prev_encode
+        t_enc = time.perf_counter()
+        chunk = np.asarray(chunk)
+        problem = self.spec.check_actions(chunk)
+        if problem is not None:  # the last line of defence: this chunk never leaves the server
+            self.errors += 1
+            self.unsafe_replies += 1
+            log.error("refused to send a chunk: %s", problem)
+            await self._reply(ws, f"error: {problem}; no actions sent")
+            return prev_encode
+        timing = {"decode_ms": decode * 1e3, "queue_ms": queued * 1e3, "preprocess_ms": pre * 1e3,
+                  "infer_ms": inf * 1e3, "prev_encode_ms": prev_encode * 1e3, "batch_size": batch}
+        reply = protocol.packb({"actions": chunk, "server_timing": timing})
+        encode = time.perf_counter() - t_enc
+        for stage, secs in (("decode", decode), ("queue", queued), ("preprocess", pre), ("inference", inf),
+                            ("encode", encode)):
+            self.stats.record(stage, secs)
+        self.requests += 1
+        await self._reply(ws, reply)
+        return encode
 
     async def _reply(self, ws: Any, message: Any) -> None:
         """Send within the message deadline (a peer that stops reading does not hold the handler)."""

@@ -18,7 +18,7 @@ from conftest import SERVED_TINY as TINY
 
 import policies
 from real_robot.client import Deployer, DeployConfig
-from real_robot.policy_client import PolicyClient
+from real_robot.policy_client import PolicyClient, ReconnectPolicy
 from real_robot.robots.sim_robot import SimRobot
 
 BIN = Path(sys.executable).parent
@@ -26,7 +26,7 @@ BIN = Path(sys.executable).parent
 
 def test_killing_the_server_mid_episode_holds_then_stops(tmp_path):
     """embodied-serve as a process, SIGKILLed mid-episode: the client holds from the next control
-    period and the watchdog stops (and disconnects) the robot."""
+    period while it tries to reconnect, then gives up and stops (and disconnects) the robot."""
     ckpt = policies.save(policies.make("flow", chunk_size=6, **TINY), tmp_path / "ckpt")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([str(BIN / "embodied-serve"), f"checkpoint={ckpt}", "port=0"], env=env,
@@ -35,7 +35,7 @@ def test_killing_the_server_mid_episode_holds_then_stops(tmp_path):
         port = _port_of(proc)
         robot = SimRobot(suite="goal", task=8, image_size=32, realtime=True)
         robot.connect()
-        dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}"),
+        dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}", reconnect=ReconnectPolicy(max_total_s=1.0)),
                        DeployConfig(mode="async", max_steps=400, hold_timeout_s=0.2, stop_timeout_s=0.8),
                        robot.instruction)
         killed_at: list[int] = []
@@ -51,7 +51,8 @@ def test_killing_the_server_mid_episode_holds_then_stops(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert res.reason == "watchdog" and not robot.connected and res.steps < 400
+    assert res.reason == "server_lost" and not robot.connected and res.steps < 400
+    assert res.server_hold_s > 0 and "gave up reconnecting" in dep.last_error
     after = res.actions[killed_at[0] + 2:]
     assert after and all(np.abs(a[:6]).max() == 0 for a in after)  # holding still
 
@@ -86,7 +87,8 @@ def test_serve_and_deploy_commands_record_a_dataset(tmp_path):
         port = _port_of(proc)
         out = tmp_path / "deploy"
         run = subprocess.run([str(BIN / "embodied-deploy"), f"server=ws://127.0.0.1:{port}", f"out={out}",
-                              "sim.image_size=32", "episodes=2", "max_steps=12", "mode=rtc"],
+                              "sim.image_size=32", "episodes=2", "max_steps=12", "mode=rtc",
+                              "reconnect.max_total_s=5"],
                              capture_output=True, text=True, env=env, timeout=300, check=False)
         assert run.returncode == 0, run.stderr[-3000:]
         wrong = subprocess.run([str(BIN / "embodied-deploy"), f"server=ws://127.0.0.1:{port}",
@@ -97,6 +99,8 @@ def test_serve_and_deploy_commands_record_a_dataset(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
     summary = json.loads((out / "deploy.json").read_text())
     assert [e["steps"] for e in summary["episodes"]] == [12, 12] and "api_key" not in summary["config"]
+    assert [(e["server_hold_s"], e["reconnects"]) for e in summary["episodes"]] == [(0.0, 0), (0.0, 0)]
+    assert summary["config"]["reconnect"]["max_total_s"] == 5
     data = Dataset(out / "dataset")
     assert data.num_episodes == 2 and len(data) == 24
     ep = data.episode(0)

@@ -3,6 +3,7 @@ the API key, no reply carries a bad action, every connection has a deadline."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import time
@@ -215,29 +216,184 @@ def test_half_a_frame_or_a_trickle_is_cut_off(server, trickle):
         srv.message_timeout = 10.0
 
 
+def _frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
+    """One masked client frame (RFC 6455 5.2) with a zero mask, payload lengths of every header size."""
+    n = len(payload)
+    size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big") if n < 1 << 16 \
+        else bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return bytes([(0x80 if fin else 0) | opcode]) + size + b"\x00" * 4 + payload
+
+
+_MESSAGES = st.lists(st.tuples(st.sampled_from(["binary", "fragmented", "ping"]),
+                               st.sampled_from([0, 5, 125, 126, 300, 70000])), min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=_MESSAGES, cut=st.lists(st.integers(1, 400), min_size=1, max_size=40), partial=st.booleans())
+def test_frame_clock_knows_when_a_message_is_unfinished(messages, cut, partial):
+    """Whatever the framing and however the bytes are split: ``since`` is None exactly between
+    messages, and it holds the arrival time of the first byte of the unfinished one."""
+    from real_robot.server import FrameClock
+
+    stream = b""
+    for kind, n in messages:
+        if kind == "fragmented":  # two data fragments with a ping between them
+            stream += _frame(0x2, b"a" * n, fin=False) + _frame(0x9, b"p") + _frame(0x0, b"b" * n)
+        else:
+            stream += _frame(0x2 if kind == "binary" else 0x9, b"x" * (n if kind == "binary" else min(n, 125)))
+    complete = len(stream)
+    if partial:
+        stream += _frame(0x2, b"y" * 300)[:7]  # a frame begun: header and a little payload
+    bounds = sorted({min(len(stream), b) for b in itertools.accumulate(cut)} | {len(stream)})
+    clock, at, started = FrameClock(), 0, None
+    for t, end in enumerate(bounds):  # one chunk a second
+        if partial and at <= complete < end:
+            started = float(t)
+        clock.feed(stream[at:end], float(t))
+        at = end
+    assert (clock.since is not None) == partial
+    if partial:
+        assert clock.since == started
+
+
+def test_pings_do_not_start_the_message_deadline(server):
+    """A client that keeps its connection alive with pings, past the message deadline, is served."""
+    srv, port = server
+    srv.message_timeout = 0.3
+    try:
+        before = dict(srv.timeouts)
+        ws = _connect(port)
+        for _ in range(4):
+            assert ws.ping().wait(10)  # answered: the server saw a whole control frame
+            time.sleep(0.2)
+        assert isinstance(_ask(ws, _obs()), np.ndarray)
+        assert srv.timeouts == before
+        ws.close()
+    finally:
+        srv.message_timeout = 10.0
+
+
+def test_a_fragmented_message_that_trickles_is_cut_off(server):
+    """Each fragment is a complete frame, with pings between: the message deadline still counts
+    from the message's first byte."""
+    from websockets.exceptions import ConnectionClosed
+
+    srv, port = server
+    srv.message_timeout = 0.5
+    try:
+        before = srv.timeouts["message"]
+        ws = _connect(port)
+        ws.socket.sendall(_frame(0x2, b"\x80", fin=False))
+        closed, stop = False, time.monotonic() + 30
+        while not closed and time.monotonic() < stop:
+            try:
+                ws.socket.sendall(_frame(0x9, b"") + _frame(0x0, b"\x00", fin=False))
+                ws.recv(timeout=0.2)
+            except TimeoutError:
+                continue
+            except (ConnectionClosed, OSError):
+                closed = True
+        assert closed, "the connection was never closed"
+        while srv.timeouts["message"] == before and time.monotonic() < stop:
+            time.sleep(0.05)
+        assert srv.timeouts["message"] == before + 1
+    finally:
+        srv.message_timeout = 10.0
+
+
 def _wait_open_below(srv, n: int) -> None:
     deadline = time.monotonic() + 30
     while len(srv._open) >= n and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def test_open_connections_are_capped(server):
+def _closed_with(ws) -> int | None:
+    """The close code the server sent ``ws`` (None: it is still open after 10 s)."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        ws.recv(timeout=10)
+    except ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd is not None else None
+    except TimeoutError:
+        return None
+    raise AssertionError("the server sent a message unasked")
+
+
+def test_a_full_server_evicts_the_longest_idle_connection(server):
     srv, port = server
     _wait_open_below(srv, 1)  # connections of earlier tests are gone
     srv.max_connections = 2
     try:
+        before = _health(port)["evicted_connections"]
         a, b = _connect(port), _connect(port)
-        with pytest.raises(Exception, match="503"):
-            _connect(port)
-        assert _health(port)["refused_connections"] >= 1
-        a.close()
-        _wait_open_below(srv, 2)
-        c = _connect(port)  # a slot is free again
-        assert isinstance(_ask(c, _obs()), np.ndarray)
+        assert isinstance(_ask(b, _obs()), np.ndarray)  # b was active last: a is the longest idle
+        c = _connect(port)
+        assert _closed_with(a) == 1013
+        assert isinstance(_ask(c, _obs()), np.ndarray) and isinstance(_ask(b, _obs()), np.ndarray)
+        health = _health(port)
+        assert health["evicted_connections"] == before + 1 and health["connections"] == 2
         b.close()
         c.close()
     finally:
         srv.max_connections = 32
+
+
+def test_a_full_server_whose_connections_all_have_a_request_in_flight_refuses(server):
+    from websockets.sync.client import connect
+
+    srv, port = server
+    _wait_open_below(srv, 1)
+    srv.max_connections = 2
+    try:
+        before = _health(port)
+        busy = [connect(f"ws://127.0.0.1:{port}", compression=None, close_timeout=0.1) for _ in range(2)]
+        for ws in busy:
+            ws.recv(timeout=10)  # metadata
+        for ws in busy:  # a request begun and not finished: in flight, never evicted
+            ws.socket.sendall(b"\x82" + bytes([0x80 | 100]) + b"\x00" * 4 + b"\x00" * 10)
+        time.sleep(0.2)
+        with pytest.raises(Exception, match="503"):
+            _connect(port)
+        after = _health(port)
+        assert after["refused_connections"] == before["refused_connections"] + 1
+        assert after["evicted_connections"] == before["evicted_connections"]
+        for ws in busy:
+            ws.close()
+    finally:
+        srv.max_connections = 32
+
+
+def test_idle_sessions_and_silent_sockets_do_not_lock_the_robot_client_out(caplog):
+    """50 idle authenticated sessions (cap 32) and 200 silent TCP sockets: the robot's client still
+    gets in and gets actions; every session closed to make room is counted and logged."""
+    from websockets.sync.client import connect
+
+    torch.manual_seed(0)
+    srv = PolicyServer(policies.make("flow", chunk_size=H, **TINY), api_key="k3y")
+    caplog.set_level("WARNING", logger="real_robot.server")
+    idle, silent = [], []
+    with ServerThread(srv) as port:
+        try:
+            for _ in range(50):
+                ws = connect(f"ws://127.0.0.1:{port}", compression=None,
+                             additional_headers=protocol.auth_headers("k3y"))
+                ws.recv(timeout=10)  # metadata
+                idle.append(ws)
+            silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(200)]
+            robot = PolicyClient(f"ws://127.0.0.1:{port}", api_key="k3y", timeout=5.0)
+            robot.connect()
+            assert robot.infer(_obs(), timeout=5.0)[0].shape == (H, A)
+            robot.close()
+            evicted = 50 - srv.max_connections + 1  # one per session beyond the cap, one for the robot
+            assert _health(port)["evicted_connections"] == evicted
+            assert sum("evicted the connection" in r.getMessage() for r in caplog.records) == evicted
+            assert _closed_with(idle[0]) == 1013  # the oldest idle session went first
+        finally:
+            for ws in idle:
+                ws.close()
+            for sock in silent:
+                sock.close()
 
 
 def test_a_plain_tcp_peer_without_handshake_is_dropped():
