@@ -268,25 +268,14 @@ def _run_reference(cfg: EvalConfig) -> dict[str, Any]:
     return results
 
 
-def run(cfg: EvalConfig) -> dict[str, Any]:
-    """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
-    if cfg.simulator not in SIMULATORS:
-        raise EvalError(f"simulator must be one of {SIMULATORS}, got {cfg.simulator!r}")
-    if cfg.simulator == "robosuite":
-        return _run_reference(cfg)
+def _check_config(cfg: EvalConfig, suites: list[str]) -> dict[str, Any]:
+    """Refuse what this simulator cannot run; the env options the configuration asks for."""
     if cfg.server is not None or cfg.hard_reset:
         raise EvalError("server= and hard_reset= belong to simulator=robosuite (real LIBERO's reference env)")
     if cfg.meshes not in MESHES:
         raise EvalError(f"meshes must be one of {MESHES}, got {cfg.meshes!r}")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise EvalError(f"max_steps must be >= 1 (null: the tasks' own limits), got {cfg.max_steps}")
-    import policies
-    from embodied.eval.harness import ExpertAgent, PolicyAgent, load_records, plan_waves, run_suite
-    from embodied.eval.parallel import WorkerSpec, default_threads, run_suite_parallel
-    from embodied.eval.report import aggregate, load_previous
-    from embodied.video import VideoWriter, annotate_frame
-
-    suites, tasks_of, names = _resolve(cfg)
     env_options: dict[str, Any] = {}
     if cfg.meshes == "full":
         import sims
@@ -302,87 +291,122 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     if family is not None and family != "expert":
         raise EvalError(f"policy={family}: a model is evaluated from its bundle, checkpoint=PATH; "
                         "policy=expert runs the scripted experts")
-    previous = load_previous(cfg.compare) if cfg.compare else None
-    agent_info: dict[str, Any]
-    if cfg.checkpoint is not None:
+    return env_options
+
+
+def _load_agent(cfg: EvalConfig, suite: str) -> tuple[Any, dict[str, Any]]:
+    """The policy of ``cfg.checkpoint`` (None: the scripted experts) and what the results say of it."""
+    import policies
+
+    if cfg.checkpoint is None:
+        policy, info = None, {"label": "scripted experts", "family": "expert"}
+    else:
         ckpt = Path(cfg.checkpoint)
         policy = policies.load(ckpt, device=cfg.device)
-        agent_info = {"label": f"{policy.family} policy {ckpt}", "family": policy.family, "checkpoint": str(ckpt),
-                      "sha256": sha256_file(ckpt / "model.safetensors"), "config": policy.config.to_dict()}
-    else:
-        policy = None
-        agent_info = {"label": "scripted experts", "family": "expert"}
-    _check_latency(cfg, policy, suites[0])
+        info = {"label": f"{policy.family} policy {ckpt}", "family": policy.family, "checkpoint": str(ckpt),
+                "sha256": sha256_file(ckpt / "model.safetensors"), "config": policy.config.to_dict()}
+    _check_latency(cfg, policy, suite)
     if cfg.attempts > 1 and (policy is None or (policy.family == "autoregressive" and cfg.mode == "greedy")):
         what = "the scripted experts are" if policy is None else "a token policy's greedy decoding is"
         raise EvalError(f"attempts={cfg.attempts}: {what} deterministic, so every attempt repeats the first"
                         + ("" if policy is None else "; use mode=explore to sample"))
+    return policy, info
 
-    out = prepare_run_dir(cfg.out)
-    identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare", "workers")}
-    identity["suites"], identity["tasks_of"] = suites, tasks_of
-    identity["sha256"] = agent_info.get("sha256")
-    _check_identity(out, identity)
-    episodes_path = out / "episodes.jsonl"
-    records = load_records(episodes_path)
-    log = open(episodes_path, "a")
-    videos: list[str] = []
-    counts: dict[str, int] = {}
 
-    def record(rec) -> None:
-        records.append(rec)
-        log.write(rec.to_json() + "\n")
-        log.flush()
+class _EpisodeLog:
+    """The run's finished episodes (``episodes.jsonl``, appended as each ends: a resumed run skips them)
+    and its videos (``cfg.videos`` of each suite, at most ``cfg.video_max``)."""
 
-    def film(suite: str, task: int, init_id: int, frames: list, success: bool, length: int) -> bool:
-        if cfg.videos == "none" or (cfg.videos == "failures" and success) or counts.get(suite, 0) >= cfg.video_max:
-            return counts.get(suite, 0) < cfg.video_max
-        counts[suite] = counts.get(suite, 0) + 1
+    def __init__(self, cfg: EvalConfig, out: Path, names: dict[str, list[str]]):
+        from embodied.eval.harness import load_records
+
+        self.cfg, self.out, self.names = cfg, out, names
+        self.records = load_records(out / "episodes.jsonl")
+        self._file = open(out / "episodes.jsonl", "a")
+        self.videos: list[str] = []
+        self._counts: dict[str, int] = {}
+
+    def record(self, rec: Any) -> None:
+        self.records.append(rec)
+        self._file.write(rec.to_json() + "\n")
+        self._file.flush()
+
+    def film(self, suite: str, task: int, init_id: int, frames: list, success: bool, length: int) -> bool:
+        """Write this episode's video if the run wants it; whether the suite wants more videos."""
         import sims
+        from embodied.video import VideoWriter, annotate_frame
 
+        cfg, count = self.cfg, self._counts.get(suite, 0)
+        if cfg.videos == "none" or (cfg.videos == "failures" and success) or count >= cfg.video_max:
+            return count < cfg.video_max
+        self._counts[suite] = count + 1
         instruction = sims.suites.tasks(suite)[task].instruction
-        rel = f"videos/{suite}/{task:02d}_{names[suite][task]}_init{init_id:02d}_{'ok' if success else 'fail'}.mp4"
-        with VideoWriter(out / rel, fps=20.0) as writer:
+        rel = f"videos/{suite}/{task:02d}_{self.names[suite][task]}_init{init_id:02d}_{'ok' if success else 'fail'}.mp4"
+        with VideoWriter(self.out / rel, fps=20.0) as writer:
             for step, views in enumerate(frames):
                 writer.write(annotate_frame(list(views), [instruction, f"{suite} task {task} init {init_id} "
                                                           f"step {step}/{length} {'success' if success else ''}"]))
-        videos.append(rel)
-        return counts[suite] < cfg.video_max
+        self.videos.append(rel)
+        return self._counts[suite] < cfg.video_max
 
-    env_steps, seconds, interrupted = 0, 0.0, False
+    def close(self) -> None:
+        self._file.close()
+
+
+def _evaluate_suite(cfg: EvalConfig, suite: str, tasks: list[int], policy: Any, env_options: dict[str, Any],
+                    log: _EpisodeLog, bar: Any, stop: _StopOnInterrupt) -> dict[str, Any]:
+    """One suite's episodes not in the log yet, in this process or shared out to ``cfg.workers`` processes;
+    the harness's stats (env steps, seconds, latency)."""
+    from embodied.eval.harness import ExpertAgent, PolicyAgent, plan_waves, run_suite
+    from embodied.eval.parallel import WorkerSpec, default_threads, run_suite_parallel
+
+    latency = _latency_config(cfg)
+    remaining = len(plan_waves(suite, tasks, cfg.episodes, cfg.num_envs, cfg.first_state, cfg.attempts,
+                               log.records)[3])
+    workers = min(cfg.workers, remaining)
+    if workers > 1:
+        spec = WorkerSpec(suite=suite, tasks=tasks, episodes=cfg.episodes, num_envs=cfg.num_envs,
+                          image_size=cfg.image_size, seed=cfg.seed, attempts=cfg.attempts,
+                          first_state=cfg.first_state, latency=latency, checkpoint=cfg.checkpoint, device=cfg.device,
+                          mode=cfg.mode, rtc_beta=cfg.rtc_beta, videos=cfg.videos, video_max=cfg.video_max,
+                          threads=default_threads(workers), max_steps=cfg.max_steps, env_options=env_options,
+                          done=[r.__dict__ for r in log.records if r.suite == suite])
+        return run_suite_parallel(spec, workers, on_episode=log.record, on_frames=log.film, progress=bar,
+                                  should_stop=stop)
+    agent = PolicyAgent(policy, cfg.mode, rtc_beta=cfg.rtc_beta) if policy is not None else ExpertAgent(suite)
+    return run_suite(agent, suite, tasks=tasks, episodes=cfg.episodes, num_envs=cfg.num_envs,
+                     image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=log.records[:],
+                     on_episode=log.record, record_frames=cfg.videos != "none", on_frames=log.film, progress=bar,
+                     check=policy.check_env if policy is not None else None, should_stop=stop,
+                     attempts=cfg.attempts, first_state=cfg.first_state, max_steps=cfg.max_steps,
+                     env_options=env_options)
+
+
+def run(cfg: EvalConfig) -> dict[str, Any]:
+    """Evaluate as configured (resuming an interrupted run in the same ``out``)."""
+    if cfg.simulator not in SIMULATORS:
+        raise EvalError(f"simulator must be one of {SIMULATORS}, got {cfg.simulator!r}")
+    if cfg.simulator == "robosuite":
+        return _run_reference(cfg)
+    from embodied.eval.report import aggregate, load_previous
+
+    suites, tasks_of, names = _resolve(cfg)
+    env_options = _check_config(cfg, suites)
+    previous = load_previous(cfg.compare) if cfg.compare else None
+    policy, agent_info = _load_agent(cfg, suites[0])
+    out = prepare_run_dir(cfg.out)
+    identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare", "workers")}
+    identity.update(suites=suites, tasks_of=tasks_of, sha256=agent_info.get("sha256"))
+    _check_identity(out, identity)
+    log = _EpisodeLog(cfg, out, names)
+    env_steps, seconds, interrupted, latency_stats = 0, 0.0, False, {}
     stop = _StopOnInterrupt()
-    latency_stats: dict[str, Any] = {}
     total = sum(len(tasks_of[s]) * cfg.episodes for s in suites) * cfg.attempts
     start = time.perf_counter()
     try:
-        with tqdm(total=total, initial=len(records), desc="eval", unit="ep") as bar:
+        with tqdm(total=total, initial=len(log.records), desc="eval", unit="ep") as bar:
             for suite in suites:
-                agent = (PolicyAgent(policy, cfg.mode, rtc_beta=cfg.rtc_beta) if policy is not None
-                         else ExpertAgent(suite))
-                latency = _latency_config(cfg)
-                check = policy.check_env if policy is not None else None
-                remaining = len(plan_waves(suite, tasks_of[suite], cfg.episodes, cfg.num_envs, cfg.first_state,
-                                           cfg.attempts, records)[3])
-                workers = min(cfg.workers, remaining)
-                if workers > 1:
-                    spec = WorkerSpec(suite=suite, tasks=tasks_of[suite], episodes=cfg.episodes,
-                                      num_envs=cfg.num_envs, image_size=cfg.image_size, seed=cfg.seed,
-                                      attempts=cfg.attempts, first_state=cfg.first_state, latency=latency,
-                                      checkpoint=cfg.checkpoint, device=cfg.device, mode=cfg.mode,
-                                      rtc_beta=cfg.rtc_beta, videos=cfg.videos, video_max=cfg.video_max,
-                                      threads=default_threads(workers), max_steps=cfg.max_steps,
-                                      env_options=env_options,
-                                      done=[r.__dict__ for r in records if r.suite == suite])
-                    stats = run_suite_parallel(spec, workers, on_episode=record, on_frames=film, progress=bar,
-                                               should_stop=stop)
-                else:
-                    stats = run_suite(agent, suite, tasks=tasks_of[suite], episodes=cfg.episodes,
-                                      num_envs=cfg.num_envs, image_size=cfg.image_size, seed=cfg.seed,
-                                      latency=latency, done=records[:], on_episode=record,
-                                      record_frames=cfg.videos != "none", on_frames=film, progress=bar,
-                                      check=check, should_stop=stop, attempts=cfg.attempts,
-                                      first_state=cfg.first_state, max_steps=cfg.max_steps,
-                                      env_options=env_options)
+                stats = _evaluate_suite(cfg, suite, tasks_of[suite], policy, env_options, log, bar, stop)
                 env_steps += stats["env_steps"]
                 seconds += stats["seconds"]
                 if stats["latency"]:
@@ -392,17 +416,11 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
     finally:
         stop.restore()
         log.close()
-    suites_res = aggregate(records, suites, tasks_of, names)
     results: dict[str, Any] = {
-        "suites": suites_res,
-        "agent": agent_info,
-        "config": {**asdict(cfg), "suites": suites},
-        "device": cfg.device,
-        "wall_s": round(time.perf_counter() - start, 1),
-        "env_steps": env_steps,
-        "latency": latency_stats,
-        "env_steps_per_s": round(env_steps / seconds, 1) if seconds > 0 else 0.0,
-        "interrupted": interrupted,
+        "suites": aggregate(log.records, suites, tasks_of, names), "agent": agent_info,
+        "config": {**asdict(cfg), "suites": suites}, "device": cfg.device,
+        "wall_s": round(time.perf_counter() - start, 1), "env_steps": env_steps, "latency": latency_stats,
+        "env_steps_per_s": round(env_steps / seconds, 1) if seconds > 0 else 0.0, "interrupted": interrupted,
     }
     _write_outputs(out, results, previous)
     return results

@@ -88,58 +88,66 @@ def _lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0))))
 
 
-def train(cfg: SFTConfig) -> dict[str, Any]:
-    """Run SFT as configured; returns the summary written to ``sft.json``."""
+def _start_policy(cfg: SFTConfig, out: Path) -> tuple[Any, str, dict[str, Any]]:
+    """The policy SFT starts from (this run's checkpoint on resume, ``cfg.init``'s bundle, or a new one of
+    the policy group), its family and its config overrides."""
     import policies
-    from embodied.data.augment import random_shift
-    from embodied.data.training import load_demonstrations
-    from embodied.train_state import load_train_state
 
-    if cfg.augment_shift < 0:
-        raise ValueError(f"augment_shift must be >= 0 pixels, got {cfg.augment_shift}")
-    if cfg.threads is not None and cfg.threads < 1:
-        raise ValueError(f"threads must be >= 1 (or null for one per core), got {cfg.threads}")
-    out = prepare_run_dir(cfg.out)
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    np.random.seed(cfg.seed)
     family, overrides = policy_overrides(cfg.policy)
     if cfg.resume:
         if not (out / "ckpt" / "config.json").is_file():
             raise FileNotFoundError(f"resume=true but {out / 'ckpt'} holds no checkpoint bundle")
-        policy = policies.load(out / "ckpt", device=cfg.device).train()
-    else:
-        if (out / "ckpt" / "config.json").is_file():
-            raise FileExistsError(f"{out} already holds a checkpoint: pass resume=true to continue, or a new out=...")
-        if cfg.init is not None:
-            policy = policies.load(cfg.init, device=cfg.device, cameras=cfg.init_cameras).train()
-            family, overrides = policy.family, policy.config.to_dict()
-            print(f"embodied-sft: starting from {cfg.init} (a {family} policy; the policy group is not used)",
-                  flush=True)
-        else:
-            policy = policies.make(family, **overrides).to(cfg.device)
+        return policies.load(out / "ckpt", device=cfg.device).train(), family, overrides
+    if (out / "ckpt" / "config.json").is_file():
+        raise FileExistsError(f"{out} already holds a checkpoint: pass resume=true to continue, or a new out=...")
+    if cfg.init is not None:
+        policy = policies.load(cfg.init, device=cfg.device, cameras=cfg.init_cameras).train()
+        print(f"embodied-sft: starting from {cfg.init} (a {policy.family} policy; the policy group is not used)",
+              flush=True)
+        return policy, policy.family, policy.config.to_dict()
+    return policies.make(family, **overrides).to(cfg.device), family, overrides
+
+
+def _sized_to_data(cfg: SFTConfig, policy: Any, family: str, overrides: dict[str, Any], width: int) -> Any:
+    """The policy, made again with ``state_dim=width`` when it was left at its default size and the
+    dataset's state has another (privileged vectors, another robot's proprioception, real LIBERO's 8-D
+    state); a mismatch the user chose is refused."""
+    import policies
+
+    if width == policy.config.state_dim:
+        return policy
     state_obs = policy.config.state_obs
-    demos = load_demonstrations(cfg.data, chunk_size=policy.config.chunk_size, image_size=policy.config.image_size,
-                                cameras=policy.config.cameras, episodes=cfg.episodes, state_obs=state_obs)
-    width = int(demos.state.shape[1])
-    if width != policy.config.state_dim:
-        default_dim = policies.config_class(family)().state_dim
-        if cfg.resume or cfg.init is not None or (state_obs != "privileged" and policy.config.state_dim != default_dim):
-            raise ValueError(f"the dataset's state has {width} values (state_obs={state_obs!r}), the policy reads "
-                             f"{policy.config.state_dim}: set policy.state_dim={width} or use a matching dataset")
-        # the state's size depends on the suite (privileged vectors, another robot's proprioception, as real
-        # LIBERO's 8-D state): a policy left at the default size is sized from the data
-        print(f"embodied-sft: policy.state_dim={width}, the dataset's state (state_obs={state_obs!r})", flush=True)
-        policy = policies.make(family, **{**overrides, "state_dim": width}).to(cfg.device)
-    if not cfg.resume:
-        stats = policy.processor.stats_from_arrays(demos.state.numpy(), demos.actions.numpy())
-        policy.processor.set_stats(stats)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start_step = 0
-    if cfg.resume:
-        meta = load_train_state(out / "train_state", optimizer=optimizer)
-        start_step = int(meta["step"])
+    default_dim = policies.config_class(family)().state_dim
+    if cfg.resume or cfg.init is not None or (state_obs != "privileged" and policy.config.state_dim != default_dim):
+        raise ValueError(f"the dataset's state has {width} values (state_obs={state_obs!r}), the policy reads "
+                         f"{policy.config.state_dim}: set policy.state_dim={width} or use a matching dataset")
+    print(f"embodied-sft: policy.state_dim={width}, the dataset's state (state_obs={state_obs!r})", flush=True)
+    return policies.make(family, **{**overrides, "state_dim": width}).to(cfg.device)
+
+
+def _sft_step(policy: Any, optimizer: torch.optim.Optimizer, demos: Any, gen: torch.Generator, cfg: SFTConfig,
+              step: int) -> float:
+    """One optimiser step on a random batch of ``cfg.batch_size`` chunks (random image shifts); its loss."""
+    from embodied.data.augment import random_shift
+
+    idx = torch.randint(0, len(demos), (cfg.batch_size,), generator=gen)
+    obs, chunks = demos.batch(idx)
+    if policy.config.cameras:
+        obs["rgb"] = random_shift(obs["rgb"], cfg.augment_shift, gen)
+    loss = policy.sft_loss(obs, chunks)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"non-finite SFT loss at step {step}; lower lr=... (now {cfg.lr})")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+def _fit(cfg: SFTConfig, out: Path, policy: Any, optimizer: torch.optim.Optimizer, demos: Any,
+         start_step: int) -> tuple[int, list[float], float]:
+    """Steps ``start_step..cfg.steps`` with the learning-rate schedule, logging every ``cfg.log_every``
+    and checkpointing every ``cfg.save_every``; the step reached, the losses and the seconds."""
     metrics = MetricsLog(out, METRIC_FIELDS, "step", resume_upto=start_step if cfg.resume else None,
                          tb_prefix="sft")
     gen = torch.Generator().manual_seed(cfg.seed + start_step)
@@ -153,18 +161,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
                 lr = _lr_at(step, cfg)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                idx = torch.randint(0, len(demos), (cfg.batch_size,), generator=gen)
-                obs, chunks = demos.batch(idx)
-                if policy.config.cameras:
-                    obs["rgb"] = random_shift(obs["rgb"], cfg.augment_shift, gen)
-                loss = policy.sft_loss(obs, chunks)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite SFT loss at step {step}; lower lr=... (now {cfg.lr})")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-                optimizer.step()
-                losses.append(loss.item())
+                losses.append(_sft_step(policy, optimizer, demos, gen, cfg, step))
                 if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
                     mean = float(np.mean(losses[-cfg.log_every:]))
                     metrics.row({"step": step + 1, "loss": f"{mean:.6f}", "lr": f"{lr:.3e}",
@@ -177,11 +174,37 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
             step = cfg.steps
     finally:
         metrics.close()
+    return step, losses, time.perf_counter() - t0
+
+
+def train(cfg: SFTConfig) -> dict[str, Any]:
+    """Run SFT as configured; returns the summary written to ``sft.json``."""
+    from embodied.data.training import load_demonstrations
+    from embodied.train_state import load_train_state
+
+    if cfg.augment_shift < 0:
+        raise ValueError(f"augment_shift must be >= 0 pixels, got {cfg.augment_shift}")
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ValueError(f"threads must be >= 1 (or null for one per core), got {cfg.threads}")
+    out = prepare_run_dir(cfg.out)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    policy, family, overrides = _start_policy(cfg, out)
+    demos = load_demonstrations(cfg.data, chunk_size=policy.config.chunk_size, image_size=policy.config.image_size,
+                                cameras=policy.config.cameras, episodes=cfg.episodes, state_obs=policy.config.state_obs)
+    policy = _sized_to_data(cfg, policy, family, overrides, int(demos.state.shape[1]))
+    if not cfg.resume:
+        policy.processor.set_stats(policy.processor.stats_from_arrays(demos.state.numpy(), demos.actions.numpy()))
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start_step = int(load_train_state(out / "train_state", optimizer=optimizer)["step"]) if cfg.resume else 0
+    step, losses, seconds = _fit(cfg, out, policy, optimizer, demos, start_step)
     _checkpoint(policy, optimizer, step, out, cfg)
     summary = {
         "family": policy.family, "data": str(cfg.data), "episodes": int(demos.episode.unique().numel()),
         "samples": len(demos), "steps": step, "final_loss": float(np.mean(losses[-cfg.log_every:])) if losses else None,
-        "train_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(out / "ckpt"),
+        "train_seconds": round(seconds, 1), "checkpoint": str(out / "ckpt"),
         "parameters": sum(p.numel() for p in policy.parameters()), "machine": machine_info(),
     }
     if cfg.eval.suite:
@@ -189,8 +212,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
 
         result = evaluate_suite(policy, cfg.eval.suite, tasks=cfg.eval.tasks,
                                 episodes_per_task=cfg.eval.episodes_per_task, num_envs=cfg.eval.num_envs,
-                                image_size=cfg.eval.image_size or demos.frame_size,
-                                seed=cfg.seed)
+                                image_size=cfg.eval.image_size or demos.frame_size, seed=cfg.seed)
         write_json(out / "eval.json", result)
         summary["eval_success_rate"] = result["success_rate"]
     write_json(out / "sft.json", summary)
