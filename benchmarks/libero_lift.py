@@ -27,13 +27,19 @@ session). Extra arguments after ``--`` go to every pipeline cell as Hydra overri
 
 Writes ``OUT/libero_lift.json`` and, with ``--docs``, the table with the issue's criteria
 (:func:`verdicts`).
+
+Across sessions and machines: every finished cell is also kept in ``--records`` (default
+``benchmarks/records/libero_lift``: its results, evaluations' episodes, metrics and checkpoints; no
+dataset, videos or logs: :func:`archive`), and a cell missing from ``OUT`` is restored from there
+before anything runs (:func:`restore`). Commit the records folder and the next session goes on from
+the last finished cell.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +66,51 @@ PRO_VARIANTS = ("lan", "object", "swap")
 #: the issue's bars: an SFT start below START, RL at TARGET or more, every RL seed above SEEDS_ABOVE, the
 #: reference env within REFERENCE_GAP of our simulator on the same states
 START, TARGET, SEEDS_ABOVE, REFERENCE_GAP = 0.70, 0.90, 0.85, 0.10
+
+
+#: what a cell's record leaves out: the demonstrations (``data/``), videos, plots, TensorBoard events, Ray's
+#: session files, logs and SFT's optimizer state (a finished SFT is never resumed); RL checkpoints stay (a
+#: later phase carries them on)
+SKIP_FOLDERS, SKIP_SUFFIXES, SKIP_PREFIXES = {"videos", "plots", "tb", "ray"}, {".mp4", ".log"}, ("data/", "sft/train_state/")
+RECORDS = ROOT / "benchmarks" / "records" / "libero_lift"
+
+
+def _skipped(rel: Path) -> bool:
+    """Whether a file of a cell (its path ``rel`` in the cell) stays out of the record."""
+    return (bool(SKIP_FOLDERS & set(rel.parts[:-1])) or rel.suffix in SKIP_SUFFIXES
+            or rel.as_posix().startswith(SKIP_PREFIXES))
+
+
+def archive(cell: Path, records: Path) -> Path:
+    """Copy a finished cell into ``records/<cell name>`` (replacing an older copy), without what
+    :data:`ARCHIVE_SKIP` names; the record's folder."""
+    dest = records / cell.name
+    tmp = records / f".{cell.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for path in sorted(cell.rglob("*")):
+        if path.is_file() and not path.is_symlink() and not _skipped(path.relative_to(cell)):
+            target = tmp / path.relative_to(cell)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
+
+
+def recorded(cell: Path, records: Path) -> bool:
+    """Whether ``records`` holds this cell as it is now (the same ``results.json``)."""
+    mine, kept = cell / "results.json", records / cell.name / "results.json"
+    return kept.is_file() and mine.is_file() and kept.read_bytes() == mine.read_bytes()
+
+
+def restore(cell: Path, records: Path) -> bool:
+    """A cell missing from ``OUT`` (no ``results.json``) copied back from its record; whether it was."""
+    src = records / cell.name
+    if (cell / "results.json").is_file() or not (src / "results.json").is_file():
+        return False
+    shutil.copytree(src, cell, dirs_exist_ok=True)
+    print(f"[libero_lift] {cell.name}: restored from {src}", flush=True)
+    return True
 
 
 def pipeline(out: Path, extra: list[str]) -> list[str]:
@@ -232,6 +283,36 @@ def ours_on(results: dict[str, Any] | None, states: int) -> float | None:
     return sum(outcomes) / len(outcomes) if outcomes else None
 
 
+def pipeline_cell(cell: Path, needed: tuple[str, ...], cmd: list[str], label: str, records: Path,
+                  run: bool) -> dict[str, Any] | None:
+    """A pipeline cell's results once its stages ``needed`` are done: restored from ``records``, else (with
+    ``run``) run or resumed now and then archived there; None while unfinished."""
+    restore(cell, records)
+    if run and finished_results(cell, needed) is None:
+        run_cell(cell, cmd, label)
+    results = finished_results(cell, needed)
+    if results is not None and not recorded(cell, records):
+        archive(cell, records)
+    return results
+
+
+def eval_cell(cell: Path, cmd: list[str], label: str, records: Path, run: bool) -> dict[str, Any] | None:
+    """An ``embodied-eval`` cell's results, as :func:`pipeline_cell` keeps them."""
+    restore(cell, records)
+    if run and eval_results(cell) is None:
+        run_cell(cell, cmd, label)
+    results = eval_results(cell)
+    if results is not None and not recorded(cell, records):
+        archive(cell, records)
+    return results
+
+
+#: the stages that finish a cell: every evaluation with its held-out twin (real LIBERO scores both)
+SFT_DONE = ("eval_sft", "eval_sft_heldout")
+RL_DONE = ("eval_rl", "eval_rl_heldout")
+CONTROL_DONE = ("eval_control", "eval_control_heldout")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv, extra = split_overrides(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -243,15 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--until", choices=("sft", "rl", "reference", "pro"), default="pro", help="the last part to run")
     ap.add_argument("--table-only", action="store_true", help="only collect the finished cells")
     ap.add_argument("--docs", type=Path, default=None)
+    ap.add_argument("--records", type=Path, default=RECORDS, help="where finished cells are kept (commit it)")
     args = ap.parse_args(argv)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     parts = ("sft", "rl", "reference", "pro")
     runs = lambda part: not args.table_only and parts.index(part) <= parts.index(args.until)  # noqa: E731
     report: dict[str, Any] = {"suite": SUITE, "demos": args.demos, "overrides": extra, "phases": {}}
-    if runs("sft") and finished_results(out / "sft", ("eval_sft",)) is None:
-        run_cell(out / "sft", sft_command(out, args.demos, extra), "SFT start")
-    sft = finished_results(out / "sft", ("eval_sft",))
+    records = args.records
+    sft = pipeline_cell(out / "sft", SFT_DONE, sft_command(out, args.demos, extra), "SFT start", records, runs("sft"))
     cells = []
     if sft is not None:
         report.update(sft=sft["eval_sft"]["success_rate"], machine=sft.get("machine"),
@@ -262,11 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for phase in range(len(PHASES)):
             folder = phase_folder(out, seed, phase)
-            needed = ("eval_rl", "eval_control") if seed == 0 else ("eval_rl",)
-            if runs("rl") and finished_results(folder, needed) is None:
-                run_cell(folder, phase_command(out, seed, phase, args.demos, extra),
-                         f"RL seed {seed}, phase {phase + 1}/{len(PHASES)} (to {PHASES[phase][0]} iterations)")
-            results = finished_results(folder, needed)
+            results = pipeline_cell(folder, RL_DONE + (CONTROL_DONE if seed == 0 else ()),
+                                    phase_command(out, seed, phase, args.demos, extra),
+                                    f"RL seed {seed}, phase {phase + 1}/{len(PHASES)} (to {PHASES[phase][0]} iterations)",
+                                    records, runs("rl"))
             if results is None:
                 break
             rows.append(phase_row(results, folder))
@@ -279,9 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         rl_ckpt = (last[0][1] / "rl" / "checkpoint" / "policy").resolve()
         sft_ckpt = (out / "sft" / "sft" / "ckpt").resolve()
         for name, ckpt, base in (("reference_sft", sft_ckpt, None), ("reference_rl", rl_ckpt, out / "reference_sft")):
-            if runs("reference") and eval_results(out / name) is None:
-                run_cell(out / name, reference_command(out, name, ckpt, SUITE, args.reference_states, base),
-                         f"{name} in the reference env")
+            eval_cell(out / name, reference_command(out, name, ckpt, SUITE, args.reference_states, base),
+                      f"{name} in the reference env", records, runs("reference"))
         reference = {"states": args.reference_states, "sft": suite_rate(eval_results(out / "reference_sft"), SUITE),
                      "rl": suite_rate(eval_results(out / "reference_rl"), SUITE),
                      "paired": paired(eval_results(out / "reference_rl"), SUITE),
@@ -292,9 +371,8 @@ def main(argv: list[str] | None = None) -> int:
             for tag, ckpt in (("sft", sft_ckpt), ("rl", rl_ckpt)):
                 name = f"pro_{variant}_{tag}"
                 base = out / f"pro_{variant}_sft" if tag == "rl" else None
-                if runs("pro") and eval_results(out / name) is None:
-                    run_cell(out / name, reference_command(out, name, ckpt, suite, args.pro_states, base),
-                             f"LIBERO-PRO {variant}, {tag} policy")
+                eval_cell(out / name, reference_command(out, name, ckpt, suite, args.pro_states, base),
+                          f"LIBERO-PRO {variant}, {tag} policy", records, runs("pro"))
             pro[variant] = {"sft": suite_rate(eval_results(out / f"pro_{variant}_sft"), suite),
                             "rl": suite_rate(eval_results(out / f"pro_{variant}_rl"), suite),
                             "paired": paired(eval_results(out / f"pro_{variant}_rl"), suite)}

@@ -64,3 +64,27 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     table = m.markdown(report, "python benchmarks/libero_lift.py --out X")
     assert "| 0 | 40 | 128000 | 92.0% |" in table and "| 5 | 80.0% | 55.0% |" in table and "**no**" not in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
+
+
+def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path):
+    """A cell's record keeps its results, evaluations and checkpoints (RL's optimizer state included), not
+    its dataset, videos, logs or SFT's optimizer state; a fresh OUT gets the cell back before anything runs."""
+    lift = _module()
+    cell = tmp_path / "out" / "rl_s0"
+    files = {"results.json": "{}", "eval_rl/episodes.jsonl": "{}\n", "eval_rl/videos/libero_spatial/a.mp4": "v",
+             "eval_rl/plots/libero_spatial.png": "p", "rl/checkpoint/policy/model.safetensors": "w",
+             "rl/checkpoint/train_state/state.safetensors": "o", "rl/metrics.csv": "iteration\n", "rl/tb/events": "e",
+             "rl/ray/session/log": "r", "data/meta/info.json": "{}", "sft/ckpt/model.safetensors": "w",
+             "sft/train_state/state.safetensors": "o", "cell.log": "l", "pipeline.log": "l"}
+    for rel, text in files.items():
+        (cell / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cell / rel).write_text(text)
+    records = tmp_path / "records"
+    kept = lift.archive(cell, records)
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
+        "eval_rl/episodes.jsonl", "results.json", "rl/checkpoint/policy/model.safetensors",
+        "rl/checkpoint/train_state/state.safetensors", "rl/metrics.csv", "sft/ckpt/model.safetensors"]
+    fresh = tmp_path / "fresh" / "rl_s0"
+    assert lift.restore(fresh, records) and (fresh / "rl/checkpoint/train_state/state.safetensors").read_text() == "o"
+    assert not lift.restore(fresh, records)  # a cell already there is left as it is
+    assert not lift.restore(tmp_path / "fresh" / "rl_s1", records)  # no record: nothing to restore
