@@ -1,7 +1,9 @@
 """Ray RLlib integration: the policy as a ``TorchRLModule`` (:mod:`.module`), a batched-VecEnv
 ``EnvRunner`` (:mod:`.env_runner`), the chunk-PPO ``TorchLearner`` (:mod:`.learner`) and the
 ``Algorithm`` tying them together with optional overlap of sampling and learning (:mod:`.algorithm`);
-Ray start-up for a run (:mod:`.startup`) and the run's checkpoint folder (:mod:`.checkpoint`).
+Ray start-up for a run (:mod:`.startup`), the run's checkpoint folder (:mod:`.checkpoint`), sampling
+that survives lost env runners (:mod:`.recovery`) and a multi-node Ray cluster on one machine for
+failure drills (:mod:`.local_cluster`).
 
 Ray is pinned exactly in ``pyproject.toml``: the runner and learner override RLlib internals.
 """
@@ -25,7 +27,7 @@ RL_FIELDS = ("lr", "critic_lr", "loss", "freeze_prefix", "critic_warmup", "num_e
 def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],
                     num_env_runners: int = 0, num_learners: int = 0, num_gpus_per_learner: float = 0.0,
                     num_gpus_per_env_runner: float = 0.0, seed: int = 0,
-                    critic: dict[str, Any] | None = None) -> ChunkRL:
+                    critic: dict[str, Any] | None = None, runner_restart_timeout_s: float = 600.0) -> ChunkRL:
     """A :class:`ChunkRL` whose learner starts from ``policy``'s weights.
 
     ``num_env_runners=0`` samples in this process (``env_config["num_envs"]`` envs); ``K > 0`` starts
@@ -35,6 +37,10 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     get ``num_gpus_per_env_runner`` each (GPU simulators; Ray hides the GPUs from actors that ask for none).
     ``critic`` (``{"kind": "privileged", "input_dim", "hidden"}``) replaces the policy's value head by a
     separate critic on privileged state (:mod:`embodied.algorithms.critic`).
+
+    A remote runner whose process or node is lost is restarted by Ray on a node with a free CPU; an
+    iteration waits up to ``runner_restart_timeout_s`` for it, then re-samples its share with the
+    current weights (:mod:`embodied.rllib.recovery`).
     """
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -54,6 +60,11 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
                      create_local_env_runner=num_env_runners == 0, num_cpus_per_env_runner=1,
                      num_gpus_per_env_runner=num_gpus_per_env_runner,
                      num_envs_per_env_runner=int(env_config["num_envs"]))
+        # restarts by Ray (the actors' max_restarts); never carry on without a runner: its envs' share
+        # of every iteration would be missing. Errors inside sample() come back as values
+        # (VecEnvRunner.sample_checked), so the delay before an erroring actor exits only holds other calls.
+        .fault_tolerance(restart_failed_env_runners=True, ignore_env_runner_failures=False,
+                         max_num_env_runner_restarts=1000, delay_between_env_runner_restarts_s=5.0)
         .learners(num_learners=num_learners, num_gpus_per_learner=num_gpus_per_learner)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=PolicyRLModule, observation_space=obs_space,
                                                action_space=act_space,
@@ -62,6 +73,9 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     )
     for key, value in rl.items():
         setattr(config, key, value)
+    if not runner_restart_timeout_s > 0:
+        raise ValueError(f"runner_restart_timeout_s must be > 0, got {runner_restart_timeout_s}")
+    config.runner_restart_timeout_s = float(runner_restart_timeout_s)
     algo = config.build_algo()
     algo.load_policy_state({k: v.detach().cpu() for k, v in policy.state_dict().items()})
     return algo

@@ -16,6 +16,11 @@ metric ``policy_lag`` (actor updates between sampling a batch and training on it
 a thread for the local runner, on the remote actors otherwise): each batch is then collected by
 the weights one update old (``policy_lag`` 1), which the PPO ratio against the stored behaviour
 log-probabilities importance-corrects (as in asynchronous PPO / RLinf's pipelined mode).
+
+Remote env runners are restarted by Ray when their process or node is lost (RLlib's
+``restart_failed_env_runners``); an iteration waits for a lost runner to come back, gives it the
+weights the other runners sampled with and has it sample its share again
+(:mod:`embodied.rllib.recovery`). ``recoveries`` lists the runners brought back so far.
 """
 
 from __future__ import annotations
@@ -42,6 +47,14 @@ from embodied.algorithms.update import UpdateConfig, explained_variance, run_epo
 from embodied.rllib.env_runner import VecEnvRunner
 from embodied.rllib.learner import ChunkPPOLearner
 from embodied.rllib.module import PolicyRLModule
+from embodied.rllib.recovery import (
+    Recovery,
+    RemoteSample,
+    Weights,
+    dead_nodes,
+    runner_place,
+    send_weights,
+)
 
 
 class ChunkRLConfig(AlgorithmConfig):
@@ -64,6 +77,8 @@ class ChunkRLConfig(AlgorithmConfig):
         self.grad_clip_by = "global_norm"
         self.overlap = False
         self.env_runner_cls = VecEnvRunner
+        # how long an iteration waits for Ray to restart a lost env runner before the run stops
+        self.runner_restart_timeout_s = 600.0
 
     def get_default_learner_class(self) -> type:
         return ChunkPPOLearner
@@ -94,6 +109,12 @@ class ChunkRL(Algorithm):
         self._weights_dirty = False
         self._actor_version = 0  # actor updates so far
         self._pending_version = 0  # the actor version that sampled the pending batch
+        self._runner_weights: Weights | None = None  # what the remote runners were sent last
+        self._runner_nodes: dict[int, str] = {}  # remote runner's worker index -> its Ray node id
+        self.recoveries: list[Recovery] = []
+        self._iteration_recoveries: list[Recovery] = []
+        if self.remote_runners:
+            self._runner_nodes = {p["worker_index"]: p["node_id"] for p in self._runner_places()}
 
     # -- sampling -----------------------------------------------------------------------------
     @property
@@ -102,9 +123,11 @@ class ChunkRL(Algorithm):
 
     def _launch(self, iteration: int) -> Any:
         if self.remote_runners:
-            self.env_runner_group.foreach_env_runner_async("sample", tag=f"sample{iteration}",
-                                                           kwargs={"iteration": iteration})
-            return ("remote", iteration)
+            if self._runner_weights is None:
+                self._weights_dirty = True
+                self._sync_weights()
+            return RemoteSample(self.env_runner_group, iteration, self._runner_weights, self._runner_nodes,
+                                float(self.config.runner_restart_timeout_s)).start()
         runner = self.env_runner_group.local_env_runner
         if self.config.overlap:
             if self._pool is None:
@@ -117,27 +140,20 @@ class ChunkRL(Algorithm):
             return [handle.result()]
         if isinstance(handle, list):
             return handle
-        _, iteration = handle
-        expected = self.env_runner_group.num_healthy_remote_workers()
-        results: list[Any] = []
-        while len(results) < expected:
-            got = self.env_runner_group.fetch_ready_async_reqs(tags=f"sample{iteration}", timeout_seconds=None)
-            for item in got:
-                value = item[1] if isinstance(item, tuple) else item
-                if isinstance(value, BaseException):
-                    raise RuntimeError(f"an env runner failed while sampling: {value}") from value
-                results.append(value)
-            if not got and self.env_runner_group.num_healthy_remote_workers() < expected:
-                raise RuntimeError("an env runner died while sampling (see the Ray logs in the run folder)")
-        return sorted(results, key=lambda r: r["worker_index"])
+        results = handle.collect()
+        self._iteration_recoveries = handle.recoveries
+        self.recoveries.extend(handle.recoveries)
+        return results
 
     def _sync_weights(self) -> None:
         if not self._weights_dirty:
             return
         weights = self.learner_group.get_weights(module_ids=[DEFAULT_MODULE_ID])
         if self.remote_runners:
-            ref = ray.put(weights)
-            self.env_runner_group.foreach_env_runner(lambda r: r.set_weights(ref), local_env_runner=False)
+            version = 1 + (self._runner_weights.version if self._runner_weights else 0)
+            # kept (not only sent): a runner Ray restarts before the next sync gets these same weights
+            self._runner_weights = Weights(ray.put(weights), version)
+            send_weights(self.env_runner_group, self._runner_weights)
         else:
             self.env_runner_group.local_env_runner.set_weights(weights)
         self._weights_dirty = False
@@ -149,11 +165,15 @@ class ChunkRL(Algorithm):
     def placement(self) -> dict[str, Any]:
         """Where the parts run: the driver, each env runner and each learner (Ray node id, IP, pid)."""
         if self.remote_runners:
-            runners = self.env_runner_group.foreach_env_runner(where_this_runs, local_env_runner=False)
+            runners = self._runner_places()
         else:
             runners = [where_this_runs()]
         return {"driver": where_this_runs(), "env_runners": runners,
                 "learners": self._on_learners(where_this_runs)}
+
+    def _runner_places(self) -> list[dict[str, Any]]:
+        places = self.env_runner_group.foreach_env_runner(runner_place, local_env_runner=False)
+        return sorted(places, key=lambda p: p["worker_index"])
 
     def _on_learners(self, func: Any) -> list[Any]:
         """``func(learner)`` on every learner (local or remote); errors re-raised here."""
@@ -163,6 +183,7 @@ class ChunkRL(Algorithm):
     def training_step(self) -> dict[str, float]:
         it = self.iteration_index
         t0 = time.perf_counter()
+        self._iteration_recoveries = []
         if self._pending is None:
             self._sync_weights()
             self._pending, self._pending_version = self._launch(it), self._actor_version
@@ -241,6 +262,9 @@ class ChunkRL(Algorithm):
             "sample_s": float(max(r["sample_s"] for r in results)),
             "learn_s": learn_s, "wait_s": wait_s,
             "iteration_s": time.perf_counter() - t0,
+            # env runners lost while sampling this batch and brought back, and the seconds they were away
+            "runner_restarts": float(len(self._iteration_recoveries)),
+            "recovery_s": float(sum(r.wait_s for r in self._iteration_recoveries)),
         }
         for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "minibatches",
                     "approx_kl_first", "clip_fraction_first", "approx_kl_max", "log_ratio_max", "epochs_run",
@@ -280,13 +304,26 @@ class ChunkRL(Algorithm):
         self._on_learners(lambda learner: learner.load_optimizer_states(states))
 
     def cleanup(self) -> None:
-        if self._pending is not None:
+        if isinstance(self._pending, Future):  # the sampler thread ends before its runner does
             try:
                 self._wait(self._pending)
             except Exception:  # noqa: BLE001 - shutting down: a failed last sample changes nothing
                 pass
-            self._pending = None
+        self._pending = None  # remote requests end with their runners
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self._end_lost_runners()
         super().cleanup()
+
+    def _end_lost_runners(self) -> None:
+        """Kill the runners still marked lost, for good: RLlib's stop() waits on every runner, and one
+        that Ray cannot restart (no free CPU left) would hold the run's end forever."""
+        group = getattr(self, "env_runner_group", None)
+        if group is None or not self.remote_runners:
+            return
+        healthy = set(group.healthy_env_runner_ids())
+        gone = dead_nodes()  # a runner there may wait for a restart that cannot happen, unseen by RLlib
+        for worker, actor in group._worker_manager.actors().items():  # RLlib has no public handle
+            if worker not in healthy or self._runner_nodes.get(worker) in gone:
+                ray.kill(actor, no_restart=True)

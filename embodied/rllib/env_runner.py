@@ -22,6 +22,7 @@ samples on its GPU when it sees one).
 from __future__ import annotations
 
 import time
+import traceback
 from typing import Any
 
 import gymnasium as gym
@@ -114,6 +115,9 @@ class VecEnvRunner(EnvRunner):
         self.obs: dict[str, torch.Tensor] | None = None
         self.critic_inputs: CriticInputs | None = None
         self.module = None
+        # the driver's count of the weights it sent (:meth:`set_weights`); None until the first arrive, as
+        # in a runner Ray has just restarted, whose module holds random weights
+        self.weights_version: int | None = None
         self.make_module()
         # In a cluster the driver keeps a local runner only for bookkeeping: it gets no envs.
         if not (self.worker_index == 0 and (self.num_workers or 0) > 0):
@@ -211,9 +215,29 @@ class VecEnvRunner(EnvRunner):
             "sample_s": time.perf_counter() - start, "worker_index": self.worker_index or 0, **info,
         }
 
+    def sample_checked(self, iteration: int, weights_version: int) -> dict[str, Any]:
+        """:meth:`sample` for the driver's remote calls, which never raises.
+
+        Refuses to sample (``{"stale_weights": True}``) unless this runner holds the driver's
+        ``weights_version``: a runner that Ray restarted after its process or node was lost holds
+        none, and its batch would be sampled by random weights. An error comes back as its
+        traceback (``{"error": ...}``): raised, it would end the actor, and RLlib would restart it
+        into the same error.
+        """
+        import ray
+
+        where = {"worker_index": self.worker_index or 0, "node_id": ray.get_runtime_context().get_node_id()}
+        if self.weights_version != weights_version:
+            return {**where, "stale_weights": True, "weights_version": self.weights_version}
+        try:
+            return {**self.sample(iteration), **where}
+        except Exception:  # noqa: BLE001 - reported to the driver, which stops the run with it
+            return {**where, "error": traceback.format_exc()}
+
     # -- RLlib plumbing -----------------------------------------------------------------------
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        """Module weights (numpy or torch state dict, or an ObjectRef of one)."""
+    def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
+        """Module weights (numpy or torch state dict, or an ObjectRef of one) and the driver's count
+        of them (see :meth:`sample_checked`)."""
         import ray
 
         if isinstance(weights, ray.ObjectRef):
@@ -221,6 +245,7 @@ class VecEnvRunner(EnvRunner):
         if DEFAULT_MODULE_ID in weights:
             weights = weights[DEFAULT_MODULE_ID]
         self.module.set_state(weights)
+        self.weights_version = version
 
     def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict[str, Any]:
         return {COMPONENT_RL_MODULE: {DEFAULT_MODULE_ID: self.module.get_state()},

@@ -34,18 +34,25 @@ def start_ray(runtime: RayRuntime, out: Path) -> bool:
     if runtime.address:
         ray.init(address=runtime.address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
         return True
-    temp = (out / "ray").resolve()
-    temp.mkdir(parents=True, exist_ok=True)
-    ray_dir = temp
-    if len(str(temp)) > 40:  # Ray's unix socket paths (temp dir + ~65 bytes) must stay under 108 bytes
-        ray_dir = Path(tempfile.gettempdir()) / f"ray-{hashlib.sha1(str(temp).encode()).hexdigest()[:10]}"
-        if ray_dir.is_symlink() or ray_dir.exists():
-            ray_dir.unlink()
-        ray_dir.symlink_to(temp, target_is_directory=True)  # a short name for the folder in the run folder
+    ray_dir = short_ray_dir(out / "ray")
     num_cpus = runtime.num_cpus or runtime.num_env_runners + runtime.num_learners + 1
     ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(ray_dir), log_to_driver=False,
              runtime_env={"env_vars": env_vars}, configure_logging=False)
     return True
+
+
+def short_ray_dir(folder: Path) -> Path:
+    """``folder`` (created) as Ray's temp dir: itself, or a short symlink to it in the system's temp
+    dir when its path is too long for Ray's unix sockets (temp dir + ~65 bytes under 108)."""
+    temp = folder.resolve()
+    temp.mkdir(parents=True, exist_ok=True)
+    if len(str(temp)) <= 40:
+        return temp
+    link = Path(tempfile.gettempdir()) / f"ray-{hashlib.sha1(str(temp).encode()).hexdigest()[:10]}"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(temp, target_is_directory=True)
+    return link
 
 
 def check_gpus(runtime: RayRuntime, gpus_per_learner: float) -> None:

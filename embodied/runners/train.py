@@ -19,7 +19,8 @@ counters and RNG, + ``critic.safetensors`` with ``algo.critic=privileged``; repl
 every ``save_every`` iterations and at the end),
 ``metrics.csv`` and TensorBoard events (success rate, return, episode length, entropy, clip
 fraction, approx KL, value loss, explained variance, env-steps/s, time split sim / inference /
-learning / waiting), ``train.json``, ``ray/`` (Ray's session files when Ray is started here).
+learning / waiting, env runners restarted), ``train.json``, ``runner_recoveries.jsonl`` (env runners
+lost with their process or node and brought back), ``ray/`` (Ray's session files when Ray is started here).
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return",
                  "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
                  "advantage_std", "minibatches", "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop",
                  "policy_lag", "kl_rollback", "approx_kl_max", "log_ratio_max", "grad_cos_first",
-                 "greedy_success_rate", "greedy_episodes", "greedy_s"]
+                 "greedy_success_rate", "greedy_episodes", "greedy_s", "runner_restarts", "recovery_s"]
+
+
+#: the run folder's record of env runners lost and brought back (one JSON object a line)
+RECOVERIES_FILE = "runner_recoveries.jsonl"
 
 
 @dataclass
@@ -139,6 +144,9 @@ class RuntimeConfig:
     # torch threads of the driver (its learner with num_learners=0, and its sampler without env runners);
     # with remote env runners and overlap=false the runners wait while it learns, so their cores are free
     learner_threads: int = 1
+    # a remote env runner lost with its process or node is restarted by Ray on a node with a free CPU; an
+    # iteration waits this long for it (then re-samples its share with the current weights) before the run stops
+    runner_restart_timeout_s: float = 600.0
 
 
 @dataclass
@@ -204,6 +212,9 @@ def runtime_problem(r: RuntimeConfig, group: str = "runtime") -> Optional[str]:
         return f"{group}=cluster needs {group}.num_env_runners >= 1"
     if r.learner_threads < 1:
         return f"{group}.learner_threads must be >= 1, got {r.learner_threads}"
+    if not r.runner_restart_timeout_s > 0:
+        return (f"{group}.runner_restart_timeout_s must be > 0 (seconds to wait for a lost env runner), got "
+                f"{r.runner_restart_timeout_s}")
     return None
 
 
@@ -503,13 +514,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     metrics = MetricsLog(out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None,
                          tb_prefix="rl")
     history: list[dict[str, float]] = []
+    recoveries: list[Any] = []
     t_start = time.perf_counter()
     try:
         algo = build_algorithm(policy, instructions=[t.instruction for t in specs], env_config=env_config, rl=rl,
                                num_env_runners=r.num_env_runners, num_learners=r.num_learners,
                                num_gpus_per_learner=gpus_per_learner,
                                num_gpus_per_env_runner=r.num_gpus_per_env_runner, seed=cfg.seed,
-                               critic=critic)
+                               critic=critic, runner_restart_timeout_s=r.runner_restart_timeout_s)
         if resumed is not None:
             restore_checkpoint(algo, resumed, meta)
         algo.stop_iteration = cfg.iterations
@@ -518,6 +530,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {a.name}", unit="it") as bar:
             for it in range(start_iter, cfg.iterations):
                 row = algo.run_iteration(it)
+                _log_recoveries(out, algo.recoveries[len(recoveries):])
+                recoveries = list(algo.recoveries)
                 row["iteration_env_steps"] = row["env_steps"]
                 env_steps += int(row["env_steps"])
                 row.update(iteration=it + 1, env_steps=env_steps,
@@ -551,9 +565,27 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "time_split_s": {k: round(sum(h[k] for h in history), 2)
                          for k in ("sim_s", "inference_s", "learn_s", "wait_s")} if history else None,
         "machine": machine_info(), "last": history[-1] if history else None,
+        "runner_recoveries": [rec.to_dict() for rec in recoveries],
     }
     write_json(out / "train.json", summary)
     return summary
+
+
+def _log_recoveries(out: Path, new: list[Any]) -> None:
+    """Env runners brought back during the last iteration: a line each on stderr and in
+    ``out/runner_recoveries.jsonl`` (kept across resumes)."""
+    import json
+
+    from embodied.rllib.recovery import describe_recovery
+
+    if not new:
+        return
+    with open(out / RECOVERIES_FILE, "a") as fh:
+        for rec in new:
+            print(describe_recovery(rec), file=sys.stderr, flush=True)
+            fh.write(json.dumps(rec.to_dict()) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _greedy_probe(cfg: TrainConfig, out: Path, algo: Any, policy: Any, tasks: list[int],
@@ -574,13 +606,14 @@ def _greedy_probe(cfg: TrainConfig, out: Path, algo: Any, policy: Any, tasks: li
 
 @hydra_app("embodied-train", "train")
 def main(cfg: Any) -> None:
+    from embodied.rllib.recovery import RunnerLostError
     from policies import CheckpointError, SpecMismatchError
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     config: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     try:
         summary = train(config)
-    except (TrainError, CheckpointError, SpecMismatchError, FileNotFoundError) as err:
+    except (TrainError, CheckpointError, SpecMismatchError, FileNotFoundError, RunnerLostError) as err:
         raise SystemExit(f"embodied-train: {err}") from None
     print(f"{summary['algo']}: {summary['iterations']} iterations, {summary['env_steps']} env steps in "
           f"{summary['wall_s']} s; bundle {summary['checkpoint']}")
