@@ -30,59 +30,58 @@ leaves it; an implausible robot state (NaN/inf, a joint or the tool far outside 
 :meth:`~real_robot.safety.SafetyFilter.check_state`) is never turned into a command: the episode
 ends at once with reason ``unsafe_state`` and the robot takes the emergency-stop path (hold,
 disconnect). Episodes are recorded in the demonstration dataset format.
+
+:meth:`Deployer.run_episode` composes the pieces of :mod:`real_robot.loop`, each testable alone:
+the safety gate, the watchdog, the camera monitor, a :class:`~real_robot.loop.modes.LatencyMode`
+per mode behind the chunk feed, the server-outage hold; episodes end with an :class:`ExitReason`.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-import cv2
 import numpy as np
-import torch
 
-from embodied.latency import ActionQueue, LatencyStats, augment_state, chunk_start, max_delay_of, wants_chunk
+from embodied.latency import LatencyStats, max_delay_of
+from real_robot.loop import (
+    CLIENT_MODES,
+    CameraMonitor,
+    ChunkFeed,
+    Ending,
+    EpisodeRecorder,
+    ExitReason,
+    SafetyGate,
+    ServerOutage,
+    ServerStatus,
+    Watchdog,
+    WatchdogState,
+    make_mode,
+)
 from real_robot.policy_client import PolicyClient, ServerError
 from real_robot.rate import FixedRate
 from real_robot.robots.base import Observation, Robot
 from real_robot.safety import SafetyFilter, UnsafeState
-from real_robot.spec import IMAGE_PREFIX, PROMPT_KEY, RTC_FROZEN_KEY, RTC_PREV_KEY, STATE_KEY, PolicySpec
+from real_robot.spec import PolicySpec
 
-CLIENT_MODES = ("sync", "async", "rtc", "aware")
+__all__ = ["CLIENT_MODES", "STOP_REASONS", "DeployConfig", "DeployError", "Deployer", "EpisodeResult", "ExitReason",
+           "Watchdog", "aware_max_delay", "check_compatible"]
+
 #: episode end reasons after which the robot is held and disconnected (motors stopped)
-STOP_REASONS = ("watchdog", "estop", "unsafe_state", "server_lost")
+STOP_REASONS = tuple(r for r in ExitReason if r.stops_robot)
 
-log = logging.getLogger(__name__)
+OnStep = Callable[[int, Observation, np.ndarray], None]
 
 
 class DeployError(RuntimeError):
     """The policy and the robot do not fit together (refused at connect)."""
 
 
-class Watchdog:
-    """``ok`` -> ``hold`` after ``hold_timeout`` s without a fresh action -> ``stop`` after ``stop_timeout``."""
-
-    def __init__(self, hold_timeout: float, stop_timeout: float, clock: Callable[[], float] = time.perf_counter):
-        if not 0 < hold_timeout <= stop_timeout:
-            raise ValueError("need 0 < hold_timeout <= stop_timeout")
-        self.hold_timeout, self.stop_timeout, self.clock = hold_timeout, stop_timeout, clock
-        self.last_fresh = clock()
-
-    def fresh(self) -> None:
-        self.last_fresh = self.clock()
-
-    def state(self) -> str:
-        idle = self.clock() - self.last_fresh
-        return "stop" if idle > self.stop_timeout else "hold" if idle > self.hold_timeout else "ok"
-
-
 @dataclass
 class DeployConfig:
-    mode: str = "async"  # sync | async | rtc
+    mode: str = "async"  # sync | async | rtc | aware
     threshold: Optional[int] = None  # async/rtc: ask at <= this many queued actions (default H/2)
     max_steps: int = 300  # control steps per episode
     hold_timeout_s: float = 0.25  # no fresh action this long: counted as starved (the robot already holds)
@@ -96,16 +95,23 @@ class DeployConfig:
 class EpisodeResult:
     steps: int
     success: bool
-    reason: str  # success | max_steps | watchdog | camera_stalled | estop | unsafe_state | server_lost
+    exit: ExitReason  # why the episode ended; ``reason`` adds the stalled camera
     held_steps: int  # steps without a queued action (the robot held still)
     starved_steps: int  # of those, steps after hold_timeout_s without any fresh action (the watchdog's hold)
     safety_counts: dict[str, int]
     latency: dict[str, Any]
     server_hold_s: float = 0.0  # seconds the robot held while the policy server was away
     reconnects: int = 0  # times the client got the server back during this episode
+    stalled_camera: Optional[str] = None  # exit CAMERA_STALLED: which camera
     states: list[np.ndarray] = field(default_factory=list, repr=False)
     actions: list[np.ndarray] = field(default_factory=list, repr=False)
     images: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False)
+
+    @property
+    def reason(self) -> str:
+        """The :class:`ExitReason` (a ``str``: ``success``, ``max_steps``, ``watchdog``, ``estop``,
+        ``unsafe_state``, ``server_lost``), or ``camera_stalled:<camera>``."""
+        return Ending(self.exit, self.stalled_camera).reason
 
 
 def aware_max_delay(policy: PolicySpec, robot: Robot) -> int | None:
@@ -140,24 +146,17 @@ def check_compatible(policy: PolicySpec, robot: Robot, mode: str = "async") -> N
 
 
 @dataclass
-class _Outage:
-    """The policy server is away since ``since`` (perf_counter); ``reconnect`` runs in the request thread."""
+class _Episode:
+    """The pieces one episode runs with, and its counters."""
 
-    since: float
-    reconnect: Future
-
-
-@dataclass
-class _HoldLog:
-    """What an episode's outages cost: seconds held and reconnects."""
-
-    started: float
-    seconds: float = 0.0
-    reconnects: int = 0
-
-    def add(self, outage: _Outage, now: float, reconnected: bool) -> None:
-        self.seconds += now - max(outage.since, self.started)
-        self.reconnects += reconnected
+    gate: SafetyGate
+    feed: ChunkFeed
+    watchdog: Watchdog
+    cameras: CameraMonitor
+    recorder: EpisodeRecorder
+    on_step: Optional[OnStep]
+    held: int = 0
+    starved: int = 0
 
 
 class Deployer:
@@ -175,15 +174,18 @@ class Deployer:
             raise DeployError(f"mode rtc needs a flow policy; the server runs {self.spec.family} (use async)")
         self.safety = safety or SafetyFilter(robot.spec)
         self.hz = robot.spec.control_hz
-        h = self.spec.chunk_size
-        self.threshold = cfg.threshold if cfg.threshold is not None else h // 2
-        if not 0 <= self.threshold < h:
-            raise ValueError(f"threshold must be in 0..{h - 1}")
+        self.threshold = cfg.threshold if cfg.threshold is not None else self.spec.chunk_size // 2
+        self.mode = make_mode(cfg.mode, self.threshold, self.spec.chunk_size, self.max_delay)
         self.stats = LatencyStats()
         self.last_error: Optional[str] = None
-        self._outage: Optional[_Outage] = None  # outlives an episode that ends while reconnecting
         self._estop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-request")
+        self.outage = ServerOutage(client, self._pool.submit)
+
+    @property
+    def _outage(self) -> Optional[ServerOutage]:
+        """The outage under way, or None (tests watch it from the robot's side)."""
+        return self.outage if self.outage.away else None
 
     # ------------------------------------------------------------------ emergency stop
     def emergency_stop(self) -> None:
@@ -213,185 +215,101 @@ class Deployer:
         threading.Thread(target=run, name="estop-keyboard", daemon=True).start()
 
     # ------------------------------------------------------------------ one episode
-    def _request(self, obs: Observation, prev: Optional[np.ndarray], frozen: int,
-                 committed: Optional[np.ndarray] = None) -> tuple[np.ndarray, float]:
-        size = self.spec.image_size
-        state = obs.state.astype(np.float32)
-        if committed is not None:  # latency-aware: the actions that run meanwhile, and d
-            state = augment_state(torch.from_numpy(state)[None], torch.from_numpy(committed)[None],
-                                  torch.tensor([frozen]), self.max_delay)[0].numpy()
-        msg: dict[str, Any] = {STATE_KEY: state, PROMPT_KEY: self.instruction}
-        for cam in self.spec.cameras:
-            img = obs.images[cam]
-            if img.shape[:2] != (size, size):
-                img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA)
-            msg[IMAGE_PREFIX + cam] = np.ascontiguousarray(img)
-        if prev is not None and committed is None:
-            msg[RTC_PREV_KEY] = prev.astype(np.float32)
-            msg[RTC_FROZEN_KEY] = int(frozen)
-        start = time.perf_counter()
-        chunk, _ = self.client.infer(msg, timeout=self.cfg.request_timeout_s)
-        return chunk, time.perf_counter() - start
-
-    def run_episode(self, on_step: Optional[Callable[[int, Observation, np.ndarray], None]] = None,
-                    record: bool = True) -> EpisodeResult:
+    def run_episode(self, on_step: Optional[OnStep] = None, record: bool = True) -> EpisodeResult:
         """One episode; ``on_step(step, obs, action)`` sees each period's action (the hold while the
         server is away, which is recorded but not sent)."""
-        cfg, robot = self.cfg, self.robot
         if self.estopped:
             raise DeployError("the emergency stop is engaged: call reset_estop() after checking the robot")
-        a_dim = self.spec.action_dim
-        queue = ActionQueue(1, a_dim, merge="replace")
-        watchdog = Watchdog(cfg.hold_timeout_s, cfg.stop_timeout_s)
+        ep = self._start_episode(on_step, record)
         rate = FixedRate(self.hz)
-        inflight: Optional[tuple[Future, int]] = None
-        req_delay = 0
-        measured = 1  # d in control steps: the p95 round trip, updated when one completes
-        starved = 0
-        counts_before = dict(self.safety.counts)
-        held = 0
-        holds = _HoldLog(time.perf_counter())
-        reason, success = "max_steps", False
-        last_frames: dict[str, tuple[int, float]] = {}
-        states, actions, images = [], [], []
+        ending: Optional[Ending] = None
         step = 0
-        for step in range(cfg.max_steps):
-            if self.estopped:
-                reason = "estop"
+        for step in range(self.cfg.max_steps):
+            try:
+                ending = self._control_period(step, ep)
+            except UnsafeState as err:  # the gate refused the state: nothing made of it was sent
+                ending = Ending(ExitReason.UNSAFE_STATE, error=f"unsafe robot state: {err.reason}")
+            if ending is not None:
                 break
-            obs = robot.observe()
-            try:  # the state is checked first: a bad reading is never turned into a command
-                hold_action = self.safety.hold(obs.state)
-            except UnsafeState as err:
-                reason, self.last_error = "unsafe_state", f"unsafe robot state: {err.reason}"
-                break
-            now = time.perf_counter()
-            stalled = self._stalled_camera(obs, last_frames, now)
-            if stalled:
-                reason = f"camera_stalled:{stalled}"
-                break
-            if cfg.stop_on_success and obs.success:
-                reason, success = "success", True
-                break
-            lost = False
-            # a finished request: queue its chunk (not one that raced a lost connection)
-            if inflight is not None and inflight[0].done():
-                fut, req_step = inflight
-                inflight = None
-                try:
-                    chunk, seconds = fut.result()
-                    self.stats.record("round_trip", seconds)
-                    measured = self.stats.delay(self.hz, "round_trip")
-                    # sync: the robot waited for this chunk, it starts now
-                    start = chunk_start(cfg.mode, req_step, step - req_step if cfg.mode == "sync" else req_delay)
-                    if self._outage is None:
-                        queue.push(torch.from_numpy(np.array(chunk, np.float32))[None], start)
-                except (ConnectionError, ServerError, TimeoutError) as err:
-                    self.stats.record("failures", 1.0)
-                    queue.clear()  # hold from this period on: never act on a plan nobody refreshes
-                    self.last_error = f"{type(err).__name__}: {err}"
-                    lost = not isinstance(err, ServerError)  # an error reply leaves the connection usable
-            if self._outage is None and (lost or not self.client.alive()):
-                self._begin_outage(queue)
-            if self._outage is not None and self._reconnect_failed(holds, watchdog):
-                reason = "server_lost"
-                break
-            away = self._outage is not None
-            d_plan = min(measured, self.max_delay) if cfg.mode == "aware" else measured
-            want = wants_chunk(cfg.mode, int(queue.remaining()[0]), d_plan, self.threshold)
-            if want and inflight is None and not away and self.client.alive():
-                prev, frozen, committed = None, 0, None
-                if cfg.mode == "rtc":
-                    acts, ok = queue.peek(self.spec.chunk_size)
-                    prev = acts[0, :int(ok[0].sum())].numpy()
-                    frozen = min(measured, max(len(prev), 0), self.spec.chunk_size - 1)
-                elif cfg.mode == "aware":
-                    frozen = d_plan
-                    acts, ok = queue.peek(max(self.max_delay, 1))
-                    committed = np.where(ok[0, :, None].numpy(), acts[0].numpy(),
-                                         hold_action[None]).astype(np.float32)
-                req_delay = frozen
-                inflight = (self._pool.submit(self._request, obs, prev, frozen, committed), step)
-            action, ok, _ = queue.pop()
-            if bool(ok[0]):
-                watchdog.fresh()  # an action planned for this very step: fresh
-            else:
-                state = watchdog.state()
-                if state == "stop" and not away:  # while away the robot already holds; the reconnect is bounded
-                    reason = "watchdog"
-                    break
-                starved += state != "ok"
-            if bool(ok[0]):
-                wanted = action[0].numpy().astype(np.float64)
-            else:
-                wanted = hold_action
-                held += 1
-            if away:
-                sent = hold_action.astype(np.float64)  # recorded, not sent: the robot holds since the loss
-            else:
-                try:
-                    sent = self.safety.filter(wanted, obs.state)
-                except UnsafeState as err:
-                    reason, self.last_error = "unsafe_state", f"unsafe robot state: {err.reason}"
-                    break
-                robot.send_action(sent)
-            if record:
-                states.append(obs.state.copy())
-                actions.append(sent.astype(np.float32))
-                images.append({c: obs.images[c] for c in robot.spec.cameras})
-            if on_step is not None:
-                on_step(step, obs, sent)
             rate.wait()
-        if self._outage is not None:  # still away: this episode's share of the hold
-            holds.add(self._outage, time.perf_counter(), reconnected=False)
-        if reason in STOP_REASONS or reason.startswith("camera_stalled"):
-            robot.hold()
-            robot.disconnect()  # motors stopped cleanly; a new episode needs connect()
-        elif reason == "max_steps":
-            robot.hold()
-        return EpisodeResult(steps=step + 1 if reason == "max_steps" else step, success=success, reason=reason,
-                             held_steps=held, starved_steps=starved,
-                             safety_counts={k: v - counts_before.get(k, 0) for k, v in self.safety.counts.items()
-                                            if v - counts_before.get(k, 0)},
-                             latency=self.stats.summary(), server_hold_s=holds.seconds, reconnects=holds.reconnects,
-                             states=states, actions=actions, images=images)
+        return self._finish(ep, ending or Ending(ExitReason.MAX_STEPS), step)
 
-    # ------------------------------------------------------------------ a lost server
-    def _begin_outage(self, queue: ActionQueue) -> None:
-        """Hold the robot and start reconnecting in the request thread (after any request still there)."""
-        queue.clear()  # never act on a plan nobody refreshes
-        self.robot.hold()
-        self.last_error = f"lost the policy server at {self.client.uri}; holding the robot while reconnecting"
-        log.warning("%s", self.last_error)
-        self._outage = _Outage(time.perf_counter(), self._pool.submit(self.client.reconnect))
+    def _start_episode(self, on_step: Optional[OnStep], record: bool) -> _Episode:
+        cfg = self.cfg
+        self.outage.start_episode()
+        feed = ChunkFeed(self.mode, self.client, self.spec, self.instruction, self._pool.submit, self.stats,
+                         self.hz, cfg.request_timeout_s)
+        return _Episode(gate=SafetyGate(self.safety, self.robot), feed=feed,
+                        watchdog=Watchdog(cfg.hold_timeout_s, cfg.stop_timeout_s),
+                        cameras=CameraMonitor(cfg.stall_timeout_s),
+                        recorder=EpisodeRecorder(self.robot.spec.cameras, enabled=record), on_step=on_step)
 
-    def _reconnect_failed(self, holds: _HoldLog, watchdog: Watchdog) -> bool:
-        """Whether the client gave up; once the server is back the outage ends and is counted."""
-        outage = self._outage
-        if outage is None or not outage.reconnect.done():
-            return False
-        self._outage = None
-        try:
-            outage.reconnect.result()
-        except Exception as err:  # noqa: BLE001 - whatever stopped the reconnect, the robot stops
-            holds.add(outage, time.perf_counter(), reconnected=False)
-            self.last_error = f"{type(err).__name__}: {err}"
-            log.error("stopping the robot: %s", self.last_error)
-            return True
-        holds.add(outage, time.perf_counter(), reconnected=True)
-        watchdog.fresh()  # the new connection gets the full hold/stop window for its first chunk
-        log.info("the policy server at %s is back after %.2f s; resuming", self.client.uri,
-                 time.perf_counter() - outage.since)
-        return False
-
-    def _stalled_camera(self, obs: Observation, last: dict[str, tuple[int, float]], now: float) -> Optional[str]:
-        for cam, fid in obs.frame_ids.items():
-            prev = last.get(cam)
-            if prev is None or prev[0] != fid:
-                last[cam] = (fid, now)
-            elif now - prev[1] > self.cfg.stall_timeout_s:
-                return cam
+    def _control_period(self, step: int, ep: _Episode) -> Optional[Ending]:
+        """Read, check, act for one control period; the :class:`Ending` if the episode ends in it.
+        Raises :class:`UnsafeState` (before anything is sent) on an implausible robot state."""
+        if self.estopped:
+            return Ending(ExitReason.ESTOP)
+        obs = self.robot.observe()
+        hold = ep.gate.hold_action(obs.state)  # the state first: a bad reading is never turned into a command
+        stalled = ep.cameras.stalled(obs.frame_ids)
+        if stalled is not None:
+            return Ending(ExitReason.CAMERA_STALLED, camera=stalled)
+        if self.cfg.stop_on_success and obs.success:
+            return Ending(ExitReason.SUCCESS)
+        lost = self._tend_server(step, ep)
+        if lost is not None:
+            return lost
+        away = self.outage.away
+        if not away and self.client.alive():
+            ep.feed.request_if_due(step, obs, hold)
+        planned = ep.feed.pop()
+        watch = ep.watchdog.check(fresh=planned is not None)
+        if watch is WatchdogState.STOP and not away:  # while away the robot already holds; the reconnect is bounded
+            return Ending(ExitReason.WATCHDOG)
+        ep.starved += watch is not WatchdogState.OK
+        ep.held += planned is None
+        if away:
+            sent = hold.astype(np.float64)  # recorded, not sent: the robot holds since the loss
+        else:
+            sent = ep.gate.send(hold if planned is None else planned, obs.state)
+        ep.recorder.add(obs, sent)
+        if ep.on_step is not None:
+            ep.on_step(step, obs, sent)
         return None
+
+    def _tend_server(self, step: int, ep: _Episode) -> Optional[Ending]:
+        """Queue a chunk that arrived, notice a lost server (the robot holds, the client reconnects) and
+        follow the reconnect; ``server_lost`` once the client gives up."""
+        failure = ep.feed.collect(step, accept=not self.outage.away)  # never a chunk that raced a lost connection
+        if failure is not None:
+            self.last_error = f"{type(failure).__name__}: {failure}"
+        lost = failure is not None and not isinstance(failure, ServerError)  # an error reply leaves it usable
+        if not self.outage.away and (lost or not self.client.alive()):
+            ep.feed.clear()  # never act on a plan nobody refreshes
+            self.last_error = self.outage.begin(self.robot)
+        status = self.outage.poll()
+        if status is ServerStatus.BACK:
+            ep.watchdog.fresh()  # the new connection gets the full hold/stop window for its first chunk
+        elif status is ServerStatus.GONE:
+            return Ending(ExitReason.SERVER_LOST, error=self.outage.error)
+        return None
+
+    def _finish(self, ep: _Episode, ending: Ending, step: int) -> EpisodeResult:
+        """Stop the robot as ``ending`` requires and report the episode."""
+        holds = self.outage.end_episode()
+        if ending.error is not None:
+            self.last_error = ending.error
+        if ending.exit.stops_robot:
+            self.robot.hold()
+            self.robot.disconnect()  # motors stopped cleanly; a new episode needs connect()
+        elif ending.exit is ExitReason.MAX_STEPS:
+            self.robot.hold()
+        rec = ep.recorder
+        return EpisodeResult(steps=step + 1 if ending.exit is ExitReason.MAX_STEPS else step,
+                             success=ending.exit is ExitReason.SUCCESS, exit=ending.exit, held_steps=ep.held,
+                             starved_steps=ep.starved, safety_counts=ep.gate.counts(), latency=self.stats.summary(),
+                             server_hold_s=holds.seconds, reconnects=holds.reconnects, stalled_camera=ending.camera,
+                             states=rec.states, actions=rec.actions, images=rec.images)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
