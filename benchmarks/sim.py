@@ -423,11 +423,11 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
     for n in cfg.num_envs:
         eff: list[int] = []
         for t in cfg.num_threads:
-            te = max(1, min(int(t), int(n)))
-            if te in eff:
-                skipped.append({"num_envs": int(n), "threads_requested": int(t), "threads": te})
+            used = max(1, min(int(t), int(n)))
+            if used in eff:
+                skipped.append({"num_envs": int(n), "threads_requested": int(t), "threads": used})
             else:
-                eff.append(te)
+                eff.append(used)
         plan.append((int(n), eff))
     per_repeat = (3 if cfg.rollout else 2) + (1 if render else 0)
     total = sum(len(ts) * per_repeat * cfg.repeats for _, ts in plan)

@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np

@@ -247,8 +247,8 @@ class SafetyFilter:
         a[:3] = _shrink_to_norm(a[:3], s.pos_scale, s.max_step)
         a[3:6] = _shrink_to_norm(a[3:6], s.rot_scale, s.max_rot_step)
         for i in range(3):
-            p, l, h, k = float(pos[i]), float(lo[i]), float(hi[i]), float(s.pos_scale)
-            fit = _nearest_ok(lambda m: p + m * k, lambda t: t > h, lambda t: t < l, float(a[i]), -1.0, 1.0)
+            p, low, h, k = float(pos[i]), float(lo[i]), float(hi[i]), float(s.pos_scale)
+            fit = _nearest_ok(lambda m: p + m * k, lambda t: t > h, lambda t: t < low, float(a[i]), -1.0, 1.0)
             a[i] = 0.0 if fit is None else fit  # None cannot happen: zero motion is inside [lo, hi]
         # outside the box not even a motion too small to change pos + move goes further out
         a[:3] = np.where(pos < self.ws_lo, np.maximum(a[:3], 0.0), a[:3])

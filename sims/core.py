@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
 from sims.registry import Registry, load_attr
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Obs = dict[str, torch.Tensor]
 

@@ -31,7 +31,7 @@ except ImportError as _err:
 
 from policies.base import ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.flow import sde as S
-from policies.lerobot.adapters import ACTION, OBS_STATE, OBS_TOKEN_MASK, OBS_TOKENS, Prefix, adapter
+from policies.lerobot.adapters import OBS_STATE, OBS_TOKEN_MASK, OBS_TOKENS, Prefix, adapter
 from policies.lerobot.configuration_lerobot import SAMPLERS, LeRobotVLAConfig, Pi0Config, Pi05Config, SmolVLAConfig
 from policies.lerobot.quantiles import QuantileProcessor
 from policies.lerobot.sizes import model_sizes

@@ -56,7 +56,7 @@ import numpy as np
 
 from sims.libero import MAX_STEPS, NUM_TASKS, VENV, LiberoSetupError, reference_command, venv_python
 from sims.libero.contacts import add_reference_box_pairs
-from sims.libero.reference.physics import REST_SUBSTEPS, apply_state, rest_rollout
+from sims.libero.reference.physics import apply_state, rest_rollout
 
 #: the 79-D flattened robosuite state applied to a model (``env.set_init_state``)
 apply_init_state = apply_state
