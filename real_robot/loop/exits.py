@@ -3,9 +3,19 @@ its value) and :class:`Ending`, which adds the stalled camera or the error behin
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Optional
+
+if hasattr(enum, "StrEnum"):
+    StrEnum = enum.StrEnum
+else:  # Python 3.10: the same behaviour (compares, prints and formats as its value)
+    class StrEnum(str, enum.Enum):  # type: ignore[no-redef]
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return format(str(self.value), spec)
 
 
 class ExitReason(StrEnum):

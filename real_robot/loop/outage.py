@@ -7,9 +7,9 @@ import logging
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Callable, Optional
 
+from real_robot.loop.exits import StrEnum
 from real_robot.policy_client import PolicyClient
 from real_robot.robots.base import Robot
 

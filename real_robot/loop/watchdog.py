@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from enum import StrEnum
 from typing import Callable
+
+from real_robot.loop.exits import StrEnum
 
 
 class WatchdogState(StrEnum):
