@@ -1,5 +1,7 @@
 """MP4 videos: episodes for people to watch (camera views side by side, instruction and step drawn
-on; lossy ``mp4v`` through OpenCV) and the camera streams of demonstration datasets, stored
+on; H.264 (``h264``, libx264, yuv420p: what browsers, TensorBoard and W&B play), or MPEG-4 part 2
+(``mp4v``) through OpenCV where no libx264 is installed) and the camera streams of demonstration
+datasets, stored
 losslessly: HEVC in its lossless mode on planar RGB (``hevc``, the default of new datasets; a codec
 LeRobot's tools re-encode with) or FFV1 (``ffv1``, datasets written before, and the fallback where
 no HEVC encoder is installed).
@@ -41,7 +43,9 @@ def annotate_frame(views: Sequence[np.ndarray], lines: Sequence[str], scale: int
 # codec name -> (OpenCV fourcc or None when OpenCV cannot write it, codec name ffprobe reports,
 # pixel format the stream holds)
 CODECS = {
-    # MPEG-4 Part 2: small, lossy (yuv420p: chroma at half resolution, blocks); videos for people
+    # H.264 (libx264, yuv420p, the moov atom first): lossy; the videos for people, which every browser plays
+    "h264": (None, "h264", "yuv420p"),
+    # MPEG-4 Part 2: small, lossy (yuv420p: chroma at half resolution, blocks); browsers do not play it
     "mp4v": ("mp4v", "mpeg4", "yuv420p"),
     # FFV1: lossless intra-only; OpenCV stores 8-bit colour frames as bgra (no chroma subsampling),
     # so decoding gives back the written frames bit for bit, whatever the FFmpeg build. LeRobot's
@@ -74,8 +78,8 @@ def is_lossless(info: dict[str, Any]) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def ffmpeg_executable() -> str | None:
-    """An ``ffmpeg`` executable with the libx265 encoder (imageio-ffmpeg's, else one on the PATH), or None."""
+def ffmpeg_executable(encoder: str = "libx265") -> str | None:
+    """An ``ffmpeg`` executable with ``encoder`` (imageio-ffmpeg's, else one on the PATH), or None."""
     candidates = []
     try:
         import imageio_ffmpeg
@@ -90,7 +94,7 @@ def ffmpeg_executable() -> str | None:
             out = subprocess.run([exe, "-hide_banner", "-encoders"], capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.SubprocessError):
             continue
-        if " libx265 " in out:
+        if f" {encoder} " in out:
             return exe
     return None
 
@@ -135,19 +139,30 @@ class _PyAVHevc:
         self._out.close()
 
 
-class _FFmpegHevc:
-    def __init__(self, path: Path, fps: float, width: int, height: int):
-        exe = ffmpeg_executable()
+#: the ffmpeg output options of each codec it encodes here: lossless HEVC (see :data:`HEVC_GOP`), and H.264
+#: for watching (yuv420p, the index at the front so a browser starts playing before the whole file is in;
+#: quality 23, libx264's default)
+FFMPEG_OUTPUT = {
+    "hevc": ["-c:v", "libx265", "-pix_fmt", "gbrp", "-g", str(HEVC_GOP), "-x265-params", HEVC_X265_PARAMS],
+    "h264": ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-crf", "23", "-preset", "veryfast", "-movflags", "+faststart"],
+}
+ENCODERS = {"hevc": "libx265", "h264": "libx264"}
+
+
+class _FFmpegWriter:
+    """Raw RGB frames piped into an ``ffmpeg`` process that encodes ``codec`` (:data:`FFMPEG_OUTPUT`)."""
+
+    def __init__(self, path: Path, fps: float, width: int, height: int, codec: str = "hevc"):
+        exe = ffmpeg_executable(ENCODERS[codec])
         if exe is None:
-            raise RuntimeError("no ffmpeg executable with libx265 found")
+            raise RuntimeError(f"no ffmpeg executable with {ENCODERS[codec]} found")
         self.path = path
         self._log = tempfile.TemporaryFile()
         rate = Fraction(fps).limit_denominator(1000)
         self._proc = subprocess.Popen(
             [exe, "-y", "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
              "-s", f"{width}x{height}", "-framerate", f"{rate.numerator}/{rate.denominator}", "-i", "pipe:0", "-an",
-             "-c:v", "libx265", "-pix_fmt", "gbrp", "-g", str(HEVC_GOP), "-x265-params", HEVC_X265_PARAMS,
-             "-f", "mp4", str(path)],
+             *FFMPEG_OUTPUT[codec], "-f", "mp4", str(path)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log)
 
     def _failure(self) -> RuntimeError:
@@ -171,15 +186,25 @@ class _FFmpegHevc:
         self._log.close()
 
 
+def watch_codec() -> str:
+    """The codec of videos for people: ``h264`` where an ffmpeg with libx264 is installed (imageio-ffmpeg's
+    is), else OpenCV's ``mp4v``."""
+    return "h264" if ffmpeg_executable("libx264") is not None else "mp4v"
+
+
 class VideoWriter:
-    """Writes RGB frames to an mp4 (``codec``: one of :data:`CODECS`, default the lossy ``mp4v`` for
+    """Writes RGB frames to an mp4 (``codec``: one of :data:`CODECS`, default :func:`watch_codec`, H.264 for
     videos people watch; ``hevc`` (lossless) or ``ffv1`` for frames a model trains on); the file is
     complete once :meth:`close` returns. ``backend`` (``hevc`` only): ``"pyav"`` or ``"ffmpeg"``, default
-    :func:`hevc_backend`."""
+    :func:`hevc_backend`. H.264 frames of an odd width or height get one black column or row (yuv420p
+    needs even sizes)."""
 
-    def __init__(self, path: str | os.PathLike, fps: float, codec: str = "mp4v", backend: str | None = None):
+    def __init__(self, path: str | os.PathLike, fps: float, codec: str | None = None, backend: str | None = None):
+        codec = watch_codec() if codec is None else codec
         if codec not in CODECS:
             raise ValueError(f"codec={codec!r}: choose one of {', '.join(CODECS)}")
+        if codec == "h264" and ffmpeg_executable("libx264") is None:
+            raise RuntimeError("H.264 needs an ffmpeg with libx264 (imageio-ffmpeg ships one); or write codec='mp4v'")
         if codec == "hevc":
             backend = backend or hevc_backend()
             if backend not in ("pyav", "ffmpeg"):
@@ -189,7 +214,7 @@ class VideoWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fps = fps
         self.codec = codec
-        self.backend = backend if codec == "hevc" else "opencv"
+        self.backend = backend if codec == "hevc" else "ffmpeg" if codec == "h264" else "opencv"
         self._writer: Any = None
         self._size: tuple[int, int] = (0, 0)
         self.frames = 0
@@ -204,15 +229,20 @@ class VideoWriter:
         if self._writer is None:
             h, w = frame.shape[:2]
             self._size = (h, w)
-            if self.codec == "hevc":
-                self._writer = (_PyAVHevc if self.backend == "pyav" else _FFmpegHevc)(self.path, self.fps, w, h)
+            if self.codec == "hevc" and self.backend == "pyav":
+                self._writer = _PyAVHevc(self.path, self.fps, w, h)
+            elif self.codec in FFMPEG_OUTPUT:
+                self._writer = _FFmpegWriter(self.path, self.fps, w + w % 2 * (self.codec == "h264"),
+                                             h + h % 2 * (self.codec == "h264"), self.codec)
             else:
                 fourcc = CODECS[self.codec][0]
                 self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*fourcc), self.fps, (w, h))
                 if not self._writer.isOpened():
                     raise RuntimeError(f"OpenCV could not open a {self.codec} video writer for {self.path} "
                                        "(its FFmpeg backend lacks the encoder?)")
-        if self.codec == "hevc":
+        if self.codec == "h264" and (frame.shape[0] % 2 or frame.shape[1] % 2):
+            frame = np.pad(frame, ((0, frame.shape[0] % 2), (0, frame.shape[1] % 2), (0, 0)))
+        if self.codec in FFMPEG_OUTPUT:
             self._writer.write(frame)
         else:
             self._writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
