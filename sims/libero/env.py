@@ -39,8 +39,10 @@ import numpy as np
 import torch
 
 from sims.core import Obs, Spec, TaskSpec, VecEnv, env_index_array
+from sims.episodes import EpisodeBook
 from sims.libero import (ACTION_DIM, ACTION_NAMES, INIT_IDS, MAX_STEPS, NUM_INIT_STATES, NUM_STATES, NUM_TASKS,
                          NUM_WAIT_STEPS, STATE_NAMES, TRAIN_STATES_FROM)
+from sims.libero.physics import BatchPhysics
 from sims.libero.scenes import BOX_CONTACTS, ensure_tasks
 from sims.libero.worlds import CAMERAS, LiberoWorlds
 from sims.registry import closest_key
@@ -156,17 +158,15 @@ class LiberoVecEnv(VecEnv):
         if self.cameras:
             self.observation_spec["rgb"] = Spec((len(self.cameras), self.image_size, self.image_size, 3),
                                                 torch.uint8, 0, 255)
-        self._limits = np.array([t.max_steps for t in self.tasks], np.int64)
         self._task_ids = np.arange(num_envs, dtype=np.int64) % len(self.tasks)
         self._worlds: dict[int, LiberoWorlds] = {}
         self._members: dict[int, np.ndarray] = {}  # task -> its env ids, in the order of its worlds' envs
         self._local = np.zeros(num_envs, np.int64)  # env id -> its index in its task's worlds
         self._init_ids = np.full(num_envs, -1, np.int64)  # fixed init ids (reset(init_ids=...)), -1: draw
         self._current_init = np.zeros(num_envs, np.int64)
-        self._elapsed = np.zeros(num_envs, np.int64)
-        self._return = np.zeros(num_envs, np.float64)
+        # steps, returns and step limits of the episodes; how a step ends them (sims/episodes.py)
+        self._book = EpisodeBook(num_envs, [t.max_steps for t in self.tasks])
         self.init_pool: np.ndarray | None = None
-        self.num_diverged = 0
         self._rngs = self._make_rngs(seed)
         self._closed = False
         # the simulators are built at the first reset (or step): a caller's reset(task_ids=...) then
@@ -207,6 +207,15 @@ class LiberoVecEnv(VecEnv):
     def worlds_or_none(self, task: int) -> LiberoWorlds | None:
         """The simulator of task ``task``'s envs, or None when no env runs it now."""
         return self._worlds.get(task)
+
+    @property
+    def num_diverged(self) -> int:
+        """Steps that diverged, over all envs, since the env was made."""
+        return self._book.num_diverged
+
+    @num_diverged.setter
+    def num_diverged(self, value: int) -> None:
+        self._book.num_diverged = int(value)
 
     @property
     def task_ids(self) -> np.ndarray:
@@ -254,8 +263,7 @@ class LiberoVecEnv(VecEnv):
             ids = np.array([self._draw_init(e) for e in envs], np.int64)
             self._worlds[t].reset(ids, wait_steps=self.wait_steps)
             self._current_init[envs] = ids
-        self._elapsed[:] = 0
-        self._return[:] = 0.0
+        self._book.reset()
         return self._observe()
 
     def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
@@ -274,39 +282,32 @@ class LiberoVecEnv(VecEnv):
         diverged = np.zeros(n, bool)
         for t, envs in self._members.items():
             envs = envs[stepped[envs]]
-            if not len(envs):
-                continue
-            worlds, local = self._worlds[t], self._local[envs]
-            warned = np.array([_bad_acc(worlds.datas[j]) for j in local])
-            success[envs] = worlds.step(act[envs], env_ids=local, render=render)
-            for k, j in enumerate(local):
-                d = worlds.datas[j]
-                diverged[envs[k]] = (_bad_acc(d) > warned[k] or not np.isfinite(d.qpos).all()
-                                     or np.abs(d.qvel).max() > MAX_QVEL)
-        success &= ~diverged
-        self.num_diverged += int(diverged.sum())
-        self._elapsed[stepped] += 1
-        reward = success.astype(np.float64)
-        self._return[stepped] += reward[stepped]
-        terminated = success
-        truncated = stepped & ~terminated & ((self._elapsed >= self._limits[self._task_ids]) | diverged)
-        done = terminated | truncated
+            if len(envs):
+                success[envs], diverged[envs] = self._step_task(t, envs, act[envs], render)
+        out = self._book.record(stepped, self._task_ids, success=success, diverged=diverged)
         if not render:  # the final observations of the episodes that ended are drawn all the same
             for t, envs in self._members.items():
-                self._worlds[t].render_views(self._local[envs[done[envs]]])
-        obs = self._observe()
-        final_obs = obs
-        episode = {"return": torch.as_tensor(self._return.astype(np.float32), device=self.device),
-                   "length": torch.as_tensor(self._elapsed.copy(), device=self.device)}
-        elapsed = self._elapsed.copy()
-        if done.any():
-            self._reset_envs(np.flatnonzero(done))
-            obs = self._observe()
-        to_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=self.device)  # noqa: E731
-        info: dict[str, Any] = {"success": to_t(success, torch.bool), "done": to_t(done, torch.bool),
-                                "diverged": to_t(diverged, torch.bool), "final_obs": final_obs, "episode": episode,
-                                "elapsed": to_t(elapsed, torch.int64)}
-        return obs, to_t(reward, torch.float32), to_t(terminated, torch.bool), to_t(truncated, torch.bool), info
+                self._worlds[t].render_views(self._local[envs[out.done[envs]]])
+        # info["elapsed"] of an env that ended: its episode's length (what this env has always reported)
+        return self._book.finish(out, self._observe(), self._restart, self.device, elapsed_of_ended="ended")
+
+    def _step_task(self, task: int, envs: np.ndarray, actions: np.ndarray, render: bool
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """One control step of task ``task``'s envs ``envs``: whether each one's goal holds after it, and
+        whether its physics diverged (a new bad-acceleration warning, a non-finite position or a joint
+        speed above :data:`MAX_QVEL`), each ``[len(envs)]``, from the arrays bound to the task's batch."""
+        worlds, rows = self._worlds[task], self._local[envs]
+        physics = worlds.physics
+        warned = _bad_acc(physics, rows)
+        success = worlds.step(actions, env_ids=rows, render=render)
+        diverged = ((_bad_acc(physics, rows) > warned) | ~np.isfinite(physics.qpos[rows]).all(axis=1)
+                    | (np.abs(physics.qvel[rows]).max(axis=1) > MAX_QVEL))
+        return success, diverged
+
+    def _restart(self, envs: np.ndarray) -> Obs:
+        """Automatic reset of ``envs`` (their episode ended); every env's observation after it."""
+        self._reset_envs(envs)
+        return self._observe()
 
     def _reset_envs(self, envs: np.ndarray) -> None:
         """Automatic reset of ``envs``: a new init state, the gripper command kept (as robosuite keeps it)."""
@@ -319,8 +320,7 @@ class LiberoVecEnv(VecEnv):
             worlds.reset(ids, wait_steps=self.wait_steps, gripper_command=worlds.arm.gripper[local].copy(),
                          env_ids=local)
             self._current_init[mine] = ids
-        self._elapsed[envs] = 0
-        self._return[envs] = 0.0
+        self._book.reset(envs)
 
     def _observe(self) -> Obs:
         state = np.zeros((self.num_envs, len(STATE_NAMES)), np.float32)
@@ -373,8 +373,10 @@ class LiberoVecEnv(VecEnv):
         self._worlds.clear()
 
 
-def _bad_acc(d: mujoco.MjData) -> int:
-    return int(d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number)
+def _bad_acc(physics: BatchPhysics, rows: np.ndarray) -> np.ndarray:
+    """The bad-acceleration warnings of simulations ``rows`` ``[len(rows)]``: MuJoCo's count, as ``MjData.warning``'s
+    (which :meth:`BatchPhysics.sync` copies), from the batch's bound array."""
+    return physics.batch.warning[rows, mujoco.mjtWarning.mjWARN_BADQACC, 1].astype(np.int64)
 
 
 def make_libero_env(*, suite: str, num_envs: int, seed: int, device: str | torch.device, **kwargs: Any) -> LiberoVecEnv:

@@ -29,7 +29,7 @@ import numpy as np
 from sims.libero import INIT_IDS, NUM_WAIT_STEPS, max_steps
 from sims.libero.osc import OSCArm, OSCConfig
 from sims.libero.predicates import GoalChecker
-from sims.libero.scenes import apply_init_state, load_init_states, load_sampled_states, load_scene, read_meta
+from sims.libero.scenes import load_init_states, load_sampled_states, load_scene, read_meta
 
 #: the protocol's views and the scene's cameras behind them
 CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}

@@ -33,6 +33,7 @@ import torch
 from mujoco import batch as mjbatch
 
 from sims.core import Obs, Spec, VecEnv, env_index_array
+from sims.episodes import EpisodeBook
 from sims.mujoco import controller as ctl
 from sims.mujoco.arrays import like, to_numpy, torch_namespace
 from sims.mujoco.robot import (
@@ -187,7 +188,6 @@ class MujocoVecEnv(VecEnv):
             for t in self.task_objs:
                 t.max_steps = int(max_steps)
         self.tasks = [t.spec for t in self.task_objs]
-        self._max_steps = np.array([t.max_steps for t in self.task_objs], np.int64)
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.control_hz = control_hz
@@ -257,11 +257,10 @@ class MujocoVecEnv(VecEnv):
 
         self._state: Any = None  # [N, STATE_DIM] float32, numpy or on the Warp device (task_logic)
         self._task_ids = np.arange(num_envs, dtype=np.int64) % len(self.task_objs)
-        self._elapsed = np.zeros(num_envs, np.int64)
-        self._return = np.zeros(num_envs, np.float64)
+        # steps, returns and step limits of the episodes; how a step ends them (sims/episodes.py)
+        self._book = EpisodeBook(num_envs, [t.max_steps for t in self.task_objs])
         self._potential = np.zeros(num_envs, np.float64)
         self._init_ids = np.full(num_envs, -1, np.int64)
-        self.num_diverged = 0
         self._rngs = self._make_rngs(seed)
         self.init_pool: np.ndarray | None = None  # see set_init_pool
         self._closed = False
@@ -309,6 +308,20 @@ class MujocoVecEnv(VecEnv):
         self.q_low = m.jnt_range[self.arm_jnt, 0] + 1e-3
         self.q_high = m.jnt_range[self.arm_jnt, 1] - 1e-3
         self.q_home = home_qpos_sim()
+
+    @property
+    def _elapsed(self) -> np.ndarray:
+        """Steps of each env's current episode ``[N]`` (the book's array: tasks read it in ``before_step``)."""
+        return self._book.elapsed
+
+    @property
+    def num_diverged(self) -> int:
+        """Steps that diverged, over all envs, since the env was made."""
+        return self._book.num_diverged
+
+    @num_diverged.setter
+    def num_diverged(self, value: int) -> None:
+        self._book.num_diverged = int(value)
 
     # ------------------------------------------------------------------ where the task logic runs
     @property
@@ -407,8 +420,7 @@ class MujocoVecEnv(VecEnv):
             self.sim.upload_rows(ids)
         self.sim.forward(ids, stage=mujoco.mjtStage.mjSTAGE_POS)
         self._device_moved()
-        self._elapsed[ids] = 0
-        self._return[ids] = 0.0
+        self._book.reset(ids)
         if self.reward_type == "shaped":
             with self._logic():
                 for t, g in self._task_groups(ids):
@@ -463,11 +475,42 @@ class MujocoVecEnv(VecEnv):
     def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True):
         self._check_open()
         n = self.num_envs
+        act = self._checked_actions(actions)
+        ids = np.arange(n)
+        if active is not None:
+            ids = ids[active.detach().cpu().numpy().astype(bool)]
+        success, diverged, terminal = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+        reward = np.zeros(n)
+        if len(ids):
+            with self._logic():
+                groups = self._task_groups(ids)
+                diverged = self._advance(act[ids], ids, groups)
+                for t, g in groups:
+                    task = self.task_objs[t]
+                    success[g] = to_numpy(task.success(g)) & ~diverged[g]
+                    reward[g] = self._reward(task, g, success[g])
+                    terminal[g] = task.terminate_on_success
+        out = self._book.record(ids, self._task_ids, success=success, diverged=diverged, reward=reward,
+                                terminal=terminal)
+        # Observe every active env; for the ones that ended this is the final observation. Without
+        # ``render`` only those are drawn (a frame history needs every frame).
+        if len(ids):
+            drawn = ids if render or self._history else ids[out.done[ids]]
+            with self._logic():
+                obs = self._observe(ids, drawn=drawn)
+        else:
+            obs = self._last_obs
+        # _observe builds fresh tensors, so the automatic reset leaves the final observation intact
+        return self._book.finish(out, obs, self._restart, self.device)
+
+    def _checked_actions(self, actions: Any) -> Any:
+        """``actions [N, A]`` clipped to ``[-1, 1]`` in float64 where the controller runs: numpy, or torch on
+        the Warp device with ``task_logic="device"``; NaN, inf or a wrong shape raise."""
         if not isinstance(actions, torch.Tensor):
             actions = torch.as_tensor(actions)
-        if tuple(actions.shape) != (n, *self.action_spec.shape):
+        if tuple(actions.shape) != (self.num_envs, *self.action_spec.shape):
             raise ValueError(
-                f"actions must have shape [{n}, {self.action_spec.shape[0]}], got {tuple(actions.shape)}"
+                f"actions must have shape [{self.num_envs}, {self.action_spec.shape[0]}], got {tuple(actions.shape)}"
             )
         if self.task_logic == "device":  # the actions go to the Warp device
             act = actions.detach().to(self._device_fields["qpos"].device, torch.float64)
@@ -477,83 +520,47 @@ class MujocoVecEnv(VecEnv):
             finite = bool(np.isfinite(act).all())
         if not finite:
             raise ValueError("actions contain NaN or inf")
-        act = act.clip(-1.0, 1.0)
-        ids = np.arange(n)
-        if active is not None:
-            mask = active.detach().cpu().numpy().astype(bool)
-            ids = ids[mask]
-        reward = np.zeros(n)
-        terminated = np.zeros(n, bool)
-        truncated = np.zeros(n, bool)
+        return act.clip(-1.0, 1.0)
+
+    def _advance(self, actions: Any, ids: np.ndarray, groups: list[tuple[int, np.ndarray]]) -> np.ndarray:
+        """One control step of envs ``ids`` (grouped by task: ``groups``): servo targets from ``actions``, the
+        tasks' own motions, the physics substeps. bool ``[N]``: the envs whose physics diverged (a MuJoCo
+        warning, a state out of bounds, or an error that MuJoCo raised in it)."""
+        n = self.num_envs
+        self._apply_actions(actions, ids)
+        for t, g in groups:
+            self.task_objs[t].before_step(g)
+        sel = slice(None) if len(ids) == n else ids
+        warn_before = self.sim.warning[sel, :, 1].sum(axis=1)
+        try:
+            self.sim.step(None if len(ids) == n else ids, nstep=self.substeps, stage=mujoco.mjtStage.mjSTAGE_POS)
+            failed = np.zeros(0, np.int64)
+        except mjbatch.SimulationError as err:  # an env raised: treat as diverged
+            failed = np.asarray(err.ids)
+        self._device_moved()
+        bad = (self.sim.warning[sel, :, 1].sum(axis=1) > warn_before) | to_numpy(self._unstable(sel))
         diverged = np.zeros(n, bool)
-        success = np.zeros(n, bool)
-        if len(ids):
-            with self._logic():
-                self._apply_actions(act[ids], ids)
-                groups = self._task_groups(ids)
-                for t, g in groups:
-                    self.task_objs[t].before_step(g)
-                sel = slice(None) if len(ids) == n else ids
-                warn_before = self.sim.warning[sel, :, 1].sum(axis=1)
-                try:
-                    self.sim.step(None if len(ids) == n else ids, nstep=self.substeps,
-                                  stage=mujoco.mjtStage.mjSTAGE_POS)
-                    failed = np.zeros(0, np.int64)
-                except mjbatch.SimulationError as err:  # an env raised: treat as diverged
-                    failed = np.asarray(err.ids)
-                self._device_moved()
-                bad = (self.sim.warning[sel, :, 1].sum(axis=1) > warn_before) | to_numpy(self._unstable(sel))
-                diverged[ids[bad]] = True
-                diverged[failed] = True
-                self.num_diverged += int(diverged.sum())
-                self._elapsed[ids] += 1
-                terminal_on_success = np.zeros(n, bool)
-                for t, g in groups:
-                    task = self.task_objs[t]
-                    success[g] = to_numpy(task.success(g)) & ~diverged[g]
-                    if self.reward_type == "dense":
-                        reward[g] = np.nan_to_num(to_numpy(task.dense_reward(g)))
-                    elif self.reward_type == "shaped":  # potential-based: progress made + 1 at success
-                        phi = np.nan_to_num(to_numpy(task.dense_reward(g)))
-                        reward[g] = phi - self._potential[g] + success[g]
-                        self._potential[g] = phi
-                    terminal_on_success[g] = task.terminate_on_success
-            if self.reward_type == "sparse":
-                reward[ids] = success[ids]
-            self._return[ids] += reward[ids]
-            terminated[ids] = success[ids] & terminal_on_success[ids]
-            limit = self._max_steps[self._task_ids[ids]]
-            truncated[ids] = ((self._elapsed[ids] >= limit) | diverged[ids]) & ~terminated[ids]
-        done = terminated | truncated
-        done_ids = np.flatnonzero(done)
-        # Observe every active env; for the ones that ended this is the final observation. Without
-        # ``render`` only those are drawn (a frame history needs every frame).
-        if len(ids):
-            drawn = ids if render or self._history else ids[done[ids]]
-            with self._logic():
-                obs = self._observe(ids, drawn=drawn)
-        else:
-            obs = self._last_obs
-        final_obs = obs  # _observe builds fresh tensors, so the reset below leaves these intact
-        episode = {
-            "return": torch.as_tensor(self._return.astype(np.float32), device=self.device),
-            "length": torch.as_tensor(self._elapsed.copy(), device=self.device),
-        }
-        if len(done_ids):
-            self._reset_envs(done_ids)
-            with self._logic():
-                obs = self._observe(done_ids, fresh=True)
-        to_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=self.device)  # noqa: E731
-        info: dict[str, Any] = {
-            "success": to_t(success, torch.bool),
-            "done": to_t(done, torch.bool),
-            "diverged": to_t(diverged, torch.bool),
-            "final_obs": final_obs,
-            "episode": episode,
-            "elapsed": to_t(self._elapsed.copy(), torch.int64),
-        }
-        return (obs, to_t(reward, torch.float32), to_t(terminated, torch.bool),
-                to_t(truncated, torch.bool), info)
+        diverged[ids[bad]] = True
+        diverged[failed] = True
+        return diverged
+
+    def _reward(self, task: MujocoTask, ids: np.ndarray, success: np.ndarray) -> np.ndarray:
+        """The rewards ``[len(ids)]`` of envs ``ids`` of ``task`` after a step (``success``: theirs), by
+        ``reward_type``; the shaped reward moves their potential on."""
+        if self.reward_type == "sparse":
+            return success
+        phi = np.nan_to_num(to_numpy(task.dense_reward(ids)))
+        if self.reward_type == "dense":
+            return phi
+        reward = phi - self._potential[ids] + success  # potential-based: progress made + 1 at success
+        self._potential[ids] = phi
+        return reward
+
+    def _restart(self, ids: np.ndarray) -> Obs:
+        """Automatic reset of envs ``ids`` (their episode ended); every env's observation after it."""
+        self._reset_envs(ids)
+        with self._logic():
+            return self._observe(ids, fresh=True)
 
     def _unstable(self, sel: Any) -> Any:
         """bool ``[len(sel)]``: a joint speed or position out of bounds (a comparison with NaN is False,
@@ -670,11 +677,7 @@ class MujocoVecEnv(VecEnv):
 
     def set_elapsed(self, steps: torch.Tensor | np.ndarray) -> None:
         """Set each env's step counter ``[N]`` (e.g. random episode starts, as RSL-RL does)."""
-        arr = np.asarray(steps.cpu() if isinstance(steps, torch.Tensor) else steps, np.int64)
-        limits = self._max_steps[self._task_ids]
-        if arr.shape != (self.num_envs,) or (arr < 0).any() or (arr >= limits).any():
-            raise ValueError(f"steps must be [{self.num_envs}] values in [0, the task's max_steps)")
-        self._elapsed[:] = arr
+        self._book.set_elapsed(steps, self._task_ids)
 
     def set_state(self, env_id: int, *, qpos: np.ndarray | None = None, qvel: np.ndarray | None = None) -> None:
         """Overwrite one env's physics state (tests, fault injection, replay)."""
