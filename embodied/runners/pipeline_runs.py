@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from embodied.runners.pipeline_stages import PipelineError
+from embodied.runners.pipeline_config import PipelineError
 from embodied.runners.train import AlgoConfig, RuntimeConfig
 from embodied.runs import config_differences, without_added_defaults
 

@@ -10,25 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from embodied.runners import pipeline_report as R
+from embodied.runners.pipeline_config import CONTROL_STAGES, PipelineConfig, PipelineError
 from embodied.video import VideoWriter, annotate_frame, count_frames
 from sims.registry import Registry
-
-if TYPE_CHECKING:
-    from embodied.runners.pipeline import PipelineConfig
-
-#: the stages a run may name in ``stages=``, in their default order, and those rl.control=true adds
-STAGES = ("collect", "sft", "eval_sft", "rl", "eval_rl")
-CONTROL_STAGES = ("rl_control", "eval_control")
-
-
-class PipelineError(ValueError):
-    """A configuration the pipeline cannot run; printed as one line."""
-
 
 def task_ids(cfg: PipelineConfig) -> list[int]:
     """The run's tasks (``cfg.tasks``, default all of the suite's), checked against the suite."""
@@ -301,6 +290,6 @@ def rl_against_control(out: Path, suite: str, heldout: bool = False) -> dict[str
     return compare(json.loads(rl.read_text())["suites"], json.loads(control.read_text())).get(suite)
 
 
-__all__ = ["CONTROL_STAGES", "PIPELINE_STAGES", "STAGES", "Collect", "Evaluation", "PipelineError", "RL", "SFT",
+__all__ = ["PIPELINE_STAGES", "Collect", "Evaluation", "PipelineError", "RL", "SFT",
            "Stage", "plan", "rl_against_control", "stage_collect", "stage_eval", "stage_rl", "stage_sft", "task_ids",
            "update_diagnostics", "write_report"]

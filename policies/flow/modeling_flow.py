@@ -32,11 +32,6 @@ from policies.flow.samplers import SAMPLERS, Draw, sampler_index, sampler_of
 from policies.flow.steer import NoiseSteer
 
 
-def flow_time(u: torch.Tensor) -> torch.Tensor:
-    """Flow-matching times from draws ``u`` in [0, 1], kept off the ends: ``0.999 * u + 0.001``."""
-    return 0.999 * u + 0.001
-
-
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal embedding of ``t`` ``[N]`` in [0, 1] -> ``[N, dim]``."""
     half = dim // 2
@@ -237,6 +232,6 @@ class FlowPolicy(Policy):
         prefix, pad = self.encode(obs)
         a = self.processor.normalize_actions(actions.to(prefix.device))
         n = a.shape[0]
-        t = flow_time(torch.distributions.Beta(cfg.beta_a, cfg.beta_b).sample((n,)).to(prefix.device))
+        t = S.flow_time(torch.distributions.Beta(cfg.beta_a, cfg.beta_b).sample((n,)).to(prefix.device))
         noise = torch.randn_like(a)
         return torch.mean(self._velocity_error(a, t, noise, prefix, pad))

@@ -14,15 +14,27 @@ Registration order fixes each sampler's index in ``extras["sampler"]``: append, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Protocol
 
 import torch
 
-from policies.flow import sde as S
+import policies.flow.sde as S
 from sims.registry import Registry
 
-if TYPE_CHECKING:  # the policy passes itself in; no import at run time
-    from policies.flow.modeling_flow import FlowPolicy
+
+class FlowPolicy(Protocol):
+    """What a sampler uses of the policy (:class:`policies.flow.modeling_flow.FlowPolicy`)."""
+
+    config: Any
+    steer: Any
+
+    def velocity(self, feats: torch.Tensor) -> torch.Tensor: ...
+    def _features(self, x: torch.Tensor, t: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor: ...
+    def _noise_std(self, feats: torch.Tensor) -> torch.Tensor: ...
+    def _steer_features(self, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor: ...
+    def _repeat(self, prefix: torch.Tensor, pad: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def _fpo_surrogate(self, action: torch.Tensor, t: torch.Tensor, eps: torch.Tensor, prefix: torch.Tensor,
+                       pad: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass
@@ -184,10 +196,8 @@ class FPOSampler(FlowSampler):
     name = "fpo"
 
     def finish(self, policy: FlowPolicy, d: Draw, x: torch.Tensor) -> None:
-        from policies.flow.modeling_flow import flow_time
-
         m = policy.config.fpo_samples
-        fpo_t = flow_time(d.uniform((d.n, m)))
+        fpo_t = S.flow_time(d.uniform((d.n, m)))
         fpo_eps = d.normal((d.n, m, d.h, d.a))
         d.logprob = policy._fpo_surrogate(x, fpo_t, fpo_eps, d.prefix, d.pad)
         d.extras.update(action=x, fpo_t=fpo_t, fpo_eps=fpo_eps)

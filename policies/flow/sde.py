@@ -24,6 +24,11 @@ def _bcast(t: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
     return t.reshape(t.shape + (1,) * (like.ndim - t.ndim)) if t.ndim else t
 
 
+def flow_time(u: torch.Tensor) -> torch.Tensor:
+    """Flow-matching times from draws ``u`` in [0, 1], kept off the ends: ``0.999 * u + 0.001``."""
+    return 0.999 * u + 0.001
+
+
 def ode_step(x_t: torch.Tensor, v: torch.Tensor, dt: float) -> torch.Tensor:
     """Euler step from t to t - dt: ``x_t - dt * v``."""
     return x_t - dt * v
