@@ -6,9 +6,18 @@
 # its module fixtures are built once).
 # Then the LeRobot families' tests (tests/lerobot_families) run in .venv-lerobot, where LeRobot is installed;
 # without that environment they are reported as not run, with the reason.
+# First the linters (.pre-commit-config.yaml: ruff check, ruff format --check, codespell, the versions pinned
+# in pyproject.toml's test extra); LINT=0 skips them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+if [ "${LINT:-1}" != "0" ]; then
+  echo "[test] linters"
+  if ! .venv/bin/pre-commit run --all-files --show-diff-on-failure; then
+    echo "[test] the linters failed: '.venv/bin/ruff format . && .venv/bin/ruff check --fix .' fixes most of it" >&2
+    exit 1
+  fi
+fi
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAY_USAGE_STATS_ENABLED=0
 workers="${TEST_WORKERS:-2}"
 parallel=()
