@@ -32,9 +32,16 @@ def _run_chunks(env: Any, chunks: int, horizon: int, gen: torch.Generator, every
     return steps
 
 
-def time_workload(make_env: Callable[[int], Any], *, num_envs: Sequence[int], chunk_sizes: Sequence[int],
-                  control_steps: int, repeats: int, seed: int = 0,
-                  progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def time_workload(
+    make_env: Callable[[int], Any],
+    *,
+    num_envs: Sequence[int],
+    chunk_sizes: Sequence[int],
+    control_steps: int,
+    repeats: int,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
     """One row per (N, H): each variant's env-steps/s per repeat and median, and
     ``speedup`` = on_demand / every_step (median of the per-repeat ratios).
 
@@ -62,11 +69,17 @@ def time_workload(make_env: Callable[[int], Any], *, num_envs: Sequence[int], ch
                         steps = _run_chunks(env, chunks, int(h), gen, v == "every_step")
                         rates[v].append(steps / (time.perf_counter() - t0))
                 ratios = [a / b for a, b in zip(rates["on_demand"], rates["every_step"])]
-                rows.append({"num_envs": int(n), "chunk_size": int(h), "control_steps": chunks * int(h),
-                             "repeats": int(repeats),
-                             **{f"{v}_env_steps_per_s": statistics.median(r) for v, r in rates.items()},
-                             **{f"{v}_runs": [round(x, 3) for x in r] for v, r in rates.items()},
-                             "speedup": statistics.median(ratios)})
+                rows.append(
+                    {
+                        "num_envs": int(n),
+                        "chunk_size": int(h),
+                        "control_steps": chunks * int(h),
+                        "repeats": int(repeats),
+                        **{f"{v}_env_steps_per_s": statistics.median(r) for v, r in rates.items()},
+                        **{f"{v}_runs": [round(x, 3) for x in r] for v, r in rates.items()},
+                        "speedup": statistics.median(ratios),
+                    }
+                )
         finally:
             for env in envs.values():
                 env.close()
@@ -77,9 +90,11 @@ def format_rows(rows: list[dict[str, Any]], label: str) -> str:
     """A markdown table of :func:`time_workload`'s rows."""
     lines = [f"| {label} | N | H | on demand (env-steps/s) | every step | speed-up |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.get('suite', '')} | {r['num_envs']} | {r['chunk_size']} | "
-                     f"{r['on_demand_env_steps_per_s']:.1f} | {r['every_step_env_steps_per_s']:.1f} | "
-                     f"{r['speedup']:.2f}x |")
+        lines.append(
+            f"| {r.get('suite', '')} | {r['num_envs']} | {r['chunk_size']} | "
+            f"{r['on_demand_env_steps_per_s']:.1f} | {r['every_step_env_steps_per_s']:.1f} | "
+            f"{r['speedup']:.2f}x |"
+        )
     return "\n".join(lines)
 
 

@@ -81,32 +81,40 @@ def run(cfg: ExpertsBenchConfig, out: Path) -> dict[str, Any]:
         for suite in suites:
             specs = sims.suites.tasks(suite)
             n = min(cfg.num_envs, len(init_ids))
-            with sims.make("mujoco", suite=suite, num_envs=n, seed=cfg.seed, cameras=(),
-                           num_threads=cfg.num_threads or None) as env:
+            with sims.make(
+                "mujoco", suite=suite, num_envs=n, seed=cfg.seed, cameras=(), num_threads=cfg.num_threads or None
+            ) as env:
                 expert = sims.suites.expert(suite, num_envs=n)
                 tasks = []
                 for t, spec in enumerate(specs):
                     res = {"success": [], "length": [], "diverged": 0}
                     for lo in range(0, len(init_ids), n):
-                        part = run_task(env, expert, t, init_ids[lo:lo + n], spec.max_steps)
+                        part = run_task(env, expert, t, init_ids[lo : lo + n], spec.max_steps)
                         for key in ("success", "length"):
                             res[key] += part[key]
                         res["diverged"] += part["diverged"]
                     rate = float(np.mean(res["success"]))
                     row = {
-                        "suite": suite, "task": t, "name": spec.name, "episodes": len(init_ids),
+                        "suite": suite,
+                        "task": t,
+                        "name": spec.name,
+                        "episodes": len(init_ids),
                         "success_rate": rate,
                         "failures": [i for i, ok in zip(init_ids, res["success"]) if not ok],
-                        "mean_length": float(np.mean(res["length"])), "max_steps": spec.max_steps,
-                        "diverged": res["diverged"], "meets_target": rate >= cfg.target_success,
+                        "mean_length": float(np.mean(res["length"])),
+                        "max_steps": spec.max_steps,
+                        "diverged": res["diverged"],
+                        "meets_target": rate >= cfg.target_success,
                     }
                     tasks.append(row)
                     rows.append(row)
                     bar.set_postfix_str(f"{suite}/{t} {rate:.0%}")
                     bar.update(1)
-            per_suite[suite] = {"success_rate": float(np.mean([r["success_rate"] for r in tasks])),
-                                "min_task_success_rate": float(min(r["success_rate"] for r in tasks)),
-                                "tasks": tasks}
+            per_suite[suite] = {
+                "success_rate": float(np.mean([r["success_rate"] for r in tasks])),
+                "min_task_success_rate": float(min(r["success_rate"] for r in tasks)),
+                "tasks": tasks,
+            }
     result = {
         "bench": "experts",
         "init_states": len(init_ids),
@@ -121,8 +129,21 @@ def run(cfg: ExpertsBenchConfig, out: Path) -> dict[str, Any]:
     }
     write_json(out / "experts.json", result)
     with open(out / "experts.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["suite", "task", "name", "episodes", "success_rate", "mean_length",
-                                                "max_steps", "diverged", "meets_target", "failures"])
+        writer = csv.DictWriter(
+            fh,
+            fieldnames=[
+                "suite",
+                "task",
+                "name",
+                "episodes",
+                "success_rate",
+                "mean_length",
+                "max_steps",
+                "diverged",
+                "meets_target",
+                "failures",
+            ],
+        )
         writer.writeheader()
         for r in rows:
             writer.writerow({**r, "failures": " ".join(map(str, r["failures"]))})

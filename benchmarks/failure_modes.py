@@ -49,8 +49,21 @@ RISE = 0.005
 #: grasps this close (m) to the object's centre count as centred, this far off as off-centre
 NEAR, FAR = 0.01, 0.015
 MODES = ("success", "dropped", "held", "other_object", "missed_grasp", "elsewhere")
-FIELDS = ["task", "init_id", "attempt", "success", "length", "mode", "max_lift", "final_lift", "min_reach",
-          "other_lifted", "final_to_place", "grasp_offset", "grasp_width"]
+FIELDS = [
+    "task",
+    "init_id",
+    "attempt",
+    "success",
+    "length",
+    "mode",
+    "max_lift",
+    "final_lift",
+    "min_reach",
+    "other_lifted",
+    "final_to_place",
+    "grasp_offset",
+    "grasp_width",
+]
 
 
 def classify(success: bool, max_lift: float, final_lift: float, min_reach: float, other_lifted: bool) -> str:
@@ -70,8 +83,16 @@ def pick_place(task: Any) -> tuple[str, str] | None:
     return (steps[0][1], steps[0][2][1]) if steps else None
 
 
-def run_task(agent: Any, suite: str, task: int, states: Sequence[int], attempts: int, num_envs: int,
-             seed: int, gripper_sign: bool = False) -> list[dict[str, Any]]:
+def run_task(
+    agent: Any,
+    suite: str,
+    task: int,
+    states: Sequence[int],
+    attempts: int,
+    num_envs: int,
+    seed: int,
+    gripper_sign: bool = False,
+) -> list[dict[str, Any]]:
     """Episodes of one task ``[(state, attempt)]`` in waves of ``num_envs``, each with its trace.
     ``agent``: an :class:`embodied.eval.harness.PolicyAgent` or ``ExpertAgent`` (which reads no image);
     ``gripper_sign``: send the sign of the gripper command (+-1) instead of its value."""
@@ -89,7 +110,7 @@ def run_task(agent: Any, suite: str, task: int, states: Sequence[int], attempts:
         target, place = pick_place(t_obj)
         others = [o.name for o in t_obj.scene.movable if o.name != target]
         for w in range(0, len(work), n):
-            wave = work[w:w + n]
+            wave = work[w : w + n]
             k = len(wave)
             padded = wave + [wave[0]] * (n - k)
             obs = env.reset(task_ids=[task] * n, init_ids=[s for s, _ in padded])
@@ -142,14 +163,29 @@ def run_task(agent: Any, suite: str, task: int, states: Sequence[int], attempts:
                     if not active.any():
                         break
             for j, (state, attempt) in enumerate(wave):
-                rows.append({"task": task, "init_id": state, "attempt": attempt, "success": bool(success[j]),
-                             "length": int(length[j]), "max_lift": round(float(max_lift[j]), 4),
-                             "final_lift": round(float(last_lift[j]), 4), "min_reach": round(float(min_reach[j]), 4),
-                             "other_lifted": bool(other_lifted[j]), "final_to_place": round(float(to_place[j]), 4),
-                             "grasp_offset": _metres_or_blank(grasp_offset[j]),
-                             "grasp_width": _metres_or_blank(grasp_width[j]),
-                             "mode": classify(bool(success[j]), float(max_lift[j]), float(last_lift[j]),
-                                              float(min_reach[j]), bool(other_lifted[j]))})
+                rows.append(
+                    {
+                        "task": task,
+                        "init_id": state,
+                        "attempt": attempt,
+                        "success": bool(success[j]),
+                        "length": int(length[j]),
+                        "max_lift": round(float(max_lift[j]), 4),
+                        "final_lift": round(float(last_lift[j]), 4),
+                        "min_reach": round(float(min_reach[j]), 4),
+                        "other_lifted": bool(other_lifted[j]),
+                        "final_to_place": round(float(to_place[j]), 4),
+                        "grasp_offset": _metres_or_blank(grasp_offset[j]),
+                        "grasp_width": _metres_or_blank(grasp_width[j]),
+                        "mode": classify(
+                            bool(success[j]),
+                            float(max_lift[j]),
+                            float(last_lift[j]),
+                            float(min_reach[j]),
+                            bool(other_lifted[j]),
+                        ),
+                    }
+                )
     finally:
         env.close()
     return rows
@@ -169,9 +205,15 @@ def grasp_precision(rows: list[dict[str, Any]]) -> dict[str, Any]:
     far = [r for r in lifted if float(r["grasp_offset"]) > FAR]
     near = [r for r in lifted if float(r["grasp_offset"]) <= NEAR]
     rate = lambda rs: round(sum(r["mode"] == "success" for r in rs) / len(rs), 4) if rs else None  # noqa: E731
-    return {"lifted": len(lifted), **{f"offset_p{q}": round(float(np.percentile(offsets, q)), 4) for q in (50, 75, 90)},
-            "far_share": round(len(far) / len(lifted), 4), "far": len(far), "far_success": rate(far),
-            "near": len(near), "near_success": rate(near)}
+    return {
+        "lifted": len(lifted),
+        **{f"offset_p{q}": round(float(np.percentile(offsets, q)), 4) for q in (50, 75, 90)},
+        "far_share": round(len(far) / len(lifted), 4),
+        "far": len(far),
+        "far_success": rate(far),
+        "near": len(near),
+        "near_success": rate(near),
+    }
 
 
 def read_episodes(path: Path) -> list[dict[str, Any]]:
@@ -183,29 +225,41 @@ def read_episodes(path: Path) -> list[dict[str, Any]]:
 def grasp_table(paths: Sequence[Path]) -> str:
     """A Markdown table of :func:`grasp_precision` for each ``episodes.csv``, named by its path."""
     cm = lambda x: f"{100 * x:.2f}"  # noqa: E731
-    lines = [f"| episodes | lifted | grasp offset, cm: median / p75 / p90 | lifts > {cm(FAR)} cm | success of those "
-             f"| success of lifts <= {cm(NEAR)} cm |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"| episodes | lifted | grasp offset, cm: median / p75 / p90 | lifts > {cm(FAR)} cm | success of those "
+        f"| success of lifts <= {cm(NEAR)} cm |",
+        "|---|---|---|---|---|---|",
+    ]
     for path in paths:
         g = grasp_precision(read_episodes(path))
         if not g["lifted"]:
             lines.append(f"| {path} | 0 | - | - | - | - |")
             continue
         pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
-        lines.append(f"| {path} | {g['lifted']} | {cm(g['offset_p50'])} / {cm(g['offset_p75'])} / {cm(g['offset_p90'])} "
-                     f"| {g['far_share']:.0%} | {pct(g['far_success'])} ({g['far']}) | {pct(g['near_success'])} ({g['near']}) |")
+        lines.append(
+            f"| {path} | {g['lifted']} | {cm(g['offset_p50'])} / {cm(g['offset_p75'])} / {cm(g['offset_p90'])} "
+            f"| {g['far_share']:.0%} | {pct(g['far_success'])} ({g['far']}) | {pct(g['near_success'])} ({g['near']}) |"
+        )
     return "\n".join(lines)
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts per task and mode, and the states of each failure mode ``{mode: {state: attempts}}``."""
-    out: dict[str, Any] = {"episodes": len(rows), "modes": {m: sum(r["mode"] == m for r in rows) for m in MODES},
-                           "grasp": {}, "grasp_precision": grasp_precision(rows), "tasks": {}}
+    out: dict[str, Any] = {
+        "episodes": len(rows),
+        "modes": {m: sum(r["mode"] == m for r in rows) for m in MODES},
+        "grasp": {},
+        "grasp_precision": grasp_precision(rows),
+        "tasks": {},
+    }
     for m in MODES:  # the grasp that lifted the object: horizontal offset from its centre, finger gap (m)
         got = [r for r in rows if r["mode"] == m and r.get("grasp_offset", "") != ""]
         if got:
-            out["grasp"][m] = {"episodes": len(got),
-                               "offset_median": round(float(np.median([r["grasp_offset"] for r in got])), 4),
-                               "width_median": round(float(np.median([r["grasp_width"] for r in got])), 4)}
+            out["grasp"][m] = {
+                "episodes": len(got),
+                "offset_median": round(float(np.median([r["grasp_offset"] for r in got])), 4),
+                "width_median": round(float(np.median([r["grasp_width"] for r in got])), 4),
+            }
     for task in sorted({r["task"] for r in rows}):
         mine = [r for r in rows if r["task"] == task]
         states: dict[str, dict[int, int]] = {}
@@ -213,9 +267,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if r["mode"] != "success":
                 states.setdefault(r["mode"], {}).setdefault(r["init_id"], 0)
                 states[r["mode"]][r["init_id"]] += 1
-        out["tasks"][str(task)] = {"episodes": len(mine),
-                                   "modes": {m: sum(r["mode"] == m for r in mine) for m in MODES},
-                                   "states": {m: dict(sorted(v.items())) for m, v in states.items()}}
+        out["tasks"][str(task)] = {
+            "episodes": len(mine),
+            "modes": {m: sum(r["mode"] == m for r in mine) for m in MODES},
+            "states": {m: dict(sorted(v.items())) for m, v in states.items()},
+        }
     return out
 
 
@@ -224,7 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--grasp-table"]:
         missing = [p for p in argv[1:] if not Path(p).is_file()]
         if not argv[1:] or missing:
-            raise SystemExit(f"--grasp-table needs episodes.csv files this script wrote; not found: {missing or 'none given'}")
+            raise SystemExit(
+                f"--grasp-table needs episodes.csv files this script wrote; not found: {missing or 'none given'}"
+            )
         print(grasp_table([Path(p) for p in argv[1:]]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -238,9 +296,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--attempts", type=int, default=4)
     ap.add_argument("--num-envs", type=int, default=25)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--gripper-sign", action="store_true",
-                    help="send the sign of the gripper command (+-1), as OpenVLA's LIBERO evaluation does: is a "
-                         "half-closed command what loses the object?")
+    ap.add_argument(
+        "--gripper-sign",
+        action="store_true",
+        help="send the sign of the gripper command (+-1), as OpenVLA's LIBERO evaluation does: is a "
+        "half-closed command what loses the object?",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.episodes < 1 or args.attempts < 1 or args.num_envs < 1:
@@ -261,8 +322,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 <= t < len(specs):
             ap.error(f"--tasks: {args.suite!r} has tasks 0..{len(specs) - 1}, got {t}")
         if pick_place(specs[t]) is None:
-            ap.error(f"--tasks: task {t} ({specs[t].name}) has no pick_place step in its plan; "
-                     "its failures are not sorted here")
+            ap.error(
+                f"--tasks: task {t} ({specs[t].name}) has no pick_place step in its plan; "
+                "its failures are not sorted here"
+            )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -272,18 +335,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     states = list(range(args.first_state, args.first_state + args.episodes))
     rows: list[dict[str, Any]] = []
     for task in args.tasks:
-        rows += run_task(agent, args.suite, task, states, args.attempts, args.num_envs, args.seed,
-                         args.gripper_sign)
+        rows += run_task(agent, args.suite, task, states, args.attempts, args.num_envs, args.seed, args.gripper_sign)
         done = [r for r in rows if r["task"] == task]
         print(f"task {task}: " + ", ".join(f"{m} {sum(r['mode'] == m for r in done)}" for m in MODES), flush=True)
     with open(out / "episodes.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    summary = {"checkpoint": "expert" if args.expert else str(args.checkpoint), "suite": args.suite,
-               "tasks": args.tasks, "states": states,
-               "attempts": args.attempts, "seed": args.seed, "gripper_sign": args.gripper_sign,
-               "lift_m": LIFT, "reach_m": REACH, **summarise(rows)}
+    summary = {
+        "checkpoint": "expert" if args.expert else str(args.checkpoint),
+        "suite": args.suite,
+        "tasks": args.tasks,
+        "states": states,
+        "attempts": args.attempts,
+        "seed": args.seed,
+        "gripper_sign": args.gripper_sign,
+        "lift_m": LIFT,
+        "reach_m": REACH,
+        **summarise(rows),
+    }
     (out / "failure_modes.json").write_text(json.dumps(summary, indent=1))
     print(f"wrote {out / 'failure_modes.json'}")
     return 0

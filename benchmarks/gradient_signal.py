@@ -44,15 +44,23 @@ def signal_summary(grads: torch.Tensor, generator: torch.Generator | None = None
     signal, trace = unbiased_signal(grads)
     norms = sq.sqrt()
     ordered = torch.sort(sq, descending=True).values
-    top = {f"top_share_{int(p * 100)}pct": float(ordered[:max(1, int(round(p * n)))].sum() / sq.sum())
-           for p in (0.01, 0.1)}
+    top = {
+        f"top_share_{int(p * 100)}pct": float(ordered[: max(1, int(round(p * n)))].sum() / sq.sum())
+        for p in (0.01, 0.1)
+    }
     perm = torch.randperm(n, generator=generator)
-    a, b = grads[perm[: n // 2]].mean(0), grads[perm[n // 2: 2 * (n // 2)]].mean(0)
-    return {"chunks": n, "noise_scale": trace / signal if signal > 0 else float("inf"),
-            "signal_sq_norm": signal, "trace_sigma": trace,
-            "effective_chunks": float(norms.sum() ** 2 / sq.sum()),
-            "norm_median": float(norms.median()), "norm_max": float(norms.max()), **top,
-            "halves_cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0))}
+    a, b = grads[perm[: n // 2]].mean(0), grads[perm[n // 2 : 2 * (n // 2)]].mean(0)
+    return {
+        "chunks": n,
+        "noise_scale": trace / signal if signal > 0 else float("inf"),
+        "signal_sq_norm": signal,
+        "trace_sigma": trace,
+        "effective_chunks": float(norms.sum() ** 2 / sq.sum()),
+        "norm_median": float(norms.median()),
+        "norm_max": float(norms.max()),
+        **top,
+        "halves_cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+    }
 
 
 def unbiased_signal(grads: torch.Tensor) -> tuple[float, float]:
@@ -72,15 +80,19 @@ def by_step(grads: torch.Tensor, steps: torch.Tensor) -> dict[str, dict[str, flo
     out = {}
     for k in sorted(int(s) for s in steps.unique()):
         mine = steps == k
-        out[str(k)] = {"chunks": int(mine.sum()), "norm_median": float(sq[mine].sqrt().median()),
-                       "share": float(sq[mine].sum() / sq.sum())}
+        out[str(k)] = {
+            "chunks": int(mine.sum()),
+            "norm_median": float(sq[mine].sqrt().median()),
+            "share": float(sq[mine].sum() / sq.sum()),
+        }
         if int(mine.sum()) >= 4:
             out[str(k)]["signal_sq_norm"], out[str(k)]["trace_sigma"] = unbiased_signal(grads[mine])
     return out
 
 
-def chunk_gradients(policy: Any, rollout: Any, advantages: torch.Tensor, params: list[torch.nn.Parameter]
-                    ) -> torch.Tensor:
+def chunk_gradients(
+    policy: Any, rollout: Any, advantages: torch.Tensor, params: list[torch.nn.Parameter]
+) -> torch.Tensor:
     """``[n, P]``: each chunk's gradient of ``-A_i * logprob_i`` over ``params``, one chunk at a time."""
     rows = []
     for i in range(advantages.shape[0]):
@@ -101,10 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=16, help="chunks per env (RL's chunks_per_iter)")
     ap.add_argument("--warmup", type=int, default=16, help="chunks per env sampled first and not scored")
     ap.add_argument("--max-steps", type=int, default=120, help="the training step limit per episode")
-    ap.add_argument("--protocol", action="store_true",
-                    help="start from the protocol's initial states (rl.init_states=protocol)")
-    ap.add_argument("--sde-steps", type=int, default=None,
-                    help="Flow-SDE: draw the stochastic step from the first N denoising steps (algo.sde_steps)")
+    ap.add_argument(
+        "--protocol", action="store_true", help="start from the protocol's initial states (rl.init_states=protocol)"
+    )
+    ap.add_argument(
+        "--sde-steps",
+        type=int,
+        default=None,
+        help="Flow-SDE: draw the stochastic step from the first N denoising steps (algo.sde_steps)",
+    )
     ap.add_argument("--gamma", type=float, default=0.99)
     ap.add_argument("--lam", type=float, default=0.95)
     ap.add_argument("--seed", type=int, default=0)
@@ -139,9 +156,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"--sde-steps: {e}")
     actor, _ = split_parameters(policy, freeze_prefix=True)
     torch.manual_seed(args.seed)
-    env = sims.make(sims.suites.backend(args.suite), suite=args.suite, num_envs=args.num_envs, seed=args.seed,
-                    cameras=tuple(policy.config.cameras), image_size=int(getattr(policy.config, "image_size", 64)),
-                    max_steps=args.max_steps, state_obs=policy.config.state_obs)
+    env = sims.make(
+        sims.suites.backend(args.suite),
+        suite=args.suite,
+        num_envs=args.num_envs,
+        seed=args.seed,
+        cameras=tuple(policy.config.cameras),
+        image_size=int(getattr(policy.config, "image_size", 64)),
+        max_steps=args.max_steps,
+        state_obs=policy.config.state_obs,
+    )
     try:
         if args.protocol:
             env.set_init_pool(range(NUM_INIT_STATES))
@@ -154,16 +178,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         env.close()
     batch = ppo_batch(rollout, args.gamma, args.lam, normalize=True, truncation="fail")
-    print(f"sampled {batch['advantages'].shape[0]} chunks, {len(rollout.episode_success)} episodes ended "
-          f"({float(np.mean(rollout.episode_success)) if rollout.episode_success else float('nan'):.2f} success); "
-          f"gradients of {sum(p.numel() for p in actor):,} weights, chunk by chunk", flush=True)
+    print(
+        f"sampled {batch['advantages'].shape[0]} chunks, {len(rollout.episode_success)} episodes ended "
+        f"({float(np.mean(rollout.episode_success)) if rollout.episode_success else float('nan'):.2f} success); "
+        f"gradients of {sum(p.numel() for p in actor):,} weights, chunk by chunk",
+        flush=True,
+    )
     grads = chunk_gradients(policy, rollout, batch["advantages"], actor)
     ended = rollout.episode_success
-    summary: dict[str, Any] = {"checkpoint": str(args.checkpoint), "suite": args.suite, "tasks": args.tasks,
-                               "num_envs": args.num_envs, "chunks_per_env": args.chunks, "warmup": args.warmup,
-                               "protocol": args.protocol, "seed": args.seed, "sde_steps": args.sde_steps,
-                               "episodes_ended": len(ended), "episode_success": float(np.mean(ended)) if ended else None,
-                               **signal_summary(grads, torch.Generator().manual_seed(args.seed))}
+    summary: dict[str, Any] = {
+        "checkpoint": str(args.checkpoint),
+        "suite": args.suite,
+        "tasks": args.tasks,
+        "num_envs": args.num_envs,
+        "chunks_per_env": args.chunks,
+        "warmup": args.warmup,
+        "protocol": args.protocol,
+        "seed": args.seed,
+        "sde_steps": args.sde_steps,
+        "episodes_ended": len(ended),
+        "episode_success": float(np.mean(ended)) if ended else None,
+        **signal_summary(grads, torch.Generator().manual_seed(args.seed)),
+    }
     steps = rollout.flat_extras(torch.arange(grads.shape[0])).get("step")
     if steps is not None:
         summary["by_step"] = by_step(grads, steps)
@@ -173,8 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in summary.items() if k != "by_step"}, indent=1))
     for k, v in summary.get("by_step", {}).items():
         nan = float("nan")
-        print(f"stochastic step {k}: {v['chunks']} chunks, median |g| {v['norm_median']:.3g}, share of sum |g|^2 "
-              f"{v['share']:.2f}, |G|^2 {v.get('signal_sq_norm', nan):.3g}, tr(Sigma) {v.get('trace_sigma', nan):.3g}")
+        print(
+            f"stochastic step {k}: {v['chunks']} chunks, median |g| {v['norm_median']:.3g}, share of sum |g|^2 "
+            f"{v['share']:.2f}, |G|^2 {v.get('signal_sq_norm', nan):.3g}, tr(Sigma) {v.get('trace_sigma', nan):.3g}"
+        )
     print(f"wrote {out / 'gradient_signal.json'}")
     return 0
 

@@ -61,9 +61,15 @@ def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_env
     from policies.io import env_inputs, task_instructions
 
     stats = LatencyStats()
-    with sims.make(sims.suites.backend(suite), suite=suite, num_envs=num_envs, seed=0,
-                   cameras=tuple(policy.config.cameras), image_size=image_size,
-                   state_obs=policy.config.state_obs) as env:
+    with sims.make(
+        sims.suites.backend(suite),
+        suite=suite,
+        num_envs=num_envs,
+        seed=0,
+        cameras=tuple(policy.config.cameras),
+        image_size=image_size,
+        state_obs=policy.config.state_obs,
+    ) as env:
         obs = env.reset(task_ids=[tasks[i % len(tasks)] for i in range(num_envs)], init_ids=list(range(num_envs)))
         batch = env_inputs(obs, task_instructions(env))
         if policy.config.state_dim != batch["state"].shape[1]:
@@ -74,8 +80,13 @@ def _measure(policy: Any, suite: str, tasks: list[int], image_size: int, num_env
                 with stats.time("inference"):
                     policy.act(batch)
     hz = float(policy.config.control_hz)
-    return {"batch": num_envs, "control_hz": hz, **stats.summary()["inference"],
-            "delay_p50": stats.delay(hz, quantile=50), "delay_p95": stats.delay(hz, quantile=95)}
+    return {
+        "batch": num_envs,
+        "control_hz": hz,
+        **stats.summary()["inference"],
+        "delay_p50": stats.delay(hz, quantile=50),
+        "delay_p95": stats.delay(hz, quantile=95),
+    }
 
 
 def run(cfg: LatencyBenchConfig, out: Path) -> dict[str, Any]:
@@ -91,8 +102,10 @@ def run(cfg: LatencyBenchConfig, out: Path) -> dict[str, Any]:
     if any(m != "aware" for m in cfg.modes) and cfg.checkpoint is None:
         raise BenchError("checkpoint=... is required for the sync / async / rtc modes")
     if "aware" in cfg.modes and cfg.aware_checkpoint is None:
-        raise BenchError("mode aware needs aware_checkpoint=... (a policy trained with embodied-train "
-                         "latency_delays=[...]); or drop it from modes")
+        raise BenchError(
+            "mode aware needs aware_checkpoint=... (a policy trained with embodied-train "
+            "latency_delays=[...]); or drop it from modes"
+        )
     if cfg.suite not in sims.suites.all_names():
         raise BenchError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.all_names()}")
     specs = sims.suites.tasks(cfg.suite)
@@ -100,8 +113,11 @@ def run(cfg: LatencyBenchConfig, out: Path) -> dict[str, Any]:
     names = {cfg.suite: [t.name for t in specs]}
     base = policies.load(cfg.checkpoint) if cfg.checkpoint else None
     aware = policies.load(cfg.aware_checkpoint) if cfg.aware_checkpoint else None
-    measured = (_measure(base, cfg.suite, tasks, cfg.image_size, min(cfg.num_envs, 10), cfg.latency_probe_chunks)
-                if base is not None and cfg.latency_probe_chunks > 0 else {})
+    measured = (
+        _measure(base, cfg.suite, tasks, cfg.image_size, min(cfg.num_envs, 10), cfg.latency_probe_chunks)
+        if base is not None and cfg.latency_probe_chunks > 0
+        else {}
+    )
     cells: list[dict[str, Any]] = []
     for d in cfg.delays:
         for mode in cfg.modes:
@@ -118,30 +134,66 @@ def run(cfg: LatencyBenchConfig, out: Path) -> dict[str, Any]:
                 continue
             records: list[Any] = []
             t0 = time.perf_counter()
-            stats = run_suite(PolicyAgent(policy, "greedy", rtc_beta=cfg.rtc_beta), cfg.suite, tasks=tasks,
-                              episodes=cfg.episodes, num_envs=cfg.num_envs, image_size=cfg.image_size, seed=cfg.seed,
-                              latency=lat, on_episode=records.append, check=policy.check_env)
+            stats = run_suite(
+                PolicyAgent(policy, "greedy", rtc_beta=cfg.rtc_beta),
+                cfg.suite,
+                tasks=tasks,
+                episodes=cfg.episodes,
+                num_envs=cfg.num_envs,
+                image_size=cfg.image_size,
+                seed=cfg.seed,
+                latency=lat,
+                on_episode=records.append,
+                check=policy.check_env,
+            )
             res = aggregate(records, [cfg.suite], {cfg.suite: tasks}, names)[cfg.suite]
             done = [r.length for r in records if r.success]
-            cell.update(success_rate=res["success_rate"], ci95=res["ci95"], episodes=res["episodes"],
-                        completion_steps=float(np.mean(done)) if done else None,
-                        held_steps_per_episode=stats["latency"]["held_steps"] / max(len(records), 1),
-                        per_task={r["name"]: r["success_rate"] for r in res["tasks"]},
-                        seconds=round(time.perf_counter() - t0, 1))
+            cell.update(
+                success_rate=res["success_rate"],
+                ci95=res["ci95"],
+                episodes=res["episodes"],
+                completion_steps=float(np.mean(done)) if done else None,
+                held_steps_per_episode=stats["latency"]["held_steps"] / max(len(records), 1),
+                per_task={r["name"]: r["success_rate"] for r in res["tasks"]},
+                seconds=round(time.perf_counter() - t0, 1),
+            )
             cells.append(cell)
             comp = f"{cell['completion_steps']:.0f}" if done else "-"
-            print(f"d={d} {mode:6s}: success {res['success_rate']:.1%} [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] "
-                  f"completion {comp} steps, held {cell['held_steps_per_episode']:.1f}/episode", flush=True)
+            print(
+                f"d={d} {mode:6s}: success {res['success_rate']:.1%} [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] "
+                f"completion {comp} steps, held {cell['held_steps_per_episode']:.1f}/episode",
+                flush=True,
+            )
     result = {"config": asdict(cfg), "machine": machine_info(), "measured_latency": measured, "cells": cells}
     write_json(out / "latency.json", result)
     with open(out / "latency.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["mode", "delay", "success_rate", "ci_low", "ci_high", "completion_steps",
-                    "held_steps_per_episode", "episodes", "skipped"])
+        w.writerow(
+            [
+                "mode",
+                "delay",
+                "success_rate",
+                "ci_low",
+                "ci_high",
+                "completion_steps",
+                "held_steps_per_episode",
+                "episodes",
+                "skipped",
+            ]
+        )
         for c in cells:
-            w.writerow([c["mode"], c["delay"], c.get("success_rate", ""), *(c.get("ci95") or ["", ""]),
-                        c.get("completion_steps") or "", c.get("held_steps_per_episode", ""), c.get("episodes", ""),
-                        c.get("skipped", "")])
+            w.writerow(
+                [
+                    c["mode"],
+                    c["delay"],
+                    c.get("success_rate", ""),
+                    *(c.get("ci95") or ["", ""]),
+                    c.get("completion_steps") or "",
+                    c.get("held_steps_per_episode", ""),
+                    c.get("episodes", ""),
+                    c.get("skipped", ""),
+                ]
+            )
     (out / "latency.md").write_text(markdown(result))
     plot(out / "latency.png", result)
     return result
@@ -149,14 +201,21 @@ def run(cfg: LatencyBenchConfig, out: Path) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     cfg, cells = result["config"], result["cells"]
-    lines = [f"# Success against inference delay: {cfg['suite']} tasks {cfg['tasks']}", "",
-             f"{cfg['episodes']} fixed initial states per task; simulated delay d in control steps; checkpoint "
-             f"`{cfg['checkpoint']}`, latency-aware checkpoint `{cfg['aware_checkpoint']}`.", ""]
+    lines = [
+        f"# Success against inference delay: {cfg['suite']} tasks {cfg['tasks']}",
+        "",
+        f"{cfg['episodes']} fixed initial states per task; simulated delay d in control steps; checkpoint "
+        f"`{cfg['checkpoint']}`, latency-aware checkpoint `{cfg['aware_checkpoint']}`.",
+        "",
+    ]
     m = result.get("measured_latency")
     if m:
-        lines += [f"Measured inference latency on this machine (batch {m['batch']}): p50 {m['p50'] * 1e3:.1f} ms, "
-                  f"p95 {m['p95'] * 1e3:.1f} ms, max {m['max'] * 1e3:.1f} ms -> d = {m['delay_p50']} (p50) / "
-                  f"{m['delay_p95']} (p95) control steps at {m['control_hz']:.0f} Hz.", ""]
+        lines += [
+            f"Measured inference latency on this machine (batch {m['batch']}): p50 {m['p50'] * 1e3:.1f} ms, "
+            f"p95 {m['p95'] * 1e3:.1f} ms, max {m['max'] * 1e3:.1f} ms -> d = {m['delay_p50']} (p50) / "
+            f"{m['delay_p95']} (p95) control steps at {m['control_hz']:.0f} Hz.",
+            "",
+        ]
     modes = list(dict.fromkeys(c["mode"] for c in cells))
     lines += ["| d | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for d in dict.fromkeys(c["delay"] for c in cells):
@@ -169,8 +228,12 @@ def markdown(result: dict[str, Any]) -> str:
                 comp = f"{c['completion_steps']:.0f}" if c["completion_steps"] else "-"
                 row.append(f"{c['success_rate']:.0%} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}], {comp} steps")
         lines.append(f"| {d} | " + " | ".join(row) + " |")
-    lines += ["", "Cells: success rate [95% Wilson interval], mean completion time of the successful episodes "
-              "(control steps, waiting included). n/a: the mode cannot run that delay (chunk too short).", ""]
+    lines += [
+        "",
+        "Cells: success rate [95% Wilson interval], mean completion time of the successful episodes "
+        "(control steps, waiting included). n/a: the mode cannot run that delay (chunk too short).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -192,8 +255,12 @@ def plot(path: Path, result: dict[str, Any]) -> None:
         comp = [(c["delay"], c["completion_steps"]) for c in pts if c["completion_steps"]]
         if comp:
             ax2.plot(*zip(*comp), marker="o", label=mode)
-    ax1.set(xlabel="inference delay d (control steps)", ylabel="success rate", ylim=(-0.02, 1.02),
-            title=f"{result['config']['suite']}: success")
+    ax1.set(
+        xlabel="inference delay d (control steps)",
+        ylabel="success rate",
+        ylim=(-0.02, 1.02),
+        title=f"{result['config']['suite']}: success",
+    )
     ax2.set(xlabel="inference delay d (control steps)", ylabel="steps to success", title="completion time")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)

@@ -83,11 +83,26 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
         raise BenchError(f"image_sizes must be sizes >= 16 px, got {cfg.image_sizes}")
     try:
         libero.base_suite(cfg.suite)
-        argv, env = libero.reference_command("bench", [
-            "--suite", cfg.suite, "--task", str(cfg.task), "--image-sizes", *map(str, cfg.image_sizes),
-            "--steps", str(cfg.steps), "--repeats", str(cfg.repeats), "--resets", str(cfg.resets),
-            "--seed", str(cfg.seed),
-            *(["--chunk-sizes", *map(str, cfg.workload_chunk_sizes)] if cfg.workload_num_envs else [])])
+        argv, env = libero.reference_command(
+            "bench",
+            [
+                "--suite",
+                cfg.suite,
+                "--task",
+                str(cfg.task),
+                "--image-sizes",
+                *map(str, cfg.image_sizes),
+                "--steps",
+                str(cfg.steps),
+                "--repeats",
+                str(cfg.repeats),
+                "--resets",
+                str(cfg.resets),
+                "--seed",
+                str(cfg.seed),
+                *(["--chunk-sizes", *map(str, cfg.workload_chunk_sizes)] if cfg.workload_num_envs else []),
+            ],
+        )
     except (ValueError, libero.LiberoSetupError) as err:
         raise BenchError(str(err)) from None
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -95,7 +110,7 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
     result, tail = None, []
     for line in proc.stdout:
         if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
+            result = json.loads(line[len("RESULT ") :])
         else:
             tail = (tail + [line.rstrip()])[-20:]
             if line.startswith("[libero bench]"):
@@ -117,32 +132,69 @@ def run(cfg: LiberoBenchConfig, out: Path) -> dict[str, Any]:
     if cfg.workload_num_envs:
         camera_case = next((c for c in result["cases"] if c["image_size"] == 128), None)
         if camera_case is None:
-            raise BenchError("the RL workload compares with the reference's two 128 px cameras: add 128 to image_sizes "
-                             "(or set workload_num_envs=[])")
+            raise BenchError(
+                "the RL workload compares with the reference's two 128 px cameras: add 128 to image_sizes "
+                "(or set workload_num_envs=[])"
+            )
         result["rl_workload"] = rl_workload(cfg, camera_case)
     result["machine"] = machine_info()
-    result["config"] = {k: getattr(cfg, k) for k in ("suite", "task", "image_sizes", "steps", "repeats", "resets",
-                                                      "batched_num_envs", "render_faces", "cache")}
-    result["config"].update({k: getattr(cfg, k) for k in ("workload_num_envs", "workload_chunk_sizes",
-                                                           "workload_control_steps", "workload_repeats")})
+    result["config"] = {
+        k: getattr(cfg, k)
+        for k in (
+            "suite",
+            "task",
+            "image_sizes",
+            "steps",
+            "repeats",
+            "resets",
+            "batched_num_envs",
+            "render_faces",
+            "cache",
+        )
+    }
+    result["config"].update(
+        {
+            k: getattr(cfg, k)
+            for k in ("workload_num_envs", "workload_chunk_sizes", "workload_control_steps", "workload_repeats")
+        }
+    )
     write_json(out / "libero.json", result)
     with open(out / "libero.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["case", "image_size", "steps_per_s", "soft_reset_s", "build_s", "physics_limit_steps_per_s",
-                    "ratio_to_limit"])
+        w.writerow(
+            [
+                "case",
+                "image_size",
+                "steps_per_s",
+                "soft_reset_s",
+                "build_s",
+                "physics_limit_steps_per_s",
+                "ratio_to_limit",
+            ]
+        )
         for c in result["cases"]:
             w.writerow([c["case"], c["image_size"], c["steps_per_s"], c["soft_reset_s"], c["build_s"], "", ""])
         w.writerow(["hard reset", "", "", result["hard_reset_s"], "", "", ""])
         for b in result["batched"]:
             meshes = "" if b["render_faces"] is None else f", meshes {b['render_faces']} faces"
             meshes += "" if b.get("antialias", True) else ", no multisampling"
-            w.writerow([f"ours {b['box_contacts']} contacts, {b['num_envs']} envs{meshes}", b["image_size"],
-                        b["steps_per_s"], "", "", b.get("physics_limit_steps_per_s", ""), b.get("ratio_to_limit", "")])
+            w.writerow(
+                [
+                    f"ours {b['box_contacts']} contacts, {b['num_envs']} envs{meshes}",
+                    b["image_size"],
+                    b["steps_per_s"],
+                    "",
+                    "",
+                    b.get("physics_limit_steps_per_s", ""),
+                    b.get("ratio_to_limit", ""),
+                ]
+            )
     return result
 
 
-def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: float | None = None
-                  ) -> list[dict[str, Any]]:
+def batched_rates(
+    cfg: LiberoBenchConfig, reference_rate: float, camera_rate: float | None = None
+) -> list[dict[str, Any]]:
     """Env steps/s of :class:`LiberoWorlds` (random actions, the median of ``repeats`` runs of ``steps``
     steps): without rendering per env count and box-contact setting, against ``reference_rate`` and
     MuJoCo's own physics doing the same substeps (:func:`replay_physics`); with two 128 px cameras per
@@ -174,8 +226,10 @@ def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: fl
             worlds.reset(ids, wait_steps=0)
             controls: list[np.ndarray] = []
             if limit:  # every substep's controls (a copy after the call: ~1 us of a ~1 ms substep)
-                def substep(*args: Any, _substep: Any = physics.substep, _controls: list = controls,
-                            **kwargs: Any) -> None:
+
+                def substep(
+                    *args: Any, _substep: Any = physics.substep, _controls: list = controls, **kwargs: Any
+                ) -> None:
                     _substep(*args, **kwargs)
                     _controls.append(physics.ctrl.copy())
 
@@ -188,8 +242,9 @@ def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: fl
             finally:
                 physics.__dict__.pop("substep", None)
             if batch is not None:
-                seconds, qpos = replay_physics(batch, worlds.init_states[ids], np.stack(controls, axis=1),
-                                               worlds.arm.cfg.substeps)
+                seconds, qpos = replay_physics(
+                    batch, worlds.init_states[ids], np.stack(controls, axis=1), worlds.arm.cfg.substeps
+                )
                 limit_rates.append(n * cfg.steps / seconds)
                 state_err = max(state_err, float(np.abs(qpos - physics.qpos).max()))
         out = {"steps_per_s": float(np.median(rates))}
@@ -203,30 +258,60 @@ def batched_rates(cfg: LiberoBenchConfig, reference_rate: float, camera_rate: fl
             worlds = LiberoWorlds(folder, n, box_contacts=contacts)
             timed = steps_per_s(worlds, limit=True)
             rate, limit_rate = timed["steps_per_s"], timed["physics_limit_steps_per_s"]
-            rows.append({"box_contacts": contacts, "num_envs": n, "image_size": 0, "render_faces": None,
-                         "steps_per_s": round(rate, 2), "ratio_vs_reference": round(rate / reference_rate, 2),
-                         "physics_limit_steps_per_s": round(limit_rate, 2),
-                         "ratio_to_limit": round(limit_rate / rate, 2), "physics_nthread": worlds.physics.batch.nthread,
-                         "limit_state_err": timed["limit_state_err"]})
-            print(f"[libero bench] ours, {contacts} box contacts, {n} envs: {rate:.1f} env steps/s "
-                  f"({rate / reference_rate:.2f}x the reference without rendering); MuJoCo's own physics of the same "
-                  f"substeps on {worlds.physics.batch.nthread} threads: {limit_rate:.1f} (ours takes "
-                  f"{limit_rate / rate:.2f}x its time)", flush=True)
+            rows.append(
+                {
+                    "box_contacts": contacts,
+                    "num_envs": n,
+                    "image_size": 0,
+                    "render_faces": None,
+                    "steps_per_s": round(rate, 2),
+                    "ratio_vs_reference": round(rate / reference_rate, 2),
+                    "physics_limit_steps_per_s": round(limit_rate, 2),
+                    "ratio_to_limit": round(limit_rate / rate, 2),
+                    "physics_nthread": worlds.physics.batch.nthread,
+                    "limit_state_err": timed["limit_state_err"],
+                }
+            )
+            print(
+                f"[libero bench] ours, {contacts} box contacts, {n} envs: {rate:.1f} env steps/s "
+                f"({rate / reference_rate:.2f}x the reference without rendering); MuJoCo's own physics of the same "
+                f"substeps on {worlds.physics.batch.nthread} threads: {limit_rate:.1f} (ours takes "
+                f"{limit_rate / rate:.2f}x its time)",
+                flush=True,
+            )
             worlds.close()
     if camera_rate is None:
         return rows
     n = cfg.batched_num_envs[0]
     for faces, antialias in [(None, True), *[(f, aa) for f in cfg.render_faces for aa in (True, False)]]:
-        worlds = LiberoWorlds(folder, n, box_contacts="native", cameras=("agentview", "wrist"), image_size=128,
-                              render_faces=faces, antialias=antialias)
+        worlds = LiberoWorlds(
+            folder,
+            n,
+            box_contacts="native",
+            cameras=("agentview", "wrist"),
+            image_size=128,
+            render_faces=faces,
+            antialias=antialias,
+        )
         rate = steps_per_s(worlds)["steps_per_s"]
-        rows.append({"box_contacts": "native", "num_envs": n, "image_size": 128, "render_faces": faces,
-                     "antialias": antialias,
-                     "steps_per_s": round(rate, 2), "ratio_vs_reference": round(rate / camera_rate, 2)})
+        rows.append(
+            {
+                "box_contacts": "native",
+                "num_envs": n,
+                "image_size": 128,
+                "render_faces": faces,
+                "antialias": antialias,
+                "steps_per_s": round(rate, 2),
+                "ratio_vs_reference": round(rate / camera_rate, 2),
+            }
+        )
         what = "meshes as they are" if faces is None else f"meshes decimated to {faces} faces"
         what += "" if antialias else ", no multisampling"
-        print(f"[libero bench] ours, two 128 px cameras, {what}, {n} envs: {rate:.1f} env steps/s "
-              f"({rate / camera_rate:.2f}x the reference with its two 128 px cameras)", flush=True)
+        print(
+            f"[libero bench] ours, two 128 px cameras, {what}, {n} envs: {rate:.1f} env steps/s "
+            f"({rate / camera_rate:.2f}x the reference with its two 128 px cameras)",
+            flush=True,
+        )
         worlds.close()
     return rows
 
@@ -245,14 +330,14 @@ def replay_physics(batch: Any, states: Any, controls: Any, substeps: int) -> tup
     model = batch.model
     nq = model.nq
     batch.reset(None, stage=mujoco.mjtStage.mjSTAGE_NONE)
-    batch.bind("time")[:], batch.bind("qpos")[:] = states[:, 0], states[:, 1:1 + nq]
-    batch.bind("qvel")[:] = states[:, 1 + nq:]
+    batch.bind("time")[:], batch.bind("qpos")[:] = states[:, 0], states[:, 1 : 1 + nq]
+    batch.bind("qvel")[:] = states[:, 1 + nq :]
     batch.forward(None, stage=mujoco.mjtStage.mjSTAGE_VEL)
     controls = np.ascontiguousarray(controls, dtype=np.float64)
     spec = int(mujoco.mjtState.mjSTATE_CTRL)
     t0 = time.perf_counter()
     for k in range(controls.shape[1] // substeps):
-        batch.rollout(substeps, control=controls[:, k * substeps:(k + 1) * substeps], control_spec=spec, record=())
+        batch.rollout(substeps, control=controls[:, k * substeps : (k + 1) * substeps], control_spec=spec, record=())
     return time.perf_counter() - t0, batch.bind("qpos").copy()
 
 
@@ -268,25 +353,45 @@ def rl_workload(cfg: LiberoBenchConfig, camera_case: dict[str, Any]) -> list[dic
     scenes.ensure_tasks(cfg.suite, [cfg.task], cfg.cache)
 
     def make(n: int) -> Any:
-        return sims.make("mujoco", suite=cfg.suite, tasks=[cfg.task], num_envs=n, seed=cfg.seed, cache=cfg.cache,
-                         cameras=("agentview", "wrist"), image_size=128)
+        return sims.make(
+            "mujoco",
+            suite=cfg.suite,
+            tasks=[cfg.task],
+            num_envs=n,
+            seed=cfg.seed,
+            cache=cfg.cache,
+            cameras=("agentview", "wrist"),
+            image_size=128,
+        )
 
     rows = []
     every = camera_case["steps_per_s"]
     at_chunks = camera_case.get("chunk_boundary_steps_per_s", {})
-    for row in time_workload(make, num_envs=cfg.workload_num_envs, chunk_sizes=cfg.workload_chunk_sizes,
-                             control_steps=cfg.workload_control_steps, repeats=cfg.workload_repeats, seed=cfg.seed,
-                             progress=lambda msg: print(f"[libero bench] RL workload {msg}", flush=True)):
+    for row in time_workload(
+        make,
+        num_envs=cfg.workload_num_envs,
+        chunk_sizes=cfg.workload_chunk_sizes,
+        control_steps=cfg.workload_control_steps,
+        repeats=cfg.workload_repeats,
+        seed=cfg.seed,
+        progress=lambda msg: print(f"[libero bench] RL workload {msg}", flush=True),
+    ):
         rate = row["on_demand_env_steps_per_s"]
         boundary = at_chunks.get(str(row["chunk_size"]))
-        row.update(suite=cfg.suite, task=cfg.task, image_size=128,
-                   vs_reference_every_step=round(rate / every, 2),
-                   reference_chunk_boundary_steps_per_s=boundary,
-                   vs_reference_chunk_boundary=None if not boundary else round(rate / boundary, 2))
-        print(f"[libero bench] RL workload, {row['num_envs']} envs, chunks of {row['chunk_size']}: {rate:.1f} env "
-              f"steps/s on demand, {row['every_step_env_steps_per_s']:.1f} rendering every step "
-              f"({row['speedup']:.2f}x); {row['vs_reference_every_step']:.1f}x the reference rendering every step"
-              + ("" if not boundary else f", {row['vs_reference_chunk_boundary']:.1f}x rendering at chunk boundaries"),
-              flush=True)
+        row.update(
+            suite=cfg.suite,
+            task=cfg.task,
+            image_size=128,
+            vs_reference_every_step=round(rate / every, 2),
+            reference_chunk_boundary_steps_per_s=boundary,
+            vs_reference_chunk_boundary=None if not boundary else round(rate / boundary, 2),
+        )
+        print(
+            f"[libero bench] RL workload, {row['num_envs']} envs, chunks of {row['chunk_size']}: {rate:.1f} env "
+            f"steps/s on demand, {row['every_step_env_steps_per_s']:.1f} rendering every step "
+            f"({row['speedup']:.2f}x); {row['vs_reference_every_step']:.1f}x the reference rendering every step"
+            + ("" if not boundary else f", {row['vs_reference_chunk_boundary']:.1f}x rendering at chunk boundaries"),
+            flush=True,
+        )
         rows.append(row)
     return rows

@@ -48,16 +48,22 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the sibling benchmark's helpers
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.rl_lift import (finished_results, measured_on, own_minutes, run_cell,  # noqa: E402
-                                split_overrides, states_moved)
+from benchmarks.rl_lift import finished_results, measured_on, own_minutes, run_cell, split_overrides, states_moved  # noqa: E402
 
 SUITE = "libero_spatial"
 TASKS = list(range(10))
 #: the SFT start: every task, two 64 px views and the 8-D LIBERO state (the policy reads no privileged
 #: state; the pipeline's critic is a value head on the policy's own detached features), DART noise 0.1,
 #: 4000 SFT steps with random shifts of up to 4 px; one greedy episode per official state
-SFT_OVERRIDES = [f"sim.suite={SUITE}", f"tasks=[{','.join(map(str, TASKS))}]", "action_noise=0.1",
-                 "sft.steps=4000", "sft.augment_shift=4", "eval.attempts=1", "video_tasks=1"]
+SFT_OVERRIDES = [
+    f"sim.suite={SUITE}",
+    f"tasks=[{','.join(map(str, TASKS))}]",
+    "action_noise=0.1",
+    "sft.steps=4000",
+    "sft.augment_shift=4",
+    "eval.attempts=1",
+    "video_tasks=1",
+]
 #: the RL phases: (iterations at the phase's end, its ``rl.*`` settings); 40 envs x 16 chunks per iteration
 PHASES: tuple[tuple[int, tuple[str, ...]], ...] = ((40, ()), (80, ()), (120, ()))
 RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_every=5", "rl.greedy_states=5"]
@@ -71,14 +77,21 @@ START, TARGET, SEEDS_ABOVE, REFERENCE_GAP = 0.70, 0.90, 0.85, 0.10
 #: what a cell's record leaves out: the demonstrations (``data/``), videos, plots, TensorBoard events, Ray's
 #: session files, logs and SFT's optimizer state (a finished SFT is never resumed); RL checkpoints stay (a
 #: later phase carries them on)
-SKIP_FOLDERS, SKIP_SUFFIXES, SKIP_PREFIXES = {"videos", "plots", "tb", "ray"}, {".mp4", ".log"}, ("data/", "sft/train_state/")
+SKIP_FOLDERS, SKIP_SUFFIXES, SKIP_PREFIXES = (
+    {"videos", "plots", "tb", "ray"},
+    {".mp4", ".log"},
+    ("data/", "sft/train_state/"),
+)
 RECORDS = ROOT / "benchmarks" / "records" / "libero_lift"
 
 
 def _skipped(rel: Path) -> bool:
     """Whether a file of a cell (its path ``rel`` in the cell) stays out of the record."""
-    return (bool(SKIP_FOLDERS & set(rel.parts[:-1])) or rel.suffix in SKIP_SUFFIXES
-            or rel.as_posix().startswith(SKIP_PREFIXES))
+    return (
+        bool(SKIP_FOLDERS & set(rel.parts[:-1]))
+        or rel.suffix in SKIP_SUFFIXES
+        or rel.as_posix().startswith(SKIP_PREFIXES)
+    )
 
 
 def archive(cell: Path, records: Path) -> Path:
@@ -118,8 +131,9 @@ def pipeline(out: Path, extra: list[str]) -> list[str]:
 
 
 def sft_command(out: Path, demos: int, extra: list[str]) -> list[str]:
-    return pipeline(out / "sft", [*SFT_OVERRIDES, f"episodes_per_task={demos}", "stages=[collect,sft,eval_sft]",
-                                  *extra])
+    return pipeline(
+        out / "sft", [*SFT_OVERRIDES, f"episodes_per_task={demos}", "stages=[collect,sft,eval_sft]", *extra]
+    )
 
 
 def phase_folder(out: Path, seed: int, phase: int) -> Path:
@@ -132,18 +146,39 @@ def phase_command(out: Path, seed: int, phase: int, demos: int, extra: list[str]
     carrying the previous phase on (the control, seed 0's, copied along)."""
     iterations, settings = PHASES[phase]
     start = out / "sft" if phase == 0 else phase_folder(out, seed, phase - 1)
-    return pipeline(phase_folder(out, seed, phase), [
-        *SFT_OVERRIDES, f"episodes_per_task={demos}", *RL_OVERRIDES, f"rl.iterations={iterations}", *settings,
-        f"rl.seed={seed}", f"rl.control={'true' if seed == 0 else 'false'}", f"init_from={start.resolve()}",
-        *(["continue_rl=true"] if phase else []), *extra])
+    return pipeline(
+        phase_folder(out, seed, phase),
+        [
+            *SFT_OVERRIDES,
+            f"episodes_per_task={demos}",
+            *RL_OVERRIDES,
+            f"rl.iterations={iterations}",
+            *settings,
+            f"rl.seed={seed}",
+            f"rl.control={'true' if seed == 0 else 'false'}",
+            f"init_from={start.resolve()}",
+            *(["continue_rl=true"] if phase else []),
+            *extra,
+        ],
+    )
 
 
-def reference_command(out: Path, name: str, checkpoint: Path, suite: str, states: int,
-                      compare: Path | None = None) -> list[str]:
+def reference_command(
+    out: Path, name: str, checkpoint: Path, suite: str, states: int, compare: Path | None = None
+) -> list[str]:
     exe = Path(sys.executable).with_name("embodied-eval")
-    return [str(exe), f"out={out / name}", f"checkpoint={checkpoint}", f"suite={suite}", "simulator=robosuite",
-            f"tasks=[{','.join(map(str, TASKS))}]", f"episodes={states}", "image_size=64", "videos=none",
-            *([f"compare={compare}"] if compare is not None else [])]
+    return [
+        str(exe),
+        f"out={out / name}",
+        f"checkpoint={checkpoint}",
+        f"suite={suite}",
+        "simulator=robosuite",
+        f"tasks=[{','.join(map(str, TASKS))}]",
+        f"episodes={states}",
+        "image_size=64",
+        "videos=none",
+        *([f"compare={compare}"] if compare is not None else []),
+    ]
 
 
 def eval_results(folder: Path) -> dict[str, Any] | None:
@@ -173,18 +208,29 @@ def probe_curve(run: Path) -> list[dict[str, float]]:
     if not metrics.is_file():
         return []
     rows = [r for r in csv.DictReader(open(metrics)) if r.get("greedy_success_rate")]
-    return [{"iteration": int(r["iteration"]), "sampled": float(r["success_rate"]),
-             "greedy": float(r["greedy_success_rate"])} for r in rows]
+    return [
+        {
+            "iteration": int(r["iteration"]),
+            "sampled": float(r["success_rate"]),
+            "greedy": float(r["greedy_success_rate"]),
+        }
+        for r in rows
+    ]
 
 
 def phase_row(results: dict[str, Any], folder: Path) -> dict[str, Any]:
     """One finished phase: greedy success on the official pairs (RL, SFT, the control where it ran), on
     the held-out states, the paired differences, the probe's last reading and the update diagnostics."""
     vs_sft = results["eval_rl"]["comparison"]["paired"]
-    row: dict[str, Any] = {"iterations": results["rl"].get("iterations"), "sft": results["eval_sft"]["success_rate"],
-                           "rl": results["eval_rl"]["success_rate"], "rl_minus_sft": vs_sft["difference"],
-                           "rl_minus_sft_ci": vs_sft["ci95"], "minutes": own_minutes(results),
-                           "env_steps": results["rl"].get("env_steps")}
+    row: dict[str, Any] = {
+        "iterations": results["rl"].get("iterations"),
+        "sft": results["eval_sft"]["success_rate"],
+        "rl": results["eval_rl"]["success_rate"],
+        "rl_minus_sft": vs_sft["difference"],
+        "rl_minus_sft_ci": vs_sft["ci95"],
+        "minutes": own_minutes(results),
+        "env_steps": results["rl"].get("env_steps"),
+    }
     better, worse = states_moved(results["eval_sft"], results["eval_rl"])
     row.update(states_better=better, states_worse=worse)
     if "eval_control" in results:
@@ -193,8 +239,12 @@ def phase_row(results: dict[str, Any], folder: Path) -> dict[str, Any]:
         row["rl_minus_control_ci"] = results["rl_vs_control"]["paired"]["ci95"]
     if "eval_rl_heldout" in results:
         held = results["eval_rl_heldout"]["comparison"]["paired"]
-        row.update(heldout_sft=held["before"], heldout_rl=held["now"], heldout_rl_minus_sft=held["difference"],
-                   heldout_ci=held["ci95"])
+        row.update(
+            heldout_sft=held["before"],
+            heldout_rl=held["now"],
+            heldout_rl_minus_sft=held["difference"],
+            heldout_ci=held["ci95"],
+        )
     curve = probe_curve(folder)
     if curve:
         row.update(probe=curve)
@@ -203,7 +253,9 @@ def phase_row(results: dict[str, Any], folder: Path) -> dict[str, Any]:
     return row
 
 
-def verdicts(sft: float | None, seeds: dict[int, dict[str, Any]], reference: dict[str, Any]) -> list[tuple[str, bool, str]]:
+def verdicts(
+    sft: float | None, seeds: dict[int, dict[str, Any]], reference: dict[str, Any]
+) -> list[tuple[str, bool, str]]:
     """``(criterion, holds, evidence)`` for the issue's bars on the last finished phase of each seed."""
     out: list[tuple[str, bool, str]] = []
     first = seeds.get(0)
@@ -211,64 +263,106 @@ def verdicts(sft: float | None, seeds: dict[int, dict[str, Any]], reference: dic
         out.append((f"SFT below {START:.0%} greedy on the official pairs", sft < START, f"{sft:.1%}"))
     if first is not None:
         lo = first["rl_minus_sft_ci"][0]
-        out.append((f"RL >= {TARGET:.0%} with a paired interval above 0", first["rl"] >= TARGET and lo > 0,
-                    f"{first['rl']:.1%}, paired {first['rl_minus_sft']:+.3f} [{lo:+.3f}, "
-                    f"{first['rl_minus_sft_ci'][1]:+.3f}] at {first['iterations']} iterations"))
+        out.append(
+            (
+                f"RL >= {TARGET:.0%} with a paired interval above 0",
+                first["rl"] >= TARGET and lo > 0,
+                f"{first['rl']:.1%}, paired {first['rl_minus_sft']:+.3f} [{lo:+.3f}, "
+                f"{first['rl_minus_sft_ci'][1]:+.3f}] at {first['iterations']} iterations",
+            )
+        )
         if "control" in first:
             ctl = first["control"]
-            out.append(("the frozen control stays at SFT's level", abs(ctl - first["sft"]) < 0.05,
-                        f"control {ctl:.1%} against SFT {first['sft']:.1%}"))
+            out.append(
+                (
+                    "the frozen control stays at SFT's level",
+                    abs(ctl - first["sft"]) < 0.05,
+                    f"control {ctl:.1%} against SFT {first['sft']:.1%}",
+                )
+            )
     if len(seeds) > 1:
         rates = {s: r["rl"] for s, r in seeds.items()}
-        out.append((f"every RL seed above {SEEDS_ABOVE:.0%}", all(v > SEEDS_ABOVE for v in rates.values()),
-                    ", ".join(f"seed {s}: {v:.1%}" for s, v in sorted(rates.items()))))
+        out.append(
+            (
+                f"every RL seed above {SEEDS_ABOVE:.0%}",
+                all(v > SEEDS_ABOVE for v in rates.values()),
+                ", ".join(f"seed {s}: {v:.1%}" for s, v in sorted(rates.items())),
+            )
+        )
     ours, theirs = reference.get("ours_rl"), reference.get("rl")
     if ours is not None and theirs is not None:
         above = reference.get("sft") is not None and theirs > reference["sft"]
-        out.append((f"the reference env within {REFERENCE_GAP:.0%} of ours on the same states, and above SFT's",
-                    abs(theirs - ours) <= REFERENCE_GAP and above,
-                    f"reference {theirs:.1%} (SFT {reference.get('sft', float('nan')):.1%}), ours {ours:.1%}"))
+        out.append(
+            (
+                f"the reference env within {REFERENCE_GAP:.0%} of ours on the same states, and above SFT's",
+                abs(theirs - ours) <= REFERENCE_GAP and above,
+                f"reference {theirs:.1%} (SFT {reference.get('sft', float('nan')):.1%}), ours {ours:.1%}",
+            )
+        )
     return out
 
 
 def markdown(report: dict[str, Any], command: str) -> str:
     pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
     ci = lambda c: f"[{c[0]:+.3f}, {c[1]:+.3f}]"  # noqa: E731
-    lines = ["# One vision VLA for a real-LIBERO suite, lifted by RL", "",
-             f"`{SUITE}`, all {len(TASKS)} tasks, one flow VLA that sees (two 64 px views, the 8-D LIBERO state, the "
-             "instruction; no privileged state in the policy), few-shot SFT from DART demonstrations, then Flow-SDE "
-             "PPO on the official pairs it is scored on (pi_RL's protocol). Every success here is the greedy path "
-             "(the ODE from the initial noise), one episode per state; differences are paired over the states.", "",
-             f"Command: `{command}`", ""]
+    lines = [
+        "# One vision VLA for a real-LIBERO suite, lifted by RL",
+        "",
+        f"`{SUITE}`, all {len(TASKS)} tasks, one flow VLA that sees (two 64 px views, the 8-D LIBERO state, the "
+        "instruction; no privileged state in the policy), few-shot SFT from DART demonstrations, then Flow-SDE "
+        "PPO on the official pairs it is scored on (pi_RL's protocol). Every success here is the greedy path "
+        "(the ODE from the initial noise), one episode per state; differences are paired over the states.",
+        "",
+        f"Command: `{command}`",
+        "",
+    ]
     machine, measured = report.get("machine"), report.get("measured")
     if machine:
-        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')})"
-                  + (f"; {measured}." if measured else "."), ""]
-    lines += [f"SFT start: **{pct(report.get('sft'))}** on the official pairs, {pct(report.get('sft_heldout'))} on "
-              "the held-out states.", "",
-              "| seed | iterations | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] | held-out RL "
-              "| states better / worse | minutes |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')})"
+            + (f"; {measured}." if measured else "."),
+            "",
+        ]
+    lines += [
+        f"SFT start: **{pct(report.get('sft'))}** on the official pairs, {pct(report.get('sft_heldout'))} on "
+        "the held-out states.",
+        "",
+        "| seed | iterations | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] | held-out RL "
+        "| states better / worse | minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for seed, phases in sorted(report.get("phases", {}).items()):
         for r in phases:
             lines.append(
                 f"| {seed} | {r['iterations']} | {r.get('env_steps') or '-'} | {pct(r['rl'])} | {r['rl_minus_sft']:+.3f} "
                 f"{ci(r['rl_minus_sft_ci'])} | {pct(r.get('control'))} | "
                 + (f"{r['rl_minus_control']:+.3f} {ci(r['rl_minus_control_ci'])}" if "rl_minus_control" in r else "-")
-                + f" | {pct(r.get('heldout_rl'))} | {r['states_better']} / {r['states_worse']} | {r['minutes']} |")
+                + f" | {pct(r.get('heldout_rl'))} | {r['states_better']} / {r['states_worse']} | {r['minutes']} |"
+            )
     first = report.get("phases", {}).get(0) or []
     curve = first[-1].get("probe", []) if first else []  # a phase carries the earlier ones' metrics on
     if curve:
-        lines += ["", "The greedy probe against the sampled training success (seed 0, 5 official states per task):", "",
-                  "| iteration | sampled (training) | greedy (probe) |", "|---|---|---|"]
+        lines += [
+            "",
+            "The greedy probe against the sampled training success (seed 0, 5 official states per task):",
+            "",
+            "| iteration | sampled (training) | greedy (probe) |",
+            "|---|---|---|",
+        ]
         lines += [f"| {p['iteration']} | {pct(p['sampled'])} | {pct(p['greedy'])} |" for p in curve]
     ref = report.get("reference") or {}
     if ref:
-        lines += ["", f"In the reference env (robosuite 1.4, {ref.get('states')} states per task): SFT {pct(ref.get('sft'))}, "
-                  f"RL {pct(ref.get('rl'))}; ours on the same states {pct(ref.get('ours_rl'))}."]
+        lines += [
+            "",
+            f"In the reference env (robosuite 1.4, {ref.get('states')} states per task): SFT {pct(ref.get('sft'))}, "
+            f"RL {pct(ref.get('rl'))}; ours on the same states {pct(ref.get('ours_rl'))}.",
+        ]
     for variant, r in (report.get("pro") or {}).items():
-        lines.append(f"LIBERO-PRO `{variant}`: SFT {pct(r.get('sft'))} -> RL {pct(r.get('rl'))}"
-                     + (f", paired {r['paired']['difference']:+.3f} {ci(r['paired']['ci95'])}" if r.get("paired") else "")
-                     + ".")
+        lines.append(
+            f"LIBERO-PRO `{variant}`: SFT {pct(r.get('sft'))} -> RL {pct(r.get('rl'))}"
+            + (f", paired {r['paired']['difference']:+.3f} {ci(r['paired']['ci95'])}" if r.get("paired") else "")
+            + "."
+        )
     lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
     lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in report.get("verdicts", [])]
     return "\n".join(lines) + "\n"
@@ -283,8 +377,9 @@ def ours_on(results: dict[str, Any] | None, states: int) -> float | None:
     return sum(outcomes) / len(outcomes) if outcomes else None
 
 
-def pipeline_cell(cell: Path, needed: tuple[str, ...], cmd: list[str], label: str, records: Path,
-                  run: bool) -> dict[str, Any] | None:
+def pipeline_cell(
+    cell: Path, needed: tuple[str, ...], cmd: list[str], label: str, records: Path, run: bool
+) -> dict[str, Any] | None:
     """A pipeline cell's results once its stages ``needed`` are done: restored from ``records``, else (with
     ``run``) run or resumed now and then archived there; None while unfinished."""
     restore(cell, records)
@@ -318,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--demos", type=int, default=20, help="DART demonstrations per task")
-    ap.add_argument("--rl-seeds", type=int, nargs="+", default=[0, 1], help="RL seeds over the SFT start (0 has the control)")
+    ap.add_argument(
+        "--rl-seeds", type=int, nargs="+", default=[0, 1], help="RL seeds over the SFT start (0 has the control)"
+    )
     ap.add_argument("--reference-states", type=int, default=10, help="states per task in the reference env")
     ap.add_argument("--pro-states", type=int, default=5, help="states per task of each LIBERO-PRO variant")
     ap.add_argument("--until", choices=("sft", "rl", "reference", "pro"), default="pro", help="the last part to run")
@@ -335,18 +432,25 @@ def main(argv: list[str] | None = None) -> int:
     sft = pipeline_cell(out / "sft", SFT_DONE, sft_command(out, args.demos, extra), "SFT start", records, runs("sft"))
     cells = []
     if sft is not None:
-        report.update(sft=sft["eval_sft"]["success_rate"], machine=sft.get("machine"),
-                      sft_heldout=(sft.get("eval_sft_heldout") or {}).get("success_rate"))
+        report.update(
+            sft=sft["eval_sft"]["success_rate"],
+            machine=sft.get("machine"),
+            sft_heldout=(sft.get("eval_sft_heldout") or {}).get("success_rate"),
+        )
         cells.append(out / "sft")
     last: dict[int, tuple[dict[str, Any], Path]] = {}
     for seed in args.rl_seeds if sft is not None else []:
         rows = []
         for phase in range(len(PHASES)):
             folder = phase_folder(out, seed, phase)
-            results = pipeline_cell(folder, RL_DONE + (CONTROL_DONE if seed == 0 else ()),
-                                    phase_command(out, seed, phase, args.demos, extra),
-                                    f"RL seed {seed}, phase {phase + 1}/{len(PHASES)} (to {PHASES[phase][0]} iterations)",
-                                    records, runs("rl"))
+            results = pipeline_cell(
+                folder,
+                RL_DONE + (CONTROL_DONE if seed == 0 else ()),
+                phase_command(out, seed, phase, args.demos, extra),
+                f"RL seed {seed}, phase {phase + 1}/{len(PHASES)} (to {PHASES[phase][0]} iterations)",
+                records,
+                runs("rl"),
+            )
             if results is None:
                 break
             rows.append(phase_row(results, folder))
@@ -359,23 +463,38 @@ def main(argv: list[str] | None = None) -> int:
         rl_ckpt = (last[0][1] / "rl" / "checkpoint" / "policy").resolve()
         sft_ckpt = (out / "sft" / "sft" / "ckpt").resolve()
         for name, ckpt, base in (("reference_sft", sft_ckpt, None), ("reference_rl", rl_ckpt, out / "reference_sft")):
-            eval_cell(out / name, reference_command(out, name, ckpt, SUITE, args.reference_states, base),
-                      f"{name} in the reference env", records, runs("reference"))
-        reference = {"states": args.reference_states, "sft": suite_rate(eval_results(out / "reference_sft"), SUITE),
-                     "rl": suite_rate(eval_results(out / "reference_rl"), SUITE),
-                     "paired": paired(eval_results(out / "reference_rl"), SUITE),
-                     "ours_rl": ours_on(last[0][0]["eval_rl"], args.reference_states)}
+            eval_cell(
+                out / name,
+                reference_command(out, name, ckpt, SUITE, args.reference_states, base),
+                f"{name} in the reference env",
+                records,
+                runs("reference"),
+            )
+        reference = {
+            "states": args.reference_states,
+            "sft": suite_rate(eval_results(out / "reference_sft"), SUITE),
+            "rl": suite_rate(eval_results(out / "reference_rl"), SUITE),
+            "paired": paired(eval_results(out / "reference_rl"), SUITE),
+            "ours_rl": ours_on(last[0][0]["eval_rl"], args.reference_states),
+        }
         pro: dict[str, Any] = {}
         for variant in PRO_VARIANTS:
             suite = f"{SUITE}_{variant}"
             for tag, ckpt in (("sft", sft_ckpt), ("rl", rl_ckpt)):
                 name = f"pro_{variant}_{tag}"
                 base = out / f"pro_{variant}_sft" if tag == "rl" else None
-                eval_cell(out / name, reference_command(out, name, ckpt, suite, args.pro_states, base),
-                          f"LIBERO-PRO {variant}, {tag} policy", records, runs("pro"))
-            pro[variant] = {"sft": suite_rate(eval_results(out / f"pro_{variant}_sft"), suite),
-                            "rl": suite_rate(eval_results(out / f"pro_{variant}_rl"), suite),
-                            "paired": paired(eval_results(out / f"pro_{variant}_rl"), suite)}
+                eval_cell(
+                    out / name,
+                    reference_command(out, name, ckpt, suite, args.pro_states, base),
+                    f"LIBERO-PRO {variant}, {tag} policy",
+                    records,
+                    runs("pro"),
+                )
+            pro[variant] = {
+                "sft": suite_rate(eval_results(out / f"pro_{variant}_sft"), suite),
+                "rl": suite_rate(eval_results(out / f"pro_{variant}_rl"), suite),
+                "paired": paired(eval_results(out / f"pro_{variant}_rl"), suite),
+            }
         report["pro"] = pro
     report["reference"] = reference
     report["measured"] = measured_on(cells)

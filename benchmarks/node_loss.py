@@ -36,10 +36,26 @@ from pathlib import Path
 from typing import Any
 
 BIN = Path(sys.executable).parent
-TINY = {"d_model": 32, "image_size": 32, "vision_channels": [8, 16], "chunk_size": 3, "prefix_layers": 1,
-        "expert_layers": 1}
-RUN = ["suite=goal", "tasks=[2,3]", "num_envs=4", "image_size=32", "chunks_per_iter=8", "algo.minibatch_size=16",
-       "save_every=1", "runtime=cluster", "runtime.num_env_runners=2", "runtime.learner_threads=1"]
+TINY = {
+    "d_model": 32,
+    "image_size": 32,
+    "vision_channels": [8, 16],
+    "chunk_size": 3,
+    "prefix_layers": 1,
+    "expert_layers": 1,
+}
+RUN = [
+    "suite=goal",
+    "tasks=[2,3]",
+    "num_envs=4",
+    "image_size=32",
+    "chunks_per_iter=8",
+    "algo.minibatch_size=16",
+    "save_every=1",
+    "runtime=cluster",
+    "runtime.num_env_runners=2",
+    "runtime.learner_threads=1",
+]
 
 
 def read_rows(out: Path) -> list[dict[str, str]]:
@@ -65,9 +81,13 @@ def continuity(rows: list[dict[str, str]]) -> dict[str, Any]:
     its = [int(r["iteration"]) for r in rows]
     steps = [int(r["env_steps"]) for r in rows]
     added = [b - a for a, b in zip([0] + steps, steps)]
-    return {"iterations": its[-1] if its else 0, "iterations_once_each": its == list(range(1, len(its) + 1)),
-            "env_steps_added_min": min(added, default=0), "env_steps_added_max": max(added, default=0),
-            "env_steps_added": added}
+    return {
+        "iterations": its[-1] if its else 0,
+        "iterations_once_each": its == list(range(1, len(its) + 1)),
+        "env_steps_added_min": min(added, default=0),
+        "env_steps_added_max": max(added, default=0),
+        "env_steps_added": added,
+    }
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
@@ -80,21 +100,37 @@ def run(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     init = policies.save(policies.make("flow", **TINY), out / "sft")
     base = [str(BIN / "embodied-train"), f"init={init}", f"out={rl}", *RUN, *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    system = {k: v for k, v in (("health_check_period_ms", args.health_check_period_ms),
-                                ("health_check_failure_threshold", args.health_check_failure_threshold)) if v}
+    system = {
+        k: v
+        for k, v in (
+            ("health_check_period_ms", args.health_check_period_ms),
+            ("health_check_failure_threshold", args.health_check_failure_threshold),
+        )
+        if v
+    }
     with local_cluster(out / "ray", head_cpus=2, worker_cpus=1, system_config=system) as cluster:
         head, worker = cluster.head_id, cluster.worker_id
         first = base + [f"runtime.address={cluster.address}", "iterations=100000"]
         with open(log, "w") as fh:
             proc = subprocess.Popen(first, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            wait_until(f"{args.node_loss_at} iterations", lambda: len(read_rows(rl)) >= args.node_loss_at, proc, log,
-                       args.timeout)
+            wait_until(
+                f"{args.node_loss_at} iterations",
+                lambda: len(read_rows(rl)) >= args.node_loss_at,
+                proc,
+                log,
+                args.timeout,
+            )
             before = len(read_rows(rl))
             node_killed_at = time.time()
             pids = cluster.kill_worker_node()
-            wait_until(f"{args.driver_kill_at} iterations", lambda: len(read_rows(rl)) >= args.driver_kill_at, proc,
-                       log, args.timeout)
+            wait_until(
+                f"{args.driver_kill_at} iterations",
+                lambda: len(read_rows(rl)) >= args.driver_kill_at,
+                proc,
+                log,
+                args.timeout,
+            )
             seen = len(read_rows(rl))
             driver_killed_at = time.time()
         finally:
@@ -105,8 +141,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
         with open(log, "a") as fh:
             proc = subprocess.Popen(resume, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         resumed_at = time.time()
-        first_new = wait_until("an iteration after resuming", lambda: len(read_rows(rl)) > checkpoint, proc, log,
-                               args.timeout)
+        first_new = wait_until(
+            "an iteration after resuming", lambda: len(read_rows(rl)) > checkpoint, proc, log, args.timeout
+        )
         if proc.wait(timeout=args.timeout) != 0:
             raise SystemExit(f"node_loss: the resumed run failed; see {log}")
     rows = read_rows(rl)
@@ -117,13 +154,17 @@ def run(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     return {
         "command": " ".join(shlex.quote(a) for a in sys.argv),
         "train_command": " ".join(shlex.quote(a) for a in first[1:]),
-        "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "nodes": {"head": head, "worker": worker}, "worker_pids_killed": len(pids), "ray_system_config": system,
+        "machine": _machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "nodes": {"head": head, "worker": worker},
+        "worker_pids_killed": len(pids),
+        "ray_system_config": system,
         "node_loss": {
             "iterations_before": before,
             "loss_seen_s": round(rec["lost_at"] - node_killed_at, 2),
             "recovery_s": round(rec["back_at"] - node_killed_at, 2),
-            "runner": rec["worker_index"], "back_on_head": rec["node_id"] == head,
+            "runner": rec["worker_index"],
+            "back_on_head": rec["node_id"] == head,
             "lost_from_worker": rec["lost_node_id"] == worker,
             "iteration": int(hit[0]["iteration"]) if hit else None,
             "iteration_s": float(hit[0]["iteration_s"]) if hit else None,
@@ -131,10 +172,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
             "median_iteration_s": round(statistics.median(normal), 3) if normal else None,
             "iterations_after_before_driver_kill": seen - before,
         },
-        "driver_kill": {"iterations_seen": seen, "checkpoint": checkpoint, "redone": seen - checkpoint,
-                        "resume_to_first_iteration_s": round(first_new - resumed_at, 2),
-                        "killed_to_first_iteration_s": round(first_new - driver_killed_at, 2)},
-        "recoveries": recoveries, "continuity": continuity(rows),
+        "driver_kill": {
+            "iterations_seen": seen,
+            "checkpoint": checkpoint,
+            "redone": seen - checkpoint,
+            "resume_to_first_iteration_s": round(first_new - resumed_at, 2),
+            "killed_to_first_iteration_s": round(first_new - driver_killed_at, 2),
+        },
+        "recoveries": recoveries,
+        "continuity": continuity(rows),
         "approx_kl_first_max": max(float(r["approx_kl_first"]) for r in rows),
     }
 
@@ -147,36 +193,45 @@ def _machine() -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     loss, drv, cont = result["node_loss"], result["driver_kill"], result["continuity"]
-    return "\n".join([
-        f"| node lost after iteration | {loss['iterations_before']} |",
-        "|---|---|",
-        f"| driver saw the loss (s after the kill) | {loss['loss_seen_s']} |",
-        f"| recovery: runner {loss['runner']} sampling again on the head (s after the kill) | {loss['recovery_s']} |",
-        (f"| iteration that absorbed it | {loss['iteration']}: {loss['iteration_s']:.1f} s (median "
-         f"{loss['median_iteration_s']} s), {loss['iteration_env_steps']} env steps |"),
-        f"| iterations after the loss, before the driver kill | {loss['iterations_after_before_driver_kill']} |",
-        f"| driver killed after / checkpoint / redone | {drv['iterations_seen']} / {drv['checkpoint']} / {drv['redone']} |",
-        f"| resume: start to first new iteration (s) | {drv['resume_to_first_iteration_s']} |",
-        f"| metrics.csv: iterations 1..N once each | {cont['iterations_once_each']} (N = {cont['iterations']}) |",
-        f"| env steps added per iteration (min-max) | {cont['env_steps_added_min']}-{cont['env_steps_added_max']} |",
-        f"| largest first-minibatch approx KL (0: every batch sampled by the learner's weights) | {result['approx_kl_first_max']:.2g} |",
-    ])
+    return "\n".join(
+        [
+            f"| node lost after iteration | {loss['iterations_before']} |",
+            "|---|---|",
+            f"| driver saw the loss (s after the kill) | {loss['loss_seen_s']} |",
+            f"| recovery: runner {loss['runner']} sampling again on the head (s after the kill) | {loss['recovery_s']} |",
+            (
+                f"| iteration that absorbed it | {loss['iteration']}: {loss['iteration_s']:.1f} s (median "
+                f"{loss['median_iteration_s']} s), {loss['iteration_env_steps']} env steps |"
+            ),
+            f"| iterations after the loss, before the driver kill | {loss['iterations_after_before_driver_kill']} |",
+            f"| driver killed after / checkpoint / redone | {drv['iterations_seen']} / {drv['checkpoint']} / {drv['redone']} |",
+            f"| resume: start to first new iteration (s) | {drv['resume_to_first_iteration_s']} |",
+            f"| metrics.csv: iterations 1..N once each | {cont['iterations_once_each']} (N = {cont['iterations']}) |",
+            f"| env steps added per iteration (min-max) | {cont['env_steps_added_min']}-{cont['env_steps_added_max']} |",
+            f"| largest first-minibatch approx KL (0: every batch sampled by the learner's weights) | {result['approx_kl_first_max']:.2g} |",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--iterations", type=int, default=24, help="iterations in all, the resumed run's end")
     ap.add_argument("--node-loss-at", type=int, default=6, help="kill the worker node after this many iterations")
     ap.add_argument("--driver-kill-at", type=int, default=14, help="kill the driver after this many iterations")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for each stage")
-    ap.add_argument("--health-check-period-ms", type=int, default=None,
-                    help="Ray's node health check period (default Ray's: 3000)")
-    ap.add_argument("--health-check-failure-threshold", type=int, default=None,
-                    help="missed health checks before Ray declares a node dead (default Ray's: 5)")
+    ap.add_argument(
+        "--health-check-period-ms", type=int, default=None, help="Ray's node health check period (default Ray's: 3000)"
+    )
+    ap.add_argument(
+        "--health-check-failure-threshold",
+        type=int,
+        default=None,
+        help="missed health checks before Ray declares a node dead (default Ray's: 5)",
+    )
     args = ap.parse_args(argv)
     if not 0 < args.node_loss_at < args.driver_kill_at < args.iterations:
         ap.error("need 0 < --node-loss-at < --driver-kill-at < --iterations")

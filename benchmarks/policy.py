@@ -65,9 +65,9 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.config import BenchConfig, BenchError
+from embodied.runs import machine_info, write_json
 from policies.files import atomic_path
 from policies.io import policy_inputs
-from embodied.runs import machine_info, write_json
 
 FAMILIES = ("flow", "autoregressive", "diffusion")
 #: LeRobot's families (in .venv-lerobot), benchmarked at the ``tiny`` size of
@@ -89,20 +89,39 @@ SAMPLERS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "diffusion": [
         ("ddim", {}, "explore"),
     ],
-    **{fam: [("ode", {"sampler": "ode"}, "explore"), ("sde", {"sampler": "sde"}, "explore"),
-             ("sde_full", {"sampler": "sde_full"}, "explore"), ("noise", {"sampler": "noise"}, "explore")]
-       for fam in LEROBOT_FAMILIES},
+    **{
+        fam: [
+            ("ode", {"sampler": "ode"}, "explore"),
+            ("sde", {"sampler": "sde"}, "explore"),
+            ("sde_full", {"sampler": "sde_full"}, "explore"),
+            ("noise", {"sampler": "noise"}, "explore"),
+        ]
+        for fam in LEROBOT_FAMILIES
+    },
 }
 
 CSV_FIELDS = (
-    "family", "sampler", "mode", "batch", "repeats", "latency_ms_median", "latency_ms_min", "latency_ms_max",
-    "ms_per_item", "chunks_per_s", "ratio_vs_flow_ode", "params", "peak_mem_mb", "chunk_size", "action_dim",
+    "family",
+    "sampler",
+    "mode",
+    "batch",
+    "repeats",
+    "latency_ms_median",
+    "latency_ms_min",
+    "latency_ms_max",
+    "ms_per_item",
+    "chunks_per_s",
+    "ratio_vs_flow_ode",
+    "params",
+    "peak_mem_mb",
+    "chunk_size",
+    "action_dim",
     "error",
 )
 
 MEMORY_METHOD = {
     "cpu": "peak bytes held by torch's CPU allocator during one sample() call above those held at its start "
-           "(torch.profiler allocation events, profile_memory=True); weights and inputs excluded",
+    "(torch.profiler allocation events, profile_memory=True); weights and inputs excluded",
     "cuda": "torch.cuda.max_memory_allocated during one sample() call minus torch.cuda.memory_allocated before it",
 }
 
@@ -139,8 +158,9 @@ def validate(cfg: PolicyBenchConfig) -> list[str]:
     known = FAMILIES + LEROBOT_FAMILIES
     unknown = [f for f in families if f not in known]
     if unknown:
-        raise BenchError(f"unknown policy famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
-                         f"choose from {list(known)}")
+        raise BenchError(
+            f"unknown policy famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; choose from {list(known)}"
+        )
     if not cfg.batch_sizes or any(int(n) < 1 for n in cfg.batch_sizes):
         raise BenchError(f"batch_sizes must be a non-empty list of positive integers, got {list(cfg.batch_sizes)}")
     if cfg.repeats < 1:
@@ -164,11 +184,16 @@ def make_obs(config: Any, batch: int, size: int, seed: int) -> dict[str, Any]:
     """
     g = torch.Generator().manual_seed(seed)
     views = len(config.cameras)
-    texts = ["pick up the cube next to the plate and place it on the plate", "open the drawer",
-             "put the cube in the basket and close the drawer"]
-    return policy_inputs(torch.randint(0, 256, (batch, views, size, size, 3), dtype=torch.uint8, generator=g),
-                         torch.randn(batch, config.state_dim, generator=g),
-                         [texts[i % len(texts)] for i in range(batch)])
+    texts = [
+        "pick up the cube next to the plate and place it on the plate",
+        "open the drawer",
+        "put the cube in the basket and close the drawer",
+    ]
+    return policy_inputs(
+        torch.randint(0, 256, (batch, views, size, size, 3), dtype=torch.uint8, generator=g),
+        torch.randn(batch, config.state_dim, generator=g),
+        [texts[i % len(texts)] for i in range(batch)],
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -246,8 +271,9 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def build_cases(cfg: PolicyBenchConfig, families: list[str], device: torch.device, out: Path
-                ) -> tuple[list[_Case], dict[str, dict[str, Any]], list[str]]:
+def build_cases(
+    cfg: PolicyBenchConfig, families: list[str], device: torch.device, out: Path
+) -> tuple[list[_Case], dict[str, dict[str, Any]], list[str]]:
     """Build one policy per (family, sampler). Returns the cases, per-family info and notes. LeRobot's
     families are built tiny (their tokenizer or VLM folder is written under ``out/lerobot_tiny``)."""
     import policies
@@ -261,8 +287,7 @@ def build_cases(cfg: PolicyBenchConfig, families: list[str], device: torch.devic
     info: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     for fam in families:
-        entry: dict[str, Any] = {"available": False, "error": None, "params": None, "config": None,
-                                 "samplers": {}}
+        entry: dict[str, Any] = {"available": False, "error": None, "params": None, "config": None, "samplers": {}}
         info[fam] = entry
         try:
             policies.policy_class(fam)
@@ -290,16 +315,22 @@ def build_cases(cfg: PolicyBenchConfig, families: list[str], device: torch.devic
             if entry["params"] is None:
                 entry["params"] = int(sum(p.numel() for p in policy.parameters()))
                 entry["config"] = policy.config.to_dict()
-            entry["samplers"][name] = {"mode": mode, "make_kwargs": extra, "error": None, "batches": {},
-                                       "params": int(sum(p.numel() for p in policy.parameters()))}
+            entry["samplers"][name] = {
+                "mode": mode,
+                "make_kwargs": extra,
+                "error": None,
+                "batches": {},
+                "params": int(sum(p.numel() for p in policy.parameters())),
+            }
             cases.append(_Case(fam, name, mode, policy))
         if not entry["available"] and entry["error"] is None:
             entry["error"] = "no sampler could be built"
     return cases, info, notes
 
 
-def time_cases(cfg: PolicyBenchConfig, cases: list[_Case], device: torch.device, notes: list[str],
-               progress: bool = True) -> None:
+def time_cases(
+    cfg: PolicyBenchConfig, cases: list[_Case], device: torch.device, notes: list[str], progress: bool = True
+) -> None:
     """Warm up, then time every case (interleaved per repeat), then measure memory."""
     for n in cfg.batch_sizes:
         n = int(n)
@@ -323,8 +354,9 @@ def time_cases(cfg: PolicyBenchConfig, cases: list[_Case], device: torch.device,
                 continue
             case.samples[n] = []
             live.append(case)
-        with tqdm(total=cfg.repeats * len(live), desc=f"policy bench, batch {n}", unit="call",
-                  disable=not progress) as bar:
+        with tqdm(
+            total=cfg.repeats * len(live), desc=f"policy bench, batch {n}", unit="call", disable=not progress
+        ) as bar:
             for r in range(cfg.repeats):
                 for case in live:
                     _sync(device)
@@ -343,13 +375,17 @@ def time_cases(cfg: PolicyBenchConfig, cases: list[_Case], device: torch.device,
                 notes.append(f"memory of {case.family}/{case.sampler} at batch {n} not measured: {_short(err)}")
 
 
-def _report(cfg: PolicyBenchConfig, cases: list[_Case], info: dict[str, dict[str, Any]], notes: list[str],
-            device: torch.device) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _report(
+    cfg: PolicyBenchConfig, cases: list[_Case], info: dict[str, dict[str, Any]], notes: list[str], device: torch.device
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     by_key = {(c.family, c.sampler): c for c in cases}
     ode = by_key.get(("flow", "ode"))
     rows: list[dict[str, Any]] = []
-    ratios: dict[str, dict[str, float | None]] = {"flow_sde_vs_ode": {}, "flow_sde_full_vs_ode": {},
-                                                  "flow_noise_vs_ode": {}}
+    ratios: dict[str, dict[str, float | None]] = {
+        "flow_sde_vs_ode": {},
+        "flow_sde_full_vs_ode": {},
+        "flow_noise_vs_ode": {},
+    }
     for case in cases:
         entry = info[case.family]["samplers"][case.sampler]
         cfg_p = case.policy.config
@@ -359,30 +395,43 @@ def _report(cfg: PolicyBenchConfig, cases: list[_Case], info: dict[str, dict[str
             if s:
                 med = statistics.median(s) * 1e3
                 res = {
-                    "latency_ms_median": med, "latency_ms_min": min(s) * 1e3, "latency_ms_max": max(s) * 1e3,
-                    "latency_ms_samples": [x * 1e3 for x in s], "ms_per_item": med / n,
-                    "chunks_per_s": n / (med / 1e3), "peak_mem_mb": case.memory_mb.get(n),
-                    "ratio_vs_flow_ode": ratio, "error": None,
+                    "latency_ms_median": med,
+                    "latency_ms_min": min(s) * 1e3,
+                    "latency_ms_max": max(s) * 1e3,
+                    "latency_ms_samples": [x * 1e3 for x in s],
+                    "ms_per_item": med / n,
+                    "chunks_per_s": n / (med / 1e3),
+                    "peak_mem_mb": case.memory_mb.get(n),
+                    "ratio_vs_flow_ode": ratio,
+                    "error": None,
                 }
             else:
                 res = {"latency_ms_median": None, "error": case.errors.get(n, "not run")}
             entry["batches"][str(n)] = res
-            rows.append({
-                "family": case.family, "sampler": case.sampler, "mode": case.mode, "batch": n,
-                "repeats": len(s) if s else 0, "params": entry["params"], "chunk_size": cfg_p.chunk_size,
-                "action_dim": cfg_p.action_dim, **{k: v for k, v in res.items() if k != "latency_ms_samples"},
-            })
-    for key, name in (("flow_sde_vs_ode", "sde"), ("flow_sde_full_vs_ode", "sde_full"),
-                      ("flow_noise_vs_ode", "noise")):
+            rows.append(
+                {
+                    "family": case.family,
+                    "sampler": case.sampler,
+                    "mode": case.mode,
+                    "batch": n,
+                    "repeats": len(s) if s else 0,
+                    "params": entry["params"],
+                    "chunk_size": cfg_p.chunk_size,
+                    "action_dim": cfg_p.action_dim,
+                    **{k: v for k, v in res.items() if k != "latency_ms_samples"},
+                }
+            )
+    for key, name in (("flow_sde_vs_ode", "sde"), ("flow_sde_full_vs_ode", "sde_full"), ("flow_noise_vs_ode", "noise")):
         num = by_key.get(("flow", name))
         for n in map(int, cfg.batch_sizes):
-            ratios[key][str(n)] = (_paired_ratio(num.samples.get(n), ode.samples.get(n))
-                                   if num is not None and ode is not None else None)
+            ratios[key][str(n)] = (
+                _paired_ratio(num.samples.get(n), ode.samples.get(n)) if num is not None and ode is not None else None
+            )
     per_batch = {n: (None if r is None else r <= cfg.target_sde_vs_ode) for n, r in ratios["flow_sde_vs_ode"].items()}
     measured = [v for v in per_batch.values() if v is not None]
     target = {
         "description": f"flow sde (accelerated Flow-SDE) / flow ode chunk latency <= {cfg.target_sde_vs_ode}, "
-                       "per batch size (median of paired per-repeat ratios)",
+        "per batch size (median of paired per-repeat ratios)",
         "max_ratio": cfg.target_sde_vs_ode,
         "ratios": ratios["flow_sde_vs_ode"],
         "by_batch": per_batch,
@@ -392,7 +441,7 @@ def _report(cfg: PolicyBenchConfig, cases: list[_Case], info: dict[str, dict[str
     payload = {
         "bench": "policy",
         "units": "latency in ms per sample() call (one chunk for the whole batch), medians over repeats; "
-                 "ratios are medians of per-repeat paired ratios; memory in MiB",
+        "ratios are medians of per-repeat paired ratios; memory in MiB",
         "config": asdict(cfg),
         "device": str(device),
         "memory_method": MEMORY_METHOD["cuda" if device.type == "cuda" else "cpu"] if cfg.memory else None,
@@ -425,17 +474,22 @@ def format_table(payload: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     cfg = payload["config"]
     rt = payload["runtime"]
     lines = [
-        (f"policy bench on {payload['device']}: ms per chunk (median of {cfg['repeats']} repeats), "
-         f"torch threads {rt['torch_num_threads']}, OMP_NUM_THREADS={rt['omp_num_threads']}"),
+        (
+            f"policy bench on {payload['device']}: ms per chunk (median of {cfg['repeats']} repeats), "
+            f"torch threads {rt['torch_num_threads']}, OMP_NUM_THREADS={rt['omp_num_threads']}"
+        ),
         "",
     ]
-    head = (f"{'family':14s} {'sampler':9s} {'mode':7s} {'N':>4s} | {'ms/chunk':>9s} {'min':>8s} {'ms/item':>8s} "
-            f"{'vs ode':>6s} | {'params':>9s} {'peak MiB':>8s}")
+    head = (
+        f"{'family':14s} {'sampler':9s} {'mode':7s} {'N':>4s} | {'ms/chunk':>9s} {'min':>8s} {'ms/item':>8s} "
+        f"{'vs ode':>6s} | {'params':>9s} {'peak MiB':>8s}"
+    )
     lines += [head, "-" * len(head)]
     for r in rows:
         if r.get("latency_ms_median") is None:
-            lines.append(f"{r['family']:14s} {r['sampler']:9s} {r['mode']:7s} {r['batch']:>4d} | failed: "
-                         f"{r.get('error')}")
+            lines.append(
+                f"{r['family']:14s} {r['sampler']:9s} {r['mode']:7s} {r['batch']:>4d} | failed: {r.get('error')}"
+            )
             continue
         lines.append(
             f"{r['family']:14s} {r['sampler']:9s} {r['mode']:7s} {r['batch']:>4d} | "
@@ -451,8 +505,10 @@ def format_table(payload: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     load = rt.get("loadavg_end")
     cores = payload["machine"].get("cpu_count")
     if load and cores and load[0] > cores * 0.75:
-        lines.append(f"warning: load average {load[0]:.2f} on {cores} cores at the end: other processes competed "
-                     "for the CPUs; latencies (and multi-thread figures above all) are inflated")
+        lines.append(
+            f"warning: load average {load[0]:.2f} on {cores} cores at the end: other processes competed "
+            "for the CPUs; latencies (and multi-thread figures above all) are inflated"
+        )
     for note in payload["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -49,31 +49,72 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 #: a start below this gets a paired RL - SFT interval above 0 (criterion 1)
 LOW_START = 0.85
-FIELDS = ["demos", "seed", "sft", "rl", "control", "rl_minus_sft", "rl_minus_sft_lo", "rl_minus_sft_hi",
-          "rl_minus_control", "rl_minus_control_lo", "rl_minus_control_hi", "control_minus_sft",
-          "sft_protocol", "rl_protocol", "approx_kl_first", "approx_kl", "approx_kl_max", "clip_fraction", "explained_variance", "main_minutes",
-          "minutes"]
+FIELDS = [
+    "demos",
+    "seed",
+    "sft",
+    "rl",
+    "control",
+    "rl_minus_sft",
+    "rl_minus_sft_lo",
+    "rl_minus_sft_hi",
+    "rl_minus_control",
+    "rl_minus_control_lo",
+    "rl_minus_control_hi",
+    "control_minus_sft",
+    "sft_protocol",
+    "rl_protocol",
+    "approx_kl_first",
+    "approx_kl",
+    "approx_kl_max",
+    "clip_fraction",
+    "explained_variance",
+    "main_minutes",
+    "minutes",
+]
 #: the anchor's protocol on ``spatial`` (``--anchor``): a state-only flow policy (vision at 64 px does not
 #: learn these pick-and-place tasks on this scale) from 100 smoothed DART demonstrations per task, RL on
 #: the protocol's 50 states per task with a 120-step training limit (the experts take ~70 steps)
-ANCHOR_OVERRIDES = ["sim.suite=spatial", "tasks=[1,8]", "sim.cameras=[]", "video_tasks=0", "policy.cameras=[]",
-                    "policy.state_obs=privileged", "expert_gain=0.35", "action_noise=0.1", "sft.steps=8000",
-                    "sft.batch_size=64", "rl.init_states=protocol", "rl.max_episode_steps=120"]
+ANCHOR_OVERRIDES = [
+    "sim.suite=spatial",
+    "tasks=[1,8]",
+    "sim.cameras=[]",
+    "video_tasks=0",
+    "policy.cameras=[]",
+    "policy.state_obs=privileged",
+    "expert_gain=0.35",
+    "action_noise=0.1",
+    "sft.steps=8000",
+    "sft.batch_size=64",
+    "rl.init_states=protocol",
+    "rl.max_episode_steps=120",
+]
 ANCHOR_DEMOS = 100  # demonstrations per task of the anchor cell
 #: the anchor's RL in phases: (iterations at the phase's end, its ``rl.*`` settings). The first at the
 #: pipeline's defaults; then larger minibatches, more epochs and a smaller step; then twice the envs per
 #: iteration and twice the minibatch (the same updates per iteration on twice the chunks)
 ANCHOR_PHASES: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (80, ()), (320, ()),
+    (80, ()),
+    (320, ()),
     (640, ("rl.algo.minibatch_size=320", "rl.algo.epochs=4", "rl.algo.lr=5e-6")),
-    (880, ("rl.num_envs=80", "rl.algo.minibatch_size=640", "rl.algo.epochs=4", "rl.algo.lr=5e-6")))
+    (880, ("rl.num_envs=80", "rl.algo.minibatch_size=640", "rl.algo.epochs=4", "rl.algo.lr=5e-6")),
+)
 #: the stages after which an anchor phase is finished
 ANCHOR_LAST = ("eval_rl_heldout", "eval_control_heldout")
 #: the anchor's criterion: a start below ANCHOR_START ends at ANCHOR_TARGET or more (protocol states)
 ANCHOR_START, ANCHOR_TARGET = 0.70, 0.90
 #: what an evaluation with another sampling seed (``--eval-seeds``) keeps of the pipeline's own
-RESEED_KEYS = ("checkpoint", "suite", "episodes", "first_state", "num_envs", "image_size", "attempts", "mode",
-               "max_steps")
+RESEED_KEYS = (
+    "checkpoint",
+    "suite",
+    "episodes",
+    "first_state",
+    "num_envs",
+    "image_size",
+    "attempts",
+    "mode",
+    "max_steps",
+)
 #: the anchor's evaluations that ``--eval-seeds`` repeats: (stage, the row's columns ``{prefix}s`` (the
 #: readings) and ``{prefix}_mean``, the states it scores)
 RESEED_STAGES = (("eval_rl", "rl_seed", "protocol states"), ("eval_rl_heldout", "heldout_rl_seed", "held-out states"))
@@ -96,8 +137,12 @@ def anchor_phase_command(out: Path, phase: int, seed: int, start: list[str], ext
     any), each later one carrying the previous phase's RL on (its frozen control copied along)."""
     iterations, settings = ANCHOR_PHASES[phase]
     origin = start if phase == 0 else [f"init_from={anchor_folder(out, phase - 1).resolve()}", "continue_rl=true"]
-    return pipeline_command(anchor_folder(out, phase), ANCHOR_DEMOS, seed,
-                            [*ANCHOR_OVERRIDES, f"rl.iterations={iterations}", *settings, *origin, *extra])
+    return pipeline_command(
+        anchor_folder(out, phase),
+        ANCHOR_DEMOS,
+        seed,
+        [*ANCHOR_OVERRIDES, f"rl.iterations={iterations}", *settings, *origin, *extra],
+    )
 
 
 def own_minutes(results: dict[str, Any]) -> float:
@@ -112,8 +157,14 @@ def reseeded_eval_command(phase: Path, stage: str, seed: int) -> list[str]:
     cfg = json.loads((phase / stage / "eval_config.json").read_text())
     exe = Path(sys.executable).with_name("embodied-eval")
     keep = [f"{k}={cfg[k]}" for k in RESEED_KEYS if cfg.get(k) is not None]
-    return [str(exe), f"out={phase / f'{stage}_seed{seed}'}", *keep,
-            f"tasks=[{','.join(map(str, cfg['tasks']))}]", f"seed={seed}", "videos=none"]
+    return [
+        str(exe),
+        f"out={phase / f'{stage}_seed{seed}'}",
+        *keep,
+        f"tasks=[{','.join(map(str, cfg['tasks']))}]",
+        f"seed={seed}",
+        "videos=none",
+    ]
 
 
 def reseeded_success(phase: Path, stage: str, seed: int | None = None) -> tuple[int, float] | None:
@@ -165,11 +216,18 @@ def cell_row(results: dict[str, Any], demos: int, seed: int, cell: Path | None =
     control_vs_sft = results["eval_control"]["comparison"]["paired"]
     upd = results["rl"].get("updates") or {}
     return {
-        "demos": demos, "seed": seed, "sft": vs_sft["before"], "rl": vs_sft["now"], "control": vs_control["before"],
-        **_paired_columns("rl_minus_sft", vs_sft), **_paired_columns("rl_minus_control", vs_control),
+        "demos": demos,
+        "seed": seed,
+        "sft": vs_sft["before"],
+        "rl": vs_sft["now"],
+        "control": vs_control["before"],
+        **_paired_columns("rl_minus_sft", vs_sft),
+        **_paired_columns("rl_minus_control", vs_control),
         "control_minus_sft": control_vs_sft["difference"],
-        "sft_protocol": results["eval_sft"]["success_rate"], "rl_protocol": results["eval_rl"]["success_rate"],
-        "approx_kl_first": upd.get("approx_kl_first"), "approx_kl": upd.get("approx_kl"),
+        "sft_protocol": results["eval_sft"]["success_rate"],
+        "rl_protocol": results["eval_rl"]["success_rate"],
+        "approx_kl_first": upd.get("approx_kl_first"),
+        "approx_kl": upd.get("approx_kl"),
         "approx_kl_max": largest_kl(cell / "rl" / "metrics.csv") if cell is not None else None,
         "clip_fraction": upd.get("clip_fraction"),
         "explained_variance": upd.get("explained_variance"),
@@ -182,6 +240,7 @@ def states_moved(before: dict[str, Any], now: dict[str, Any]) -> tuple[int, int]
     """``(better, worse)``: the initial states on which evaluation ``now`` succeeded in more / fewer of
     its attempts than ``before`` (two ``embodied-eval`` results of the same states; (0, 0) without
     per-state outcomes). A policy that moved without direction changes many states both ways."""
+
     def per_state(res: dict[str, Any]) -> dict[tuple[int, int], int]:
         return {(t["task"], s[0]): s[1] for t in res.get("tasks", []) for s in t.get("state_successes", [])}
 
@@ -200,12 +259,19 @@ def anchor_row(results: dict[str, Any]) -> dict[str, Any]:
     upd = results["rl"].get("updates") or {}
     better, worse = states_moved(results["eval_sft"], results["eval_rl"])
     return {
-        "sft": vs_sft["before"], "rl": vs_sft["now"], "control": vs_control["before"],
-        **_paired_columns("rl_minus_sft", vs_sft), **_paired_columns("rl_minus_control", vs_control),
-        "states_better": better, "states_worse": worse,
-        "heldout_sft": held["before"], "heldout_rl": held["now"], "heldout_control": held_control["before"],
+        "sft": vs_sft["before"],
+        "rl": vs_sft["now"],
+        "control": vs_control["before"],
+        **_paired_columns("rl_minus_sft", vs_sft),
+        **_paired_columns("rl_minus_control", vs_control),
+        "states_better": better,
+        "states_worse": worse,
+        "heldout_sft": held["before"],
+        "heldout_rl": held["now"],
+        "heldout_control": held_control["before"],
         **_paired_columns("heldout_rl_minus_sft", held),
-        "approx_kl": upd.get("approx_kl"), "clip_fraction": upd.get("clip_fraction"),
+        "approx_kl": upd.get("approx_kl"),
+        "clip_fraction": upd.get("clip_fraction"),
         "iterations": results["rl"].get("iterations"),
         "minutes": round(sum(results.get("stage_seconds", {}).values()) / 60, 1),
     }
@@ -230,22 +296,42 @@ def verdicts(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
     """``(criterion, holds, evidence)`` for the three criteria of the module docstring."""
     low = [r for r in rows if r["sft"] < LOW_START]
     bad_low = [r for r in low if r["rl_minus_sft_lo"] <= 0]
-    out = [(f"every start below {LOW_START:.0%} gets a paired RL - SFT interval above 0", not bad_low,
-            f"{len(low) - len(bad_low)} of {len(low)} low starts" + (
-                "; fails: " + ", ".join(f"d{r['demos']} s{r['seed']}" for r in bad_low) if bad_low else ""))]
+    out = [
+        (
+            f"every start below {LOW_START:.0%} gets a paired RL - SFT interval above 0",
+            not bad_low,
+            f"{len(low) - len(bad_low)} of {len(low)} low starts"
+            + ("; fails: " + ", ".join(f"d{r['demos']} s{r['seed']}" for r in bad_low) if bad_low else ""),
+        )
+    ]
     below = [r for r in rows if r["rl_minus_sft"] < 0]
-    out.append(("no run ends below its start", not below,
-                f"{len(rows) - len(below)} of {len(rows)} runs" + (
-                    "; below: " + ", ".join(f"d{r['demos']} s{r['seed']}" for r in below) if below else "")))
+    out.append(
+        (
+            "no run ends below its start",
+            not below,
+            f"{len(rows) - len(below)} of {len(rows)} runs"
+            + ("; below: " + ", ".join(f"d{r['demos']} s{r['seed']}" for r in below) if below else ""),
+        )
+    )
     for demos in sorted({r["demos"] for r in rows}):
         gains = [r["rl_minus_sft"] for r in rows if r["demos"] == demos]
         if len(gains) < 2:
-            out.append((f"{demos} demonstrations: spread across seeds < half the mean gain", False,
-                        f"{len(gains)} seed: needs at least 2"))
+            out.append(
+                (
+                    f"{demos} demonstrations: spread across seeds < half the mean gain",
+                    False,
+                    f"{len(gains)} seed: needs at least 2",
+                )
+            )
             continue
         mean, std = statistics.mean(gains), statistics.stdev(gains)
-        out.append((f"{demos} demonstrations: spread across seeds < half the mean gain", mean > 0 and std < mean / 2,
-                    f"mean {mean:+.3f}, std {std:.3f} over {len(gains)} seeds"))
+        out.append(
+            (
+                f"{demos} demonstrations: spread across seeds < half the mean gain",
+                mean > 0 and std < mean / 2,
+                f"mean {mean:+.3f}, std {std:.3f} over {len(gains)} seeds",
+            )
+        )
     return out
 
 
@@ -261,53 +347,82 @@ NOTES_HEADING = "## Notes"
 ANCHOR_HEADING = "## The anchor's protocol on `spatial`"
 
 
-def anchor_markdown(phases: list[dict[str, Any]], machine: dict[str, Any] | None, measured: str | None = None,
-                    command: str | None = None) -> list[str]:
+def anchor_markdown(
+    phases: list[dict[str, Any]],
+    machine: dict[str, Any] | None,
+    measured: str | None = None,
+    command: str | None = None,
+) -> list[str]:
     """The anchor's section: the last finished phase's table and verdict, every finished phase beside
     (``command``: the benchmark command that ran it, when it ran alone)."""
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     paired = lambda r, k: f"{r[k]:+.3f} [{r[k + '_lo']:+.3f}, {r[k + '_hi']:+.3f}]"  # noqa: E731
     row = phases[-1]
     first = " ".join(anchor_phase_command(Path("OUT"), 0, 0, [], [])[1:])
-    lines = [ANCHOR_HEADING, "",
-             "RL on the very initial states it is evaluated on (`rl.init_states=protocol`, pi_RL's LIBERO protocol): "
-             "the `spatial` suite's pick-and-place tasks 1 and 8 (two identical cubes), 50 protocol states each, "
-             "4 attempts per state; the held-out states (50..99, seen by neither the demonstrations nor RL) beside "
-             f"it. The RL runs in {len(ANCHOR_PHASES)} phases, each a pipeline run that carries the previous one's "
-             "RL on (`init_from=PREV continue_rl=true`, the frozen control copied along: its actor never moves); "
-             f"the first: `embodied-pipeline {first}`; then the same with `rl.iterations=N`, the phase's settings "
-             "and `init_from=`, `continue_rl=true`:", "",
-             "| phase | to iteration | RL settings | protocol | held-out | RL - SFT, protocol [95% CI] | "
-             "states better / worse than SFT | minutes |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        ANCHOR_HEADING,
+        "",
+        "RL on the very initial states it is evaluated on (`rl.init_states=protocol`, pi_RL's LIBERO protocol): "
+        "the `spatial` suite's pick-and-place tasks 1 and 8 (two identical cubes), 50 protocol states each, "
+        "4 attempts per state; the held-out states (50..99, seen by neither the demonstrations nor RL) beside "
+        f"it. The RL runs in {len(ANCHOR_PHASES)} phases, each a pipeline run that carries the previous one's "
+        "RL on (`init_from=PREV continue_rl=true`, the frozen control copied along: its actor never moves); "
+        f"the first: `embodied-pipeline {first}`; then the same with `rl.iterations=N`, the phase's settings "
+        "and `init_from=`, `continue_rl=true`:",
+        "",
+        "| phase | to iteration | RL settings | protocol | held-out | RL - SFT, protocol [95% CI] | "
+        "states better / worse than SFT | minutes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for i, (iterations, settings) in enumerate(ANCHOR_PHASES):
         r = phases[i] if i < len(phases) else None
-        cells = (f"{pct(r['rl'])} | {pct(r['heldout_rl'])} | {paired(r, 'rl_minus_sft')} | "
-                 f"{r['states_better']} / {r['states_worse']} | {r['own_minutes']}" if r else "not run | | | | ")
+        cells = (
+            f"{pct(r['rl'])} | {pct(r['heldout_rl'])} | {paired(r, 'rl_minus_sft')} | "
+            f"{r['states_better']} / {r['states_worse']} | {r['own_minutes']}"
+            if r
+            else "not run | | | | "
+        )
         lines.append(f"| {i + 1} | {iterations} | {' '.join(f'`{a}`' for a in settings) or 'the defaults'} | {cells} |")
     lines.append("")
     if command:
         lines += [f"Command: `{command}`", ""]
     if machine:
-        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')})"
-                  + (f"; {measured}." if measured else "."), ""]
-    lines += [f"After phase {len(phases)} of {len(ANCHOR_PHASES)}:", "",
-              "| states | SFT | SFT + RL | control | RL - SFT [95% CI] |", "|---|---|---|---|---|",
-              f"| protocol (trained on) | {pct(row['sft'])} | {pct(row['rl'])} | {pct(row['control'])} | "
-              f"{paired(row, 'rl_minus_sft')} |",
-              f"| held-out | {pct(row['heldout_sft'])} | {pct(row['heldout_rl'])} | {pct(row['heldout_control'])} | "
-              f"{paired(row, 'heldout_rl_minus_sft')} |", ""]
+        lines += [
+            f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')})"
+            + (f"; {measured}." if measured else "."),
+            "",
+        ]
+    lines += [
+        f"After phase {len(phases)} of {len(ANCHOR_PHASES)}:",
+        "",
+        "| states | SFT | SFT + RL | control | RL - SFT [95% CI] |",
+        "|---|---|---|---|---|",
+        f"| protocol (trained on) | {pct(row['sft'])} | {pct(row['rl'])} | {pct(row['control'])} | "
+        f"{paired(row, 'rl_minus_sft')} |",
+        f"| held-out | {pct(row['heldout_sft'])} | {pct(row['heldout_rl'])} | {pct(row['heldout_control'])} | "
+        f"{paired(row, 'heldout_rl_minus_sft')} |",
+        "",
+    ]
     for _, column, label in RESEED_STAGES:
         if f"{column}_mean" in row:
             readings = ", ".join(f"{pct(rate)} (seed {seed})" for seed, rate in row[f"{column}s"].items())
-            lines += [f"SFT + RL on the {label} with other sampling seeds (`--eval-seeds`): {readings}; mean "
-                      f"**{pct(row[f'{column}_mean'])}**.", ""]
+            lines += [
+                f"SFT + RL on the {label} with other sampling seeds (`--eval-seeds`): {readings}; mean "
+                f"**{pct(row[f'{column}_mean'])}**.",
+                "",
+            ]
     lines += [
-              f"RL - control on the protocol states {paired(row, 'rl_minus_control')}; {row['iterations']} iterations, "
-              f"approx KL {(row['approx_kl'] or 0):.4f}, clip fraction {(row['clip_fraction'] or 0):.3f} (medians of "
-              f"the last phase); {sum(r['own_minutes'] for r in phases):.1f} minutes in all.", ""]
+        f"RL - control on the protocol states {paired(row, 'rl_minus_control')}; {row['iterations']} iterations, "
+        f"approx KL {(row['approx_kl'] or 0):.4f}, clip fraction {(row['clip_fraction'] or 0):.3f} (medians of "
+        f"the last phase); {sum(r['own_minutes'] for r in phases):.1f} minutes in all.",
+        "",
+    ]
     criterion, ok, why = anchor_verdict(row)
-    lines += ["| criterion | holds | evidence |", "|---|---|---|", f"| {criterion} | {'yes' if ok else '**no**'} | {why} |"]
+    lines += [
+        "| criterion | holds | evidence |",
+        "|---|---|---|",
+        f"| {criterion} | {'yes' if ok else '**no**'} | {why} |",
+    ]
     return lines
 
 
@@ -318,7 +433,7 @@ def replace_anchor_section(old: str, section: list[str]) -> str:
     if ANCHOR_HEADING in old:
         start = old.index(ANCHOR_HEADING)
         end = old.find("\n## ", start + len(ANCHOR_HEADING))
-        return old[:start] + text + (old[end + 1:] if end >= 0 else "")
+        return old[:start] + text + (old[end + 1 :] if end >= 0 else "")
     at = old.find(NOTES_HEADING)
     return old + ("\n" if old and not old.endswith("\n\n") else "") + text if at < 0 else old[:at] + text + old[at:]
 
@@ -330,34 +445,55 @@ def measured_on(cells: list[Path]) -> str | None:
     return time.strftime("%Y-%m-%d", time.gmtime(max(times))) if times else None
 
 
-def markdown(rows: list[dict[str, Any]], command: str, machine: dict[str, Any] | None, planned: int | None = None,
-             anchor: list[dict[str, Any]] | None = None, anchor_machine: dict[str, Any] | None = None,
-             measured: str | None = None, anchor_measured: str | None = None) -> str:
+def markdown(
+    rows: list[dict[str, Any]],
+    command: str,
+    machine: dict[str, Any] | None,
+    planned: int | None = None,
+    anchor: list[dict[str, Any]] | None = None,
+    anchor_machine: dict[str, Any] | None = None,
+    measured: str | None = None,
+    anchor_measured: str | None = None,
+) -> str:
     pct = lambda x: f"{x:.1%}"  # noqa: E731
-    lines = ["# RL lift over few-shot SFT starts", "",
-             "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
-             "demonstration counts; each RL run against its frozen-actor control (the same run with `algo.lr=0`: "
-             "the same seeds, envs, sampling and critic updates). Success is over every attempt (4 episodes per "
-             "protocol state with other sampling noise); differences are paired over the 50 states (95% intervals); "
-             "approx KL (median / largest) and clip fraction (median) are over the iterations that trained the "
-             "actor.",
-             "", f"Command: `{command}`", ""]
+    lines = [
+        "# RL lift over few-shot SFT starts",
+        "",
+        "The main job (`embodied-pipeline`, goal suite, lift the can) from SFT starts of several seeds and "
+        "demonstration counts; each RL run against its frozen-actor control (the same run with `algo.lr=0`: "
+        "the same seeds, envs, sampling and critic updates). Success is over every attempt (4 episodes per "
+        "protocol state with other sampling noise); differences are paired over the 50 states (95% intervals); "
+        "approx KL (median / largest) and clip fraction (median) are over the iterations that trained the "
+        "actor.",
+        "",
+        f"Command: `{command}`",
+        "",
+    ]
     if planned is not None and len(rows) < planned:
-        lines += [f"Cells measured: {len(rows)} of {planned} (the same command resumes the missing ones); the "
-                  "verdicts below cover the measured cells only.", ""]
+        lines += [
+            f"Cells measured: {len(rows)} of {planned} (the same command resumes the missing ones); the "
+            "verdicts below cover the measured cells only.",
+            "",
+        ]
     if machine:
-        lines += [f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}), "
-                  f"torch {machine.get('torch')}, mujoco {machine.get('mujoco')}"
-                  + (f"; {measured}." if measured else "."), ""]
-    lines += ["| demos | seed | SFT | SFT + RL | control | RL - SFT [95% CI] | RL - control [95% CI] | "
-              "approx KL median / max | clip fraction | main job / cell minutes |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} cores ({machine.get('cpu')}), "
+            f"torch {machine.get('torch')}, mujoco {machine.get('mujoco')}" + (f"; {measured}." if measured else "."),
+            "",
+        ]
+    lines += [
+        "| demos | seed | SFT | SFT + RL | control | RL - SFT [95% CI] | RL - control [95% CI] | "
+        "approx KL median / max | clip fraction | main job / cell minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in sorted(rows, key=lambda r: (r["demos"], r["seed"])):
-        lines.append(f"| {r['demos']} | {r['seed']} | {pct(r['sft'])} | {pct(r['rl'])} | {pct(r['control'])} | "
-                     f"{r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}] | "
-                     f"{r['rl_minus_control']:+.3f} [{r['rl_minus_control_lo']:+.3f}, {r['rl_minus_control_hi']:+.3f}] | "
-                     f"{(r['approx_kl'] or 0):.4f} / {_kl(r.get('approx_kl_max'))} | {(r['clip_fraction'] or 0):.3f} | "
-                     f"{r['main_minutes']} / {r['minutes']} |")
+        lines.append(
+            f"| {r['demos']} | {r['seed']} | {pct(r['sft'])} | {pct(r['rl'])} | {pct(r['control'])} | "
+            f"{r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}] | "
+            f"{r['rl_minus_control']:+.3f} [{r['rl_minus_control_lo']:+.3f}, {r['rl_minus_control_hi']:+.3f}] | "
+            f"{(r['approx_kl'] or 0):.4f} / {_kl(r.get('approx_kl_max'))} | {(r['clip_fraction'] or 0):.3f} | "
+            f"{r['main_minutes']} / {r['minutes']} |"
+        )
     lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
     lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in verdicts(rows)]
     if anchor:
@@ -380,7 +516,7 @@ def command_line(args: argparse.Namespace, extra: list[str]) -> str:
     parts = [f"--out {args.out}"]
     if not args.anchor_only:
         parts += ["--seeds", *map(str, args.seeds), "--demos", *map(str, args.demos)]
-    parts += (["--anchor-only"] if args.anchor_only else ["--anchor"] if args.anchor else [])
+    parts += ["--anchor-only"] if args.anchor_only else ["--anchor"] if args.anchor else []
     parts += [f"--init-from {args.init_from}"] if args.init_from else []
     parts += ["--eval-seeds", *map(str, args.eval_seeds)] if args.eval_seeds else []
     return "python benchmarks/rl_lift.py " + " ".join(parts + (["--", *extra] if extra else []))
@@ -404,7 +540,7 @@ def split_overrides(argv: list[str] | None) -> tuple[list[str], list[str]]:
     if "--" not in argv:
         return argv, []
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,18 +549,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="folder of the cells (OUT/d{D}_s{S})")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--demos", type=int, nargs="+", default=[5, 20], help="demonstrations per task")
-    ap.add_argument("--anchor", action="store_true",
-                    help="also the anchor's protocol on spatial, in phases (OUT/anchor_spatial, OUT/anchor_spatial_it{N}; "
-                         "seed 0, the first --seeds)")
-    ap.add_argument("--anchor-only", action="store_true", help="the anchor's protocol alone (--anchor without the grid)")
-    ap.add_argument("--init-from", type=Path, default=None,
-                    help="an earlier run of this benchmark whose cells' SFT stages each cell starts from")
+    ap.add_argument(
+        "--anchor",
+        action="store_true",
+        help="also the anchor's protocol on spatial, in phases (OUT/anchor_spatial, OUT/anchor_spatial_it{N}; "
+        "seed 0, the first --seeds)",
+    )
+    ap.add_argument(
+        "--anchor-only", action="store_true", help="the anchor's protocol alone (--anchor without the grid)"
+    )
+    ap.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="an earlier run of this benchmark whose cells' SFT stages each cell starts from",
+    )
     ap.add_argument("--docs", type=Path, default=None, help="write the Markdown table here")
     ap.add_argument("--table-only", action="store_true", help="only collect finished cells into the table")
-    ap.add_argument("--eval-seeds", type=int, nargs="+", default=[],
-                    help="evaluate the anchor's last finished phase again with these sampling seeds, on its protocol "
-                         "and held-out states (OUT/anchor_spatial_it{N}/eval_rl_seed{S}, eval_rl_heldout_seed{S}); "
-                         "the mean over them and the pipeline's own decides the anchor's criterion")
+    ap.add_argument(
+        "--eval-seeds",
+        type=int,
+        nargs="+",
+        default=[],
+        help="evaluate the anchor's last finished phase again with these sampling seeds, on its protocol "
+        "and held-out states (OUT/anchor_spatial_it{N}/eval_rl_seed{S}, eval_rl_heldout_seed{S}); "
+        "the mean over them and the pipeline's own decides the anchor's criterion",
+    )
     args = ap.parse_args(argv)
     args.anchor = args.anchor or args.anchor_only
     args.out.mkdir(parents=True, exist_ok=True)
@@ -439,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[rl_lift] {name}: no such cell in {args.init_from}; it runs from its first stage", flush=True)
             return []
         return [f"init_from={source}"]
+
     rows, machine, finished = [], None, []
     for i, (demos, seed) in enumerate(cells, 1):
         cell = args.out / f"d{demos}_s{seed}"
@@ -449,16 +600,21 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(cell_row(results, demos, seed, cell))
             machine, finished = results.get("machine", machine), finished + [cell]
             r = rows[-1]
-            print(f"[rl_lift] d{demos} s{seed}: SFT {r['sft']:.1%} -> RL {r['rl']:.1%} (control {r['control']:.1%}), "
-                  f"paired RL - SFT {r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}]",
-                  flush=True)
+            print(
+                f"[rl_lift] d{demos} s{seed}: SFT {r['sft']:.1%} -> RL {r['rl']:.1%} (control {r['control']:.1%}), "
+                f"paired RL - SFT {r['rl_minus_sft']:+.3f} [{r['rl_minus_sft_lo']:+.3f}, {r['rl_minus_sft_hi']:+.3f}]",
+                flush=True,
+            )
     phases: list[dict[str, Any]] = []  # the anchor's finished phases, in order
     anchor_machine, anchor_cells = None, []
     for i, (iterations, _) in enumerate(ANCHOR_PHASES if args.anchor else ()):
         cell = anchor_folder(args.out, i)
         if finished_results(cell, ANCHOR_LAST) is None and not args.table_only:
-            run_cell(cell, anchor_phase_command(args.out, i, args.seeds[0], start(cell.name) if i == 0 else [], extra),
-                     f"the anchor's protocol on spatial, phase {i + 1}/{len(ANCHOR_PHASES)} (to {iterations} iterations)")
+            run_cell(
+                cell,
+                anchor_phase_command(args.out, i, args.seeds[0], start(cell.name) if i == 0 else [], extra),
+                f"the anchor's protocol on spatial, phase {i + 1}/{len(ANCHOR_PHASES)} (to {iterations} iterations)",
+            )
         results = finished_results(cell, ANCHOR_LAST)
         if results is None:
             break
@@ -470,15 +626,29 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.eval_seeds:
             for stage, _, _ in RESEED_STAGES:
                 if reseeded_success(last, stage, seed) is None and not args.table_only:
-                    run_cell(last, reseeded_eval_command(last, stage, seed),
-                             f"the anchor's phase {len(phases)} evaluated again ({stage}, seed {seed})")
+                    run_cell(
+                        last,
+                        reseeded_eval_command(last, stage, seed),
+                        f"the anchor's phase {len(phases)} evaluated again ({stage}, seed {seed})",
+                    )
         phases[-1].update(seed_columns(last, args.eval_seeds))
     anchor = phases[-1] if phases else None
-    (args.out / "rl_lift.json").write_text(json.dumps({
-        "rows": rows, "verdicts": verdicts(rows) if rows else [], "overrides": extra, "machine": machine,
-        "anchor": anchor, "anchor_verdict": anchor_verdict(anchor) if anchor else None, "anchor_phases": phases,
-        "anchor_overrides": ANCHOR_OVERRIDES if args.anchor else None,
-        "anchor_schedule": ANCHOR_PHASES if args.anchor else None}, indent=2))
+    (args.out / "rl_lift.json").write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "verdicts": verdicts(rows) if rows else [],
+                "overrides": extra,
+                "machine": machine,
+                "anchor": anchor,
+                "anchor_verdict": anchor_verdict(anchor) if anchor else None,
+                "anchor_phases": phases,
+                "anchor_overrides": ANCHOR_OVERRIDES if args.anchor else None,
+                "anchor_schedule": ANCHOR_PHASES if args.anchor else None,
+            },
+            indent=2,
+        )
+    )
     with open(args.out / "rl_lift.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
@@ -491,16 +661,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs and rows:
         command = command_line(args, extra)
         old = args.docs.read_text() if args.docs.is_file() else ""
-        notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""
-        args.docs.write_text(markdown(rows, command, machine, planned=len(cells), anchor=phases,
-                                      anchor_machine=anchor_machine, measured=measured_on(finished),
-                                      anchor_measured=measured_on(anchor_cells)) + ("\n" + notes if notes else ""))
+        notes = old[old.index(NOTES_HEADING) :] if NOTES_HEADING in old else ""
+        args.docs.write_text(
+            markdown(
+                rows,
+                command,
+                machine,
+                planned=len(cells),
+                anchor=phases,
+                anchor_machine=anchor_machine,
+                measured=measured_on(finished),
+                anchor_measured=measured_on(anchor_cells),
+            )
+            + ("\n" + notes if notes else "")
+        )
         print(f"[rl_lift] table written to {args.docs}")
     elif args.docs and args.anchor_only and phases:  # the grid's table stays; the anchor's section is replaced
         old = args.docs.read_text() if args.docs.is_file() else ""
-        args.docs.write_text(replace_anchor_section(old, anchor_markdown(phases, anchor_machine,
-                                                                         measured_on(anchor_cells),
-                                                                         command_line(args, extra))))
+        args.docs.write_text(
+            replace_anchor_section(
+                old, anchor_markdown(phases, anchor_machine, measured_on(anchor_cells), command_line(args, extra))
+            )
+        )
         print(f"[rl_lift] the anchor's section written to {args.docs}")
     for c, ok, ev in (verdicts(rows) if rows else []) + ([anchor_verdict(anchor)] if anchor else []):
         print(f"[rl_lift] {'PASS' if ok else 'FAIL'}: {c} ({ev})")

@@ -60,9 +60,14 @@ def _observation(spec: Any, size: int, rng: np.random.Generator) -> dict[str, An
 
 def _start_server(ckpt: Path, port: int) -> tuple[subprocess.Popen, int]:
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "embodied-serve"), f"checkpoint={ckpt}",
-                             f"port={port}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "embodied-serve"), f"checkpoint={ckpt}", f"port={port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         line = proc.stdout.readline()
@@ -149,8 +154,13 @@ def run(cfg: ServeBenchConfig, out: Path) -> dict[str, Any]:
             for t in threads:
                 t.join()
             secs = time.perf_counter() - t0
-            return {"clients": n_clients, "requests": sum(counts), "seconds": round(secs, 2),
-                    "requests_per_s": round(sum(counts) / secs, 1), "mean_batch": float(np.mean(batches))}
+            return {
+                "clients": n_clients,
+                "requests": sum(counts),
+                "seconds": round(secs, 2),
+                "requests_per_s": round(sum(counts) / secs, 1),
+                "mean_batch": float(np.mean(batches)),
+            }
 
         single = hammer(1)
         many = hammer(cfg.clients)
@@ -162,12 +172,17 @@ def run(cfg: ServeBenchConfig, out: Path) -> dict[str, Any]:
         return round(float(np.percentile(v, q)) * 1e3, 3)
 
     result = {
-        "config": asdict(cfg), "machine": machine_info(), "checkpoint": str(ckpt),
+        "config": asdict(cfg),
+        "machine": machine_info(),
+        "checkpoint": str(ckpt),
         "in_process_ms": {"p50": pct(local, 50), "p95": pct(local, 95)},
         "round_trip_ms": {"p50": pct(remote, 50), "p95": pct(remote, 95)},
         "server_infer_ms": {"p50": pct(server_infer, 50), "p95": pct(server_infer, 95)},
-        "concurrency": {"single": single, "many": many,
-                        "speedup": round(many["requests_per_s"] / max(single["requests_per_s"], 1e-9), 2)},
+        "concurrency": {
+            "single": single,
+            "many": many,
+            "speedup": round(many["requests_per_s"] / max(single["requests_per_s"], 1e-9), 2),
+        },
     }
     result["overhead_ms_p50"] = round(result["round_trip_ms"]["p50"] - result["in_process_ms"]["p50"], 3)
     result["meets_target"] = result["overhead_ms_p50"] <= cfg.target_overhead_ms
@@ -179,8 +194,11 @@ def run(cfg: ServeBenchConfig, out: Path) -> dict[str, Any]:
         w.writerow(["round_trip", result["round_trip_ms"]["p50"], result["round_trip_ms"]["p95"]])
         w.writerow(["clients_1_req_per_s", single["requests_per_s"], ""])
         w.writerow([f"clients_{cfg.clients}_req_per_s", many["requests_per_s"], ""])
-    print(f"in-process p50 {result['in_process_ms']['p50']:.2f} ms, round trip p50 "
-          f"{result['round_trip_ms']['p50']:.2f} ms (p95 {result['round_trip_ms']['p95']:.2f}): overhead {result['overhead_ms_p50']:.2f} ms "
-          f"(target <= {cfg.target_overhead_ms}); 1 client {single['requests_per_s']} req/s, {cfg.clients} clients "
-          f"{many['requests_per_s']} req/s (mean batch {many['mean_batch']:.2f})", flush=True)
+    print(
+        f"in-process p50 {result['in_process_ms']['p50']:.2f} ms, round trip p50 "
+        f"{result['round_trip_ms']['p50']:.2f} ms (p95 {result['round_trip_ms']['p95']:.2f}): overhead {result['overhead_ms_p50']:.2f} ms "
+        f"(target <= {cfg.target_overhead_ms}); 1 client {single['requests_per_s']} req/s, {cfg.clients} clients "
+        f"{many['requests_per_s']} req/s (mean batch {many['mean_batch']:.2f})",
+        flush=True,
+    )
     return result

@@ -122,10 +122,25 @@ SCHEMA = SimBenchConfig
 
 VARIANTS = ("env_state", "raw_batch", "raw_rollout", "env_rgb")
 CSV_FIELDS = (
-    "num_envs", "threads", "variant", "cameras", "image_size", "substeps", "control_steps",
-    "repeats", "env_steps_per_s_median", "env_steps_per_s_min", "env_steps_per_s_max",
-    "physics_steps_per_s_median", "frames_per_s_median", "ratio_vs_raw_batch",
-    "speedup_vs_1_thread", "cpu_util", "physics_frac", "render_frac", "overhead_ms_per_step",
+    "num_envs",
+    "threads",
+    "variant",
+    "cameras",
+    "image_size",
+    "substeps",
+    "control_steps",
+    "repeats",
+    "env_steps_per_s_median",
+    "env_steps_per_s_min",
+    "env_steps_per_s_max",
+    "physics_steps_per_s_median",
+    "frames_per_s_median",
+    "ratio_vs_raw_batch",
+    "speedup_vs_1_thread",
+    "cpu_util",
+    "physics_frac",
+    "render_frac",
+    "overhead_ms_per_step",
 )
 
 
@@ -244,8 +259,14 @@ class _RolloutRunner(_Runner):
 
     def step(self, k: int) -> None:
         self._pool.rollout(
-            self._models, self._datas, self._state0, self._control, skip_checks=True,
-            nstep=self.substeps, state=self._out, sensordata=self._sensor,
+            self._models,
+            self._datas,
+            self._state0,
+            self._control,
+            skip_checks=True,
+            nstep=self.substeps,
+            state=self._out,
+            sensordata=self._sensor,
         )
         self._state0[:] = self._out[:, -1]
 
@@ -301,8 +322,9 @@ def validate(cfg: SimBenchConfig) -> None:
     if cfg.gpu_backends:
         positive_list("gpu_num_envs", cfg.gpu_num_envs)
         if not cfg.gpu_task_logic or any(v not in ("device", "host") for v in cfg.gpu_task_logic):
-            raise BenchError(f"gpu_task_logic must be a non-empty list of device and/or host, got "
-                             f"{list(cfg.gpu_task_logic)}")
+            raise BenchError(
+                f"gpu_task_logic must be a non-empty list of device and/or host, got {list(cfg.gpu_task_logic)}"
+            )
 
     positive_list("num_envs", cfg.num_envs)
     positive_list("num_threads", cfg.num_threads)
@@ -324,8 +346,10 @@ def validate(cfg: SimBenchConfig) -> None:
         mujoco_suites = [s for s in sims.suites.names() if not sims.suites.is_libero(s)]
         bad = [s for s in cfg.workload_suites if s not in mujoco_suites]
         if bad:
-            raise BenchError(f"workload_suites must name our MuJoCo suites {mujoco_suites}, got {bad} (real LIBERO's "
-                             "workload is in bench=libero)")
+            raise BenchError(
+                f"workload_suites must name our MuJoCo suites {mujoco_suites}, got {bad} (real LIBERO's "
+                "workload is in bench=libero)"
+            )
         positive_list("workload_num_envs", cfg.workload_num_envs)
         positive_list("workload_chunk_sizes", cfg.workload_chunk_sizes)
         positive_list("workload_control_steps / workload_repeats", [cfg.workload_control_steps, cfg.workload_repeats])
@@ -361,7 +385,9 @@ class _Series:
         out: dict[str, Any] = {
             "control_steps": self.steps,
             "env_steps_per_s": {
-                "median": med, "min": min(self.samples), "max": max(self.samples),
+                "median": med,
+                "min": min(self.samples),
+                "max": max(self.samples),
                 "samples": list(self.samples),
             },
             "physics_steps_per_s": med * substeps,
@@ -374,13 +400,13 @@ class _Series:
             out["time_split"] = {
                 "physics_frac": pf,
                 "render_frac": statistics.median(self.render_frac),
-                "overhead_frac": statistics.median(
-                    1.0 - p - r for p, r in zip(self.physics_frac, self.render_frac)),
+                "overhead_frac": statistics.median(1.0 - p - r for p, r in zip(self.physics_frac, self.render_frac)),
                 "overhead_ms_per_step": statistics.median(self.overhead_ms),
                 # env-steps/s of the physics alone inside our env (compare with raw_batch: the
                 # gap is the physics content, arm motion and resets, not Python overhead)
                 "inner_physics_env_steps_per_s": statistics.median(
-                    s / p for s, p in zip(self.samples, self.physics_frac) if p > 0),
+                    s / p for s, p in zip(self.samples, self.physics_frac) if p > 0
+                ),
             }
         if self.variant == "env_rgb":
             out["frames_per_s"] = med * views
@@ -445,8 +471,9 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
                     bar.set_postfix_str(f"N={n} T={t} building")
                     steps_state = control_steps(cfg, n, rgb=False)
                     t0 = time.perf_counter()
-                    env = sims.make("mujoco", task=cfg.task, num_envs=n, seed=cfg.seed,
-                                    device=cfg.device, cameras=(), num_threads=t)
+                    env = sims.make(
+                        "mujoco", task=cfg.task, num_envs=n, seed=cfg.seed, device=cfg.device, cameras=(), num_threads=t
+                    )
                     build = time.perf_counter() - t0
                     runners.append((t, _EnvRunner(env, "env_state", steps_state, cfg.seed)))
                     series[(n, t, "env_state")] = _Series("env_state", n, t, steps_state, build_s=build)
@@ -460,9 +487,16 @@ def run(cfg: SimBenchConfig, out: str | os.PathLike, *, progress: bool = True) -
                     if render:
                         steps_rgb = control_steps(cfg, n, rgb=True)
                         t0 = time.perf_counter()
-                        env_rgb = sims.make("mujoco", task=cfg.task, num_envs=n, seed=cfg.seed,
-                                            device=cfg.device, cameras=tuple(cfg.cameras),
-                                            image_size=cfg.image_size, num_threads=t)
+                        env_rgb = sims.make(
+                            "mujoco",
+                            task=cfg.task,
+                            num_envs=n,
+                            seed=cfg.seed,
+                            device=cfg.device,
+                            cameras=tuple(cfg.cameras),
+                            image_size=cfg.image_size,
+                            num_threads=t,
+                        )
                         build = time.perf_counter() - t0
                         runners.append((t, _EnvRunner(env_rgb, "env_rgb", steps_rgb, cfg.seed)))
                         series[(n, t, "env_rgb")] = _Series("env_rgb", n, t, steps_rgb, build_s=build)
@@ -519,14 +553,32 @@ def rl_workload(cfg: SimBenchConfig, progress: bool = True) -> list[dict[str, An
 
     rows = []
     for suite in cfg.workload_suites:
-        def make(n: int, suite: str = suite) -> Any:
-            return sims.make("mujoco", suite=suite, num_envs=n, seed=cfg.seed, device=cfg.device,
-                             cameras=("agentview", "wrist"), image_size=cfg.image_size)
 
-        say = (lambda msg, suite=suite: print(f"[bench sim] RL workload {suite}: {msg}", flush=True)) if progress else None
-        for row in time_workload(make, num_envs=cfg.workload_num_envs, chunk_sizes=cfg.workload_chunk_sizes,
-                                 control_steps=cfg.workload_control_steps, repeats=cfg.workload_repeats,
-                                 seed=cfg.seed, progress=say):
+        def make(n: int, suite: str = suite) -> Any:
+            return sims.make(
+                "mujoco",
+                suite=suite,
+                num_envs=n,
+                seed=cfg.seed,
+                device=cfg.device,
+                cameras=("agentview", "wrist"),
+                image_size=cfg.image_size,
+            )
+
+        say = (
+            (lambda msg, suite=suite: print(f"[bench sim] RL workload {suite}: {msg}", flush=True))
+            if progress
+            else None
+        )
+        for row in time_workload(
+            make,
+            num_envs=cfg.workload_num_envs,
+            chunk_sizes=cfg.workload_chunk_sizes,
+            control_steps=cfg.workload_control_steps,
+            repeats=cfg.workload_repeats,
+            seed=cfg.seed,
+            progress=say,
+        ):
             rows.append({"suite": suite, "cameras": ["agentview", "wrist"], "image_size": cfg.image_size, **row})
     return rows
 
@@ -559,8 +611,12 @@ def _model_sizes(env: Any) -> dict[str, Any]:
         "physics_dt": float(m.opt.timestep),
         "control_hz": float(env.control_hz),
         "substeps": int(env.substeps),
-        "nq": int(m.nq), "nv": int(m.nv), "nu": int(m.nu), "nbody": int(m.nbody),
-        "ngeom": int(m.ngeom), "nmesh": int(m.nmesh),
+        "nq": int(m.nq),
+        "nv": int(m.nv),
+        "nu": int(m.nu),
+        "nbody": int(m.nbody),
+        "ngeom": int(m.ngeom),
+        "nmesh": int(m.nmesh),
         "batch_nstate": int(env.sim.nstate),
         "action_dim": int(env.action_spec.shape[0]),
         "state_dim": int(env.observation_spec["state"].shape[0]),
@@ -588,9 +644,13 @@ def _report(
             case: dict[str, Any] = {"num_envs": n, "threads": t}
             for v, s in got.items():
                 case[v] = s.summary(substeps, views)
-            for num, den in (("env_state", "raw_batch"), ("env_state", "raw_rollout"),
-                             ("raw_batch", "raw_rollout"), ("env_rgb", "raw_batch"),
-                             ("env_rgb", "env_state")):
+            for num, den in (
+                ("env_state", "raw_batch"),
+                ("env_state", "raw_rollout"),
+                ("raw_batch", "raw_rollout"),
+                ("env_rgb", "raw_batch"),
+                ("env_rgb", "env_state"),
+            ):
                 key = "env" if num == "env_state" else num
                 case[f"ratio_{key}_vs_{den}"] = _paired_ratio(got.get(num), got.get(den))
             cases.append(case)
@@ -608,27 +668,26 @@ def _report(
                     row[v] = _paired_ratio(series.get((n, t, v)), series.get((n, 1, v)))
                 # cores this process kept busy at t threads (near t when the machine is idle)
                 row["cpu_util"] = {
-                    v: statistics.median(series[(n, t, v)].cpu_util)
-                    for v in VARIANTS if (n, t, v) in series
+                    v: statistics.median(series[(n, t, v)].cpu_util) for v in VARIANTS if (n, t, v) in series
                 }
                 scaling.append(row)
                 if t == 2 and n >= 8:
                     sp = row["env_state"]
                     thread_target[str(n)] = {
-                        "speedup": sp, "raw_batch_speedup": row["raw_batch"],
+                        "speedup": sp,
+                        "raw_batch_speedup": row["raw_batch"],
                         "pass": sp >= cfg.target_thread_scaling,
                     }
     targets = {
         "env_vs_raw_batch": {
             "description": "our env (state-only) env-steps/s / raw mujoco.batch on the same "
-                           f"model, >= {cfg.target_env_vs_raw} at every thread count, per N",
+            f"model, >= {cfg.target_env_vs_raw} at every thread count, per N",
             "min_ratio": cfg.target_env_vs_raw,
             "by_num_envs": env_vs_raw,
             "pass": all(v["pass"] for v in env_vs_raw.values()),
         },
         "thread_scaling": {
-            "description": "our env (state-only) at 2 threads / 1 thread, "
-                           f">= {cfg.target_thread_scaling}, per N >= 8",
+            "description": f"our env (state-only) at 2 threads / 1 thread, >= {cfg.target_thread_scaling}, per N >= 8",
             "min_speedup": cfg.target_thread_scaling,
             "by_num_envs": thread_target,
             # None when the run measured no case the target applies to (no N >= 8 or no T=1,2)
@@ -638,15 +697,20 @@ def _report(
     return {
         "bench": "sim",
         "units": "env_steps_per_s = control steps x num_envs per second; physics_steps_per_s = "
-                 "env_steps_per_s x substeps; ratios are medians of per-repeat paired ratios",
+        "env_steps_per_s x substeps; ratios are medians of per-repeat paired ratios",
         "config": asdict(cfg),
         "machine": machine_info(),
         "runtime": {
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "torch_num_threads": torch.get_num_threads(),
         },
-        "sizes": {**sizes, "cameras": list(cfg.cameras), "image_size": cfg.image_size,
-                  "views": views, "repeats": cfg.repeats},
+        "sizes": {
+            **sizes,
+            "cameras": list(cfg.cameras),
+            "image_size": cfg.image_size,
+            "views": views,
+            "repeats": cfg.repeats,
+        },
         "cases": cases,
         "thread_scaling": scaling,
         "targets": targets,
@@ -677,41 +741,53 @@ def _write_csv(
                     med = statistics.median(s.samples)
                     sc = scaling.get((n, t))
                     split = s.summary(substeps, views).get("time_split", {})
-                    w.writerow({
-                        "num_envs": n, "threads": t, "variant": v,
-                        "cameras": "+".join(cfg.cameras) if v == "env_rgb" else "",
-                        "image_size": cfg.image_size if v == "env_rgb" else "",
-                        "substeps": substeps, "control_steps": s.steps, "repeats": len(s.samples),
-                        "env_steps_per_s_median": f"{med:.6g}",
-                        "env_steps_per_s_min": f"{min(s.samples):.6g}",
-                        "env_steps_per_s_max": f"{max(s.samples):.6g}",
-                        "physics_steps_per_s_median": f"{med * substeps:.6g}",
-                        "frames_per_s_median": f"{med * views:.6g}" if v == "env_rgb" else "",
-                        "ratio_vs_raw_batch": _fmt(
-                            _paired_ratio(s, series.get((n, t, "raw_batch"))), ".4f"),
-                        "speedup_vs_1_thread": _fmt(sc[v] if sc else None, ".4f"),
-                        "cpu_util": f"{statistics.median(s.cpu_util):.3f}",
-                        "physics_frac": _fmt(split.get("physics_frac"), ".4f"),
-                        "render_frac": _fmt(split.get("render_frac"), ".4f"),
-                        "overhead_ms_per_step": _fmt(split.get("overhead_ms_per_step"), ".4f"),
-                    })
+                    w.writerow(
+                        {
+                            "num_envs": n,
+                            "threads": t,
+                            "variant": v,
+                            "cameras": "+".join(cfg.cameras) if v == "env_rgb" else "",
+                            "image_size": cfg.image_size if v == "env_rgb" else "",
+                            "substeps": substeps,
+                            "control_steps": s.steps,
+                            "repeats": len(s.samples),
+                            "env_steps_per_s_median": f"{med:.6g}",
+                            "env_steps_per_s_min": f"{min(s.samples):.6g}",
+                            "env_steps_per_s_max": f"{max(s.samples):.6g}",
+                            "physics_steps_per_s_median": f"{med * substeps:.6g}",
+                            "frames_per_s_median": f"{med * views:.6g}" if v == "env_rgb" else "",
+                            "ratio_vs_raw_batch": _fmt(_paired_ratio(s, series.get((n, t, "raw_batch"))), ".4f"),
+                            "speedup_vs_1_thread": _fmt(sc[v] if sc else None, ".4f"),
+                            "cpu_util": f"{statistics.median(s.cpu_util):.3f}",
+                            "physics_frac": _fmt(split.get("physics_frac"), ".4f"),
+                            "render_frac": _fmt(split.get("render_frac"), ".4f"),
+                            "overhead_ms_per_step": _fmt(split.get("overhead_ms_per_step"), ".4f"),
+                        }
+                    )
 
 
 def format_table(payload: dict[str, Any]) -> str:
     """A readable table of a ``sim.json`` payload."""
     sz = payload["sizes"]
     lines = [
-        (f"sim bench: task {sz['task']}, {sz['substeps']} physics steps of {sz['physics_dt']} s "
-         f"per control step ({sz['control_hz']:g} Hz), medians of {sz['repeats']} repeats, "
-         f"OMP_NUM_THREADS={payload['runtime']['omp_num_threads']}"),
-        ("rates in env-steps/s (control steps x envs / s); phys/s = physics steps/s; "
-         "ratios = medians of paired per-repeat ratios"),
+        (
+            f"sim bench: task {sz['task']}, {sz['substeps']} physics steps of {sz['physics_dt']} s "
+            f"per control step ({sz['control_hz']:g} Hz), medians of {sz['repeats']} repeats, "
+            f"OMP_NUM_THREADS={payload['runtime']['omp_num_threads']}"
+        ),
+        (
+            "rates in env-steps/s (control steps x envs / s); phys/s = physics steps/s; "
+            "ratios = medians of paired per-repeat ratios"
+        ),
         "",
     ]
-    head = (f"{'N':>4} {'thr':>3} | {'env state':>9} {'raw batch':>9} {'raw rollout':>11} | "
-            f"{'env/batch':>9} {'env/rollout':>11} | {'env phys/s':>10} {'batch phys/s':>12} | "
-            f"{'overhead':>8} {'in-env phys':>11} | {'env rgb':>7} {'rgb fps':>7} {'rgb/state':>9}")
+    head = (
+        f"{'N':>4} {'thr':>3} | {'env state':>9} {'raw batch':>9} {'raw rollout':>11} | "
+        f"{'env/batch':>9} {'env/rollout':>11} | {'env phys/s':>10} {'batch phys/s':>12} | "
+        f"{'overhead':>8} {'in-env phys':>11} | {'env rgb':>7} {'rgb fps':>7} {'rgb/state':>9}"
+    )
     lines += [head, "-" * len(head)]
+
     def med(c: dict[str, Any], v: str) -> float | None:
         return c[v]["env_steps_per_s"]["median"] if v in c else None
 
@@ -749,6 +825,7 @@ def format_table(payload: dict[str, Any]) -> str:
                 f"{_fmt(others_by_n.get(r['num_envs']), '.2f')})"
             )
     t = payload["targets"]
+
     def verdict(p: bool | None) -> str:
         return "n/a" if p is None else ("PASS" if p else "FAIL")
 
@@ -758,16 +835,19 @@ def format_table(payload: dict[str, Any]) -> str:
         rs = ", ".join(f"T={k}: {_fmt(x, '.3f')}" for k, x in v["ratios_by_threads"].items())
         lines.append(f"  N={n:<3} {verdict(v['pass'])}  ({rs})")
     ts = t["thread_scaling"]
-    lines.append(f"target 2 threads >= {ts['min_speedup']}x 1 thread (state-only, N >= 8): "
-                 f"{verdict(ts['pass'])}")
+    lines.append(f"target 2 threads >= {ts['min_speedup']}x 1 thread (state-only, N >= 8): {verdict(ts['pass'])}")
     for n, v in ts["by_num_envs"].items():
-        lines.append(f"  N={n:<3} {verdict(v['pass'])}  (env {_fmt(v['speedup'], '.2f')}x, "
-                     f"raw batch {_fmt(v['raw_batch_speedup'], '.2f')}x)")
+        lines.append(
+            f"  N={n:<3} {verdict(v['pass'])}  (env {_fmt(v['speedup'], '.2f')}x, "
+            f"raw batch {_fmt(v['raw_batch_speedup'], '.2f')}x)"
+        )
     rt = payload["runtime"]
     others = rt.get("other_cores_avg")
-    lines.append(f"wall time {payload.get('wall_s', float('nan')):.1f} s; other processes used "
-                 f"{_fmt(others, '.2f')} cores on average meanwhile (load avg at end "
-                 f"{rt.get('loadavg_end')})")
+    lines.append(
+        f"wall time {payload.get('wall_s', float('nan')):.1f} s; other processes used "
+        f"{_fmt(others, '.2f')} cores on average meanwhile (load avg at end "
+        f"{rt.get('loadavg_end')})"
+    )
     busy = [n for n, o in others_by_n.items() if o is not None and o > 0.25]
     if busy or (others is not None and others > 0.25):
         lines.append(

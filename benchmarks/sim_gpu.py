@@ -31,10 +31,12 @@ def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
     logics = list(getattr(cfg, "gpu_task_logic", None) or ["device"])  # callers without the field: device only
     for backend in cfg.gpu_backends:
         for n in cfg.gpu_num_envs:
-            for cams, logic in [(c, lg) for c in ((), ("agentview",))
-                                for lg in (logics if backend == "mujoco_gpu" else [None])]:
-                kwargs = dict(TASK[backend], num_envs=int(n), seed=cfg.seed, cameras=cams,
-                              image_size=cfg.gpu_image_size)
+            for cams, logic in [
+                (c, lg) for c in ((), ("agentview",)) for lg in (logics if backend == "mujoco_gpu" else [None])
+            ]:
+                kwargs = dict(
+                    TASK[backend], num_envs=int(n), seed=cfg.seed, cameras=cams, image_size=cfg.gpu_image_size
+                )
                 if backend == "mujoco_gpu":
                     kwargs["task_logic"] = logic
                     if cams:
@@ -58,19 +60,30 @@ def run_gpu_backends(cfg: Any) -> list[dict[str, Any]]:
                     raw = raw_physics_rates(env, cfg.gpu_steps, cfg.gpu_repeats) if backend == "mujoco_gpu" else None
                 finally:
                     env.close()
-                row = {"backend": backend, "num_envs": int(n), "camera": bool(cams), "image_size": cfg.gpu_image_size,
-                       "device": str(device), "renderer": renderer, "task_logic": logic, "build_s": round(build, 2),
-                       "cuda_graph": getattr(getattr(env, "sim", None), "cuda_graph", None),
-                       "env_steps_per_s": round(statistics.median(rates), 1), "samples": [round(r, 1) for r in rates]}
+                row = {
+                    "backend": backend,
+                    "num_envs": int(n),
+                    "camera": bool(cams),
+                    "image_size": cfg.gpu_image_size,
+                    "device": str(device),
+                    "renderer": renderer,
+                    "task_logic": logic,
+                    "build_s": round(build, 2),
+                    "cuda_graph": getattr(getattr(env, "sim", None), "cuda_graph", None),
+                    "env_steps_per_s": round(statistics.median(rates), 1),
+                    "samples": [round(r, 1) for r in rates],
+                }
                 if raw:
                     row["raw_physics_steps_per_s"] = round(statistics.median(raw), 1)
                     row["env_vs_raw"] = round(row["env_steps_per_s"] / row["raw_physics_steps_per_s"], 3)
                 rows.append(row)
                 extra = f", raw physics {row['raw_physics_steps_per_s']:.0f}" if raw else ""
                 where = f", task logic on the {logic}" if logic else ""
-                print(f"{backend:10s} N={n:5d} {'rgb' if cams else 'state'}: {row['env_steps_per_s']:.0f} env-steps/s "
-                      f"({row['device']}{', ' + str(renderer) + ' renderer' if renderer else ''}{where}{extra})",
-                      flush=True)
+                print(
+                    f"{backend:10s} N={n:5d} {'rgb' if cams else 'state'}: {row['env_steps_per_s']:.0f} env-steps/s "
+                    f"({row['device']}{', ' + str(renderer) + ' renderer' if renderer else ''}{where}{extra})",
+                    flush=True,
+                )
     return rows
 
 

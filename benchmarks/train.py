@@ -88,15 +88,31 @@ def _run_case(cfg: TrainBenchConfig, case: str, policy: Any, round_index: int) -
     from embodied.rllib import build_algorithm, make_env_config
 
     cluster = case.startswith("cluster")
-    env_config = make_env_config(suite=cfg.suite, tasks=cfg.tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
-                                 chunks_per_iter=cfg.chunks_per_iter, max_steps=cfg.max_episode_steps)
-    rl = dict(lr=UpdateConfig.lr, critic_lr=UpdateConfig.critic_lr, num_epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
-              overlap=case.endswith("overlap"))
+    env_config = make_env_config(
+        suite=cfg.suite,
+        tasks=cfg.tasks,
+        num_envs=cfg.num_envs,
+        image_size=cfg.image_size,
+        chunks_per_iter=cfg.chunks_per_iter,
+        max_steps=cfg.max_episode_steps,
+    )
+    rl = dict(
+        lr=UpdateConfig.lr,
+        critic_lr=UpdateConfig.critic_lr,
+        num_epochs=cfg.epochs,
+        minibatch_size=cfg.minibatch_size,
+        overlap=case.endswith("overlap"),
+    )
     if cluster:  # the same envs in total, split over the runner processes
         env_config["num_envs"] = max(cfg.num_envs // cfg.cluster_env_runners, 1)
-    algo = build_algorithm(policy, instructions=[t.instruction for t in sims.suites.tasks(cfg.suite)],
-                           env_config=env_config, rl=rl, num_env_runners=cfg.cluster_env_runners if cluster else 0,
-                           seed=cfg.seed + round_index)
+    algo = build_algorithm(
+        policy,
+        instructions=[t.instruction for t in sims.suites.tasks(cfg.suite)],
+        env_config=env_config,
+        rl=rl,
+        num_env_runners=cfg.cluster_env_runners if cluster else 0,
+        seed=cfg.seed + round_index,
+    )
     rows = []
     try:
         total = cfg.warmup + cfg.iterations
@@ -154,39 +170,67 @@ def run(cfg: TrainBenchConfig, out: Path) -> dict[str, Any]:
             "policy_lag": max(float(r.get("policy_lag", 0.0)) for r in rows),
             "samples": [{k: round(float(r[k]), 4) for k in ("env_steps", "env_steps_per_s", *TIMES)} for r in rows],
         }
-    speedups = {rt: round(cases[f"{rt}-overlap"]["env_steps_per_s"] / cases[f"{rt}-sequential"]["env_steps_per_s"], 3)
-                for rt in ("local", "cluster") if f"{rt}-overlap" in cases and f"{rt}-sequential" in cases}
+    speedups = {
+        rt: round(cases[f"{rt}-overlap"]["env_steps_per_s"] / cases[f"{rt}-sequential"]["env_steps_per_s"], 3)
+        for rt in ("local", "cluster")
+        if f"{rt}-overlap" in cases and f"{rt}-sequential" in cases
+    }
     speedup = speedups.get("local", speedups.get("cluster"))
     if "local-sequential" in cases:  # throughput of every case relative to the sequential loop
         for c in cases.values():
             c["vs_local_sequential"] = round(c["env_steps_per_s"] / cases["local-sequential"]["env_steps_per_s"], 3)
     result = {
-        "config": asdict(cfg), "machine": machine_info(), "wall_s": round(time.perf_counter() - t0, 1),
-        "policy": {"family": policy.family, "sampler": policy.config.sampler, "init": cfg.init,
-                   "parameters": sum(p.numel() for p in policy.parameters())},
-        "cases": cases, "overlap_speedup": speedup, "overlap_speedup_by_runtime": speedups,
-        "target": {"overlap_speedup": cfg.target_overlap_speedup,
-                   "met": None if speedup is None else speedup >= cfg.target_overlap_speedup,
-                   "met_by_runtime": {rt: v >= cfg.target_overlap_speedup for rt, v in speedups.items()},
-                   "met_by": sorted(c for c, v in cases.items() if c.endswith("overlap")
-                                    and v.get("vs_local_sequential", 0) >= cfg.target_overlap_speedup)},
+        "config": asdict(cfg),
+        "machine": machine_info(),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "policy": {
+            "family": policy.family,
+            "sampler": policy.config.sampler,
+            "init": cfg.init,
+            "parameters": sum(p.numel() for p in policy.parameters()),
+        },
+        "cases": cases,
+        "overlap_speedup": speedup,
+        "overlap_speedup_by_runtime": speedups,
+        "target": {
+            "overlap_speedup": cfg.target_overlap_speedup,
+            "met": None if speedup is None else speedup >= cfg.target_overlap_speedup,
+            "met_by_runtime": {rt: v >= cfg.target_overlap_speedup for rt, v in speedups.items()},
+            "met_by": sorted(
+                c
+                for c, v in cases.items()
+                if c.endswith("overlap") and v.get("vs_local_sequential", 0) >= cfg.target_overlap_speedup
+            ),
+        },
     }
     write_json(out / "train.json", result)
     with open(out / "train.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["case", "iterations", "env_steps_per_s", "env_steps_per_iteration", "policy_lag", *TIMES])
         for case, c in cases.items():
-            w.writerow([case, c["iterations"], c["env_steps_per_s"], c["env_steps_per_iteration"], c["policy_lag"],
-                        *(c["time_split_s"][k] for k in TIMES)])
+            w.writerow(
+                [
+                    case,
+                    c["iterations"],
+                    c["env_steps_per_s"],
+                    c["env_steps_per_iteration"],
+                    c["policy_lag"],
+                    *(c["time_split_s"][k] for k in TIMES),
+                ]
+            )
     print(f"{'case':<18} {'env-steps/s':>12} {'sim s':>7} {'infer s':>8} {'learn s':>8} {'wait s':>7} {'iter s':>7}")
     for case, c in cases.items():
         t = c["time_split_s"]
-        print(f"{case:<18} {c['env_steps_per_s']:>12.1f} {t['sim_s']:>7.2f} {t['inference_s']:>8.2f} "
-              f"{t['learn_s']:>8.2f} {t['wait_s']:>7.2f} {t['iteration_s']:>7.2f}")
+        print(
+            f"{case:<18} {c['env_steps_per_s']:>12.1f} {t['sim_s']:>7.2f} {t['inference_s']:>8.2f} "
+            f"{t['learn_s']:>8.2f} {t['wait_s']:>7.2f} {t['iteration_s']:>7.2f}"
+        )
     for case, c in cases.items():
         if case != "local-sequential" and "vs_local_sequential" in c:
             print(f"{case} / local-sequential: {c['vs_local_sequential']:.2f}x")
     for rt, v in speedups.items():
-        print(f"{rt}: overlap / sequential {v:.2f}x (target >= {cfg.target_overlap_speedup}; policy lag "
-              f"{cases[rt + '-overlap']['policy_lag']:g} against {cases[rt + '-sequential']['policy_lag']:g})")
+        print(
+            f"{rt}: overlap / sequential {v:.2f}x (target >= {cfg.target_overlap_speedup}; policy lag "
+            f"{cases[rt + '-overlap']['policy_lag']:g} against {cases[rt + '-sequential']['policy_lag']:g})"
+        )
     return result

@@ -112,13 +112,15 @@ class UnknownKey:
         """``"<command>: unknown key 'a.b'; did you mean 'a.c'?"`` (or the valid keys when none is close)."""
         parts = self.path.split(".")
         if self.unselected:
-            group = ".".join(parts[:self.depth])
-            return (f"{command}: unknown key {self.path!r}: no {group} is selected, so it has no keys; "
-                    f"select one first: {group}={'|'.join(self.valid)}")
+            group = ".".join(parts[: self.depth])
+            return (
+                f"{command}: unknown key {self.path!r}: no {group} is selected, so it has no keys; "
+                f"select one first: {group}={'|'.join(self.valid)}"
+            )
         guess = closest_key(parts[self.depth], self.valid)
-        where = ".".join(parts[:self.depth])
+        where = ".".join(parts[: self.depth])
         if guess is not None:
-            hint = f"did you mean {'.'.join(parts[:self.depth] + [guess] + parts[self.depth + 1:])!r}?"
+            hint = f"did you mean {'.'.join(parts[: self.depth] + [guess] + parts[self.depth + 1 :])!r}?"
         else:
             hint = f"valid keys{' of ' + where if where else ''}: {', '.join(self.valid)}"
         return f"{command}: unknown key {self.path!r}; {hint}"
@@ -172,8 +174,7 @@ def unknown_keys(cfg: Any, prefix: str = "") -> list[UnknownKey]:
     return found
 
 
-def check_key_paths(cfg: Any, paths: Iterable[str],
-                    groups: Optional[dict[str, list[str]]] = None) -> list[UnknownKey]:
+def check_key_paths(cfg: Any, paths: Iterable[str], groups: Optional[dict[str, list[str]]] = None) -> list[UnknownKey]:
     """Dotted key paths (of command-line overrides) that do not exist in the composed config ``cfg``
     where a schema fixes the keys. ``groups``: config group -> its options; a path into a group
     left unselected (null) is refused too. A path that runs into a plain dict, a list or another
@@ -244,7 +245,8 @@ def check_command_line(command: str, config_name: str, argv: list[str]) -> None:
     from hydra._internal.utils import get_args_parser
 
     if any(a in argv for a in ("--version", "-sc", "--shell-completion", "--experimental-rerun")) or any(
-            a.split("=")[0] in ("--config-path", "-cp", "--config-dir", "-cd") for a in argv):
+        a.split("=")[0] in ("--config-path", "-cp", "--config-dir", "-cd") for a in argv
+    ):
         return  # another config search path, or no composition at all: Hydra's business
 
     class _Unparsable(Exception):
@@ -264,8 +266,9 @@ def check_command_line(command: str, config_name: str, argv: list[str]) -> None:
         _refuse(command, problems)
 
 
-def rewrite_moved_keys(command: str, argv: list[str], moved: dict[str, str],
-                       rewrite: Callable[[str, str], list[str]]) -> list[str]:
+def rewrite_moved_keys(
+    command: str, argv: list[str], moved: dict[str, str], rewrite: Callable[[str, str], list[str]]
+) -> list[str]:
     """``argv`` with every ``key=value`` whose key (without ``+`` / ``++``) is an old key of ``moved``
     (old key -> its new place) replaced by ``rewrite(key, value)``, each with a deprecation message on
     stderr naming the new form. Other arguments pass unchanged."""
@@ -277,15 +280,20 @@ def rewrite_moved_keys(command: str, argv: list[str], moved: dict[str, str],
             out.append(arg)
             continue
         new = rewrite(bare, value)
-        print(f"{command}: {bare}= is deprecated and will be removed in the next release; use "
-              f"{' '.join(new)}", file=sys.stderr, flush=True)
+        print(
+            f"{command}: {bare}= is deprecated and will be removed in the next release; use {' '.join(new)}",
+            file=sys.stderr,
+            flush=True,
+        )
         out += new
     return out
 
 
-def hydra_app(command: str, config_name: str,
-              moved: Optional[tuple[dict[str, str], Callable[[str, str], list[str]]]] = None,
-              ) -> Callable[[Callable[[Any], Any]], Callable[..., Any]]:
+def hydra_app(
+    command: str,
+    config_name: str,
+    moved: Optional[tuple[dict[str, str], Callable[[str, str], list[str]]]] = None,
+) -> Callable[[Callable[[Any], Any]], Callable[..., Any]]:
     """``hydra.main`` of the ``embodied-*`` command ``command`` on ``configs/<config_name>.yaml``,
     refusing unknown keys: the command line is checked before Hydra starts (exit status 2, the
     closest valid key named, nothing created), and the composed config once more against its

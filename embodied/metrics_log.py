@@ -21,8 +21,7 @@ class MetricsLog:
     back. None starts an empty file.
     """
 
-    def __init__(self, out: Path, fields: Sequence[str], key: str, *, resume_upto: int | None = None,
-                 tb_prefix: str):
+    def __init__(self, out: Path, fields: Sequence[str], key: str, *, resume_upto: int | None = None, tb_prefix: str):
         path = out / "metrics.csv"
         kept = read_complete_rows(path, key, resume_upto)[1] if resume_upto is not None else []
         self.tb_prefix = tb_prefix

@@ -42,8 +42,7 @@ def config_defaults(schema: type) -> dict[str, Any]:
     return out
 
 
-def without_added_defaults(stored: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any]
-                           ) -> dict[str, Any]:
+def without_added_defaults(stored: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """``current`` less the keys, at any depth, that ``stored`` lacks and whose value is their default in
     ``defaults``: fields added to the code after ``stored`` was written, still at their defaults."""
     out: dict[str, Any] = {}
@@ -59,8 +58,9 @@ def without_added_defaults(stored: dict[str, Any], current: dict[str, Any], defa
     return out
 
 
-def same_config(stored: dict[str, Any] | None, current: dict[str, Any], schema: type,
-                defaults: dict[str, Any] | None = None) -> bool:
+def same_config(
+    stored: dict[str, Any] | None, current: dict[str, Any], schema: type, defaults: dict[str, Any] | None = None
+) -> bool:
     """Whether a run folder's stored config is ``current``. A field of the dataclass ``schema`` (nested
     ones included) added after the folder was made, absent from ``stored``, matches while it keeps its
     default, so folders from before the field existed still resume. ``defaults`` adds to (or replaces)
@@ -85,8 +85,9 @@ def config_differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def read_complete_rows(path: str | os.PathLike, key: str,
-                       upto: int | None = None) -> tuple[list[str] | None, list[dict[str, str]]]:
+def read_complete_rows(
+    path: str | os.PathLike, key: str, upto: int | None = None
+) -> tuple[list[str] | None, list[dict[str, str]]]:
     """``(header, rows)`` of the CSV file ``path`` (a run's ``metrics.csv``) that a resumed run keeps.
 
     Each row is a dict keyed by the header. Kept: the complete rows whose integer column ``key``
@@ -108,7 +109,7 @@ def read_complete_rows(path: str | os.PathLike, key: str,
         return None, []
     if not text.endswith(("\n", "\r")):  # the last line is torn: keep the lines before it
         cut = max(text.rfind("\n"), text.rfind("\r"))
-        text = text[:cut + 1]
+        text = text[: cut + 1]
     lines = csv.reader(io.StringIO(text))
     header = next(lines, None)
     if not header or key not in header:
@@ -140,8 +141,7 @@ def _cpu_model() -> str | None:
 
 def cpu_summary(machine: dict[str, Any]) -> str:
     """``"N CPUs (model, torch kernels ISA)"`` from a :func:`machine_info` dict (older ones lack the last two)."""
-    return (f"{machine['cpu_count']} CPUs ({machine.get('cpu')}, torch kernels "
-            f"{machine.get('torch_cpu_capability')})")
+    return f"{machine['cpu_count']} CPUs ({machine.get('cpu')}, torch kernels {machine.get('torch_cpu_capability')})"
 
 
 def machine_info() -> dict[str, Any]:

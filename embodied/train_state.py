@@ -33,21 +33,28 @@ def _flatten_optimizer(sd: dict[str, Any], prefix: str = "opt.") -> tuple[dict[s
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any], prefix: str = "opt."
-                         ) -> dict[str, Any]:
+def _unflatten_optimizer(
+    tensors: dict[str, torch.Tensor], meta: dict[str, Any], prefix: str = "opt."
+) -> dict[str, Any]:
     state: dict[int, dict[str, Any]] = {}
     for name, val in tensors.items():
         if name.startswith(prefix):
-            pid, key = name[len(prefix):].split(".", 1)
+            pid, key = name[len(prefix) :].split(".", 1)
             state.setdefault(int(pid), {})[key] = val
     for pid, scal in meta["scalars"].items():
         state.setdefault(int(pid), {}).update(scal)
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-def save_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimizer | None = None, step: int,
-                     extra: dict[str, Any] | None = None, scheduler: Any = None,
-                     optimizer_states: dict[str, dict[str, Any]] | None = None) -> Path:
+def save_train_state(
+    folder: str | os.PathLike,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    step: int,
+    extra: dict[str, Any] | None = None,
+    scheduler: Any = None,
+    optimizer_states: dict[str, dict[str, Any]] | None = None,
+) -> Path:
     """Write optimizer state (one ``optimizer``, or named ``optimizer_states`` as state dicts, e.g.
     from remote learners), counters and RNG states into ``folder``."""
     from safetensors.torch import save_file
@@ -71,7 +78,10 @@ def save_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimi
         "optimizer": opt_meta,
         "optimizers": named_meta,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "rng": {"python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]], "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]},
+        "rng": {
+            "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+            "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+        },
         "extra": extra or {},
     }
     write_json(folder / "state.json", meta)
@@ -84,8 +94,9 @@ def saved_step(folder: str | os.PathLike) -> int:
     return int(json.loads((Path(folder) / "state.json").read_text())["step"])
 
 
-def load_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimizer | None = None,
-                     scheduler: Any = None) -> dict[str, Any]:
+def load_train_state(
+    folder: str | os.PathLike, *, optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None
+) -> dict[str, Any]:
     """Restore what :func:`save_train_state` wrote; returns the JSON part (``step``, ``extra``) with
     the named optimizer state dicts under ``"optimizer_states"``."""
     from safetensors.torch import load_file
@@ -97,8 +108,9 @@ def load_train_state(folder: str | os.PathLike, *, optimizer: torch.optim.Optimi
     tensors = load_file(str(folder / "state.safetensors"))
     if optimizer is not None:
         optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizer"]))
-    meta["optimizer_states"] = {name: _unflatten_optimizer(tensors, m, prefix=f"opts.{name}.")
-                                for name, m in meta.get("optimizers", {}).items()}
+    meta["optimizer_states"] = {
+        name: _unflatten_optimizer(tensors, m, prefix=f"opts.{name}.") for name, m in meta.get("optimizers", {}).items()
+    }
     if scheduler is not None and meta.get("scheduler") is not None:
         scheduler.load_state_dict(meta["scheduler"])
     torch.set_rng_state(tensors["rng.torch"])

@@ -123,8 +123,11 @@ class _PyAVHevc:
         import av
 
         self._out = av.open(str(path), "w")
-        self._stream = self._out.add_stream("libx265", rate=Fraction(fps).limit_denominator(1000),
-                                            options={"g": str(HEVC_GOP), "x265-params": HEVC_X265_PARAMS})
+        self._stream = self._out.add_stream(
+            "libx265",
+            rate=Fraction(fps).limit_denominator(1000),
+            options={"g": str(HEVC_GOP), "x265-params": HEVC_X265_PARAMS},
+        )
         self._stream.width, self._stream.height, self._stream.pix_fmt = width, height, "gbrp"
         self._av = av
 
@@ -160,10 +163,33 @@ class _FFmpegWriter:
         self._log = tempfile.TemporaryFile()
         rate = Fraction(fps).limit_denominator(1000)
         self._proc = subprocess.Popen(
-            [exe, "-y", "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
-             "-s", f"{width}x{height}", "-framerate", f"{rate.numerator}/{rate.denominator}", "-i", "pipe:0", "-an",
-             *FFMPEG_OUTPUT[codec], "-f", "mp4", str(path)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log)
+            [
+                exe,
+                "-y",
+                "-nostdin",
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-f",
+                "rawvideo",
+                "-pix_fmt",
+                "rgb24",
+                "-s",
+                f"{width}x{height}",
+                "-framerate",
+                f"{rate.numerator}/{rate.denominator}",
+                "-i",
+                "pipe:0",
+                "-an",
+                *FFMPEG_OUTPUT[codec],
+                "-f",
+                "mp4",
+                str(path),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
 
     def _failure(self) -> RuntimeError:
         self._log.seek(0)
@@ -208,8 +234,10 @@ class VideoWriter:
         if codec == "hevc":
             backend = backend or hevc_backend()
             if backend not in ("pyav", "ffmpeg"):
-                raise RuntimeError("lossless HEVC needs libx265: install PyAV (pip install av) or imageio-ffmpeg, "
-                                   "or put an ffmpeg with libx265 on the PATH; or write codec='ffv1'")
+                raise RuntimeError(
+                    "lossless HEVC needs libx265: install PyAV (pip install av) or imageio-ffmpeg, "
+                    "or put an ffmpeg with libx265 on the PATH; or write codec='ffv1'"
+                )
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fps = fps
@@ -232,14 +260,21 @@ class VideoWriter:
             if self.codec == "hevc" and self.backend == "pyav":
                 self._writer = _PyAVHevc(self.path, self.fps, w, h)
             elif self.codec in FFMPEG_OUTPUT:
-                self._writer = _FFmpegWriter(self.path, self.fps, w + w % 2 * (self.codec == "h264"),
-                                             h + h % 2 * (self.codec == "h264"), self.codec)
+                self._writer = _FFmpegWriter(
+                    self.path,
+                    self.fps,
+                    w + w % 2 * (self.codec == "h264"),
+                    h + h % 2 * (self.codec == "h264"),
+                    self.codec,
+                )
             else:
                 fourcc = CODECS[self.codec][0]
                 self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*fourcc), self.fps, (w, h))
                 if not self._writer.isOpened():
-                    raise RuntimeError(f"OpenCV could not open a {self.codec} video writer for {self.path} "
-                                       "(its FFmpeg backend lacks the encoder?)")
+                    raise RuntimeError(
+                        f"OpenCV could not open a {self.codec} video writer for {self.path} "
+                        "(its FFmpeg backend lacks the encoder?)"
+                    )
         if self.codec == "h264" and (frame.shape[0] % 2 or frame.shape[1] % 2):
             frame = np.pad(frame, ((0, frame.shape[0] % 2), (0, frame.shape[1] % 2), (0, 0)))
         if self.codec in FFMPEG_OUTPUT:
@@ -270,8 +305,17 @@ def video_codec(path: str | os.PathLike) -> str | None:
         tag = int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode("ascii", "replace").strip("\x00 ").lower()
     finally:
         cap.release()
-    return {"hev1": "hevc", "hvc1": "hevc", "hevc": "hevc", "ffv1": "ffv1", "mp4v": "mpeg4", "fmp4": "mpeg4",
-            "av01": "av1", "avc1": "h264", "h264": "h264"}.get(tag, tag)
+    return {
+        "hev1": "hevc",
+        "hvc1": "hevc",
+        "hevc": "hevc",
+        "ffv1": "ffv1",
+        "mp4v": "mpeg4",
+        "fmp4": "mpeg4",
+        "av01": "av1",
+        "avc1": "h264",
+        "h264": "h264",
+    }.get(tag, tag)
 
 
 def count_frames(path: str | os.PathLike) -> int:

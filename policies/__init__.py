@@ -13,5 +13,15 @@ from __future__ import annotations
 from policies.checkpoint import CheckpointError, SpecMismatchError, load, save
 from policies.registry import FAMILIES, Family, config_class, families, make, policy_class
 
-__all__ = ["CheckpointError", "FAMILIES", "Family", "SpecMismatchError", "config_class", "families", "load", "make",
-           "policy_class", "save"]
+__all__ = [
+    "CheckpointError",
+    "FAMILIES",
+    "Family",
+    "SpecMismatchError",
+    "config_class",
+    "families",
+    "load",
+    "make",
+    "policy_class",
+    "save",
+]

@@ -153,8 +153,9 @@ class DetachedValueHead(nn.Module):
     def __init__(self, in_dim: int, hidden: int):
         super().__init__()
         self.norm = nn.LayerNorm(in_dim)
-        self.mlp = nn.Sequential(nn.Linear(in_dim + 1, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, 1))
+        self.mlp = nn.Sequential(
+            nn.Linear(in_dim + 1, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
+        )
         with torch.no_grad():
             self.mlp[-1].weight.mul_(0.1)
             self.mlp[-1].bias.zero_()
@@ -232,13 +233,15 @@ class Policy(nn.Module, abc.ABC):
         return isinstance(prefix, PrefixEncoder) and not any(p.requires_grad for p in prefix.parameters())
 
     @abc.abstractmethod
-    def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
-               generator: torch.Generator | None = None) -> ChunkSample:
+    def sample(
+        self, obs: dict[str, Any], *, mode: Mode = "explore", generator: torch.Generator | None = None
+    ) -> ChunkSample:
         """Sample an action chunk for a batch of observations."""
 
     @abc.abstractmethod
-    def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob [N], entropy [N], value [N])`` of the chunk described by ``extras``."""
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -263,8 +266,12 @@ class Policy(nn.Module, abc.ABC):
             cfg.value_features = old
             raise
         self.value_mlp = head.to(self.device)
-        log.warning("%s policy: value head switched from value_features=%r to %r and freshly initialised",
-                    self.family, old, value_features)
+        log.warning(
+            "%s policy: value head switched from value_features=%r to %r and freshly initialised",
+            self.family,
+            old,
+            value_features,
+        )
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """As ``nn.Module.load_state_dict``, except that value-head weights (``value_mlp.*``, also
@@ -272,7 +279,7 @@ class Policy(nn.Module, abc.ABC):
         value head are replaced by its fresh ones, with a warning: the critic is then learned anew
         (weights saved with another ``value_features``; SFT never trains the value head)."""
         own = {k: v for k, v in self.state_dict().items() if ".value_mlp." in f".{k}"}
-        heads = {k[:k.index("value_mlp.") + len("value_mlp.")] for k in own}
+        heads = {k[: k.index("value_mlp.") + len("value_mlp.")] for k in own}
         replaced = []
         for head in sorted(heads):
             mine = {k: tuple(v.shape) for k, v in own.items() if k.startswith(head)}
@@ -282,9 +289,13 @@ class Policy(nn.Module, abc.ABC):
                 state_dict.update({k: own[k] for k in mine})
                 replaced.append(head.rstrip("."))
         if replaced:
-            log.warning("%s policy: the loaded %s weights do not fit this value head (value_features=%r): it "
-                        "is freshly initialised and the critic is learned anew", self.family,
-                        " and ".join(replaced), self.config.value_features)
+            log.warning(
+                "%s policy: the loaded %s weights do not fit this value head (value_features=%r): it "
+                "is freshly initialised and the critic is learned anew",
+                self.family,
+                " and ".join(replaced),
+                self.config.value_features,
+            )
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     @abc.abstractmethod
@@ -292,8 +303,9 @@ class Policy(nn.Module, abc.ABC):
         """Supervised loss (scalar) for expert chunks ``actions`` ``[N, H, A]`` in ``[-1, 1]``."""
 
     @torch.no_grad()
-    def act(self, obs: dict[str, Any], *, mode: Mode = "greedy",
-            generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self, obs: dict[str, Any], *, mode: Mode = "greedy", generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Convenience: ``[N, H, A]`` actions, no gradients."""
         return self.sample(obs, mode=mode, generator=generator).actions
 
@@ -311,9 +323,11 @@ class Policy(nn.Module, abc.ABC):
         s_env = tuple(env.observation_spec["state"].shape)
         if s_env != (self.config.state_dim,):
             state_obs = self.config.state_obs
-            raise SpecMismatchError(f"the policy reads a {self.config.state_dim}-D state (state_obs={state_obs!r}), "
-                                    f"the env gives {s_env}: make the env with state_obs={state_obs!r} on the "
-                                    "suite the policy was trained on")
+            raise SpecMismatchError(
+                f"the policy reads a {self.config.state_dim}-D state (state_obs={state_obs!r}), "
+                f"the env gives {s_env}: make the env with state_obs={state_obs!r} on the "
+                "suite the policy was trained on"
+            )
         cams = list(getattr(env, "cameras", []))
         if cams != list(self.config.cameras):
             raise SpecMismatchError(

@@ -52,8 +52,9 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     """``config.json`` of a bundle, validated."""
     folder = Path(path)
     if not folder.is_dir():
-        raise CheckpointError(f"no checkpoint bundle at {folder}: expected a folder with config.json, "
-                              f"{WEIGHTS} and stats.json")
+        raise CheckpointError(
+            f"no checkpoint bundle at {folder}: expected a folder with config.json, {WEIGHTS} and stats.json"
+        )
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{folder} has no config.json: not a bundle, or its save was interrupted")
@@ -89,8 +90,10 @@ def load(path: str | os.PathLike, *, device: str = "cpu", cameras: list[str] | N
         raise CheckpointError(f"{folder} has no {WEIGHTS}{hint}")
     expected = meta.get("files", {}).get(WEIGHTS)
     if expected != sha256_file(weights):
-        raise CheckpointError(f"{weights} does not match the sha256 recorded in config.json: the file was modified "
-                              "or belongs to another bundle; refusing to load it")
+        raise CheckpointError(
+            f"{weights} does not match the sha256 recorded in config.json: the file was modified "
+            "or belongs to another bundle; refusing to load it"
+        )
     try:
         state = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError, ValueError) as err:
@@ -103,6 +106,8 @@ def load(path: str | os.PathLike, *, device: str = "cpu", cameras: list[str] | N
         policy.processor.set_stats(json.loads(stats_path.read_text()))
     missing, unexpected = policy.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{weights} does not fit a {meta['family']} policy with this config: "
-                              f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise CheckpointError(
+            f"{weights} does not fit a {meta['family']} policy with this config: "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     return policy.to(device).eval()

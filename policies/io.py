@@ -38,8 +38,9 @@ PolicyInputs = dict[str, Any]
 Array = torch.Tensor | np.ndarray
 
 
-def policy_inputs(rgb: Array, state: Array, instructions: Sequence[str], *,
-                  time_left: torch.Tensor | None = None) -> PolicyInputs:
+def policy_inputs(
+    rgb: Array, state: Array, instructions: Sequence[str], *, time_left: torch.Tensor | None = None
+) -> PolicyInputs:
     """The input dict of decoded batched arrays: ``rgb [N, V, H, W, 3]`` uint8, ``state [N, S]``,
     ``instructions`` N strings, ``time_left [N]`` (omitted when None).
 
@@ -56,8 +57,14 @@ def instruction_texts(ids: torch.Tensor | Sequence[int], texts: Sequence[str]) -
     return [texts[int(i)] for i in rows]
 
 
-def indexed_inputs(rgb: Array, state: Array, ids: torch.Tensor | Sequence[int], texts: Sequence[str], *,
-                   time_left: torch.Tensor | None = None) -> PolicyInputs:
+def indexed_inputs(
+    rgb: Array,
+    state: Array,
+    ids: torch.Tensor | Sequence[int],
+    texts: Sequence[str],
+    *,
+    time_left: torch.Tensor | None = None,
+) -> PolicyInputs:
     """The input dict of batched columns whose instruction of row i is ``texts[ids[i]]``
     (``rgb [N, V, H, W, 3]``, ``state [N, S]``, ``ids [N]``, ``time_left [N]``)."""
     return policy_inputs(rgb, state, instruction_texts(ids, texts), time_left=time_left)
@@ -68,8 +75,9 @@ def task_instructions(env: Any) -> list[str]:
     return [task.instruction for task in env.tasks]
 
 
-def env_inputs(obs: dict[str, torch.Tensor], instructions: Sequence[str], *,
-               time_left: torch.Tensor | None = None) -> PolicyInputs:
+def env_inputs(
+    obs: dict[str, torch.Tensor], instructions: Sequence[str], *, time_left: torch.Tensor | None = None
+) -> PolicyInputs:
     """The input dict of a simulation observation: its views (:func:`sims.core.obs_views`),
     ``obs["state"] [N, S]`` and the instruction of ``obs["task_id"] [N]`` in ``instructions``
     (:func:`task_instructions` of the env)."""

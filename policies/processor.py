@@ -51,8 +51,10 @@ class Processor:
     def stats_from_arrays(states: np.ndarray, actions: np.ndarray) -> dict[str, list[float]]:
         """Statistics from dataset arrays ``states [T, S]``, ``actions [T, A]``."""
         return {
-            "state_mean": states.mean(0).tolist(), "state_std": states.std(0).tolist(),
-            "action_mean": actions.mean(0).tolist(), "action_std": actions.std(0).tolist(),
+            "state_mean": states.mean(0).tolist(),
+            "state_std": states.std(0).tolist(),
+            "action_mean": actions.mean(0).tolist(),
+            "action_std": actions.std(0).tolist(),
         }
 
     def _stat(self, key: str, device: torch.device) -> torch.Tensor:
@@ -67,8 +69,9 @@ class Processor:
         if rgb.ndim != 5 or rgb.shape[-1] != 3:
             raise ValueError(f"rgb must be [N, V, H, W, 3], got {tuple(rgb.shape)}")
         if rgb.shape[1] != len(self.config.cameras):
-            raise ValueError(f"rgb has {rgb.shape[1]} views, the policy expects {len(self.config.cameras)} "
-                             f"({self.config.cameras})")
+            raise ValueError(
+                f"rgb has {rgb.shape[1]} views, the policy expects {len(self.config.cameras)} ({self.config.cameras})"
+            )
         n, v, h, w, _ = rgb.shape
         s = self.config.image_size
         if v == 0:  # a policy without cameras

@@ -18,18 +18,30 @@ class Family(NamedTuple):
     config: str  # its config dataclass, importable without the model code (the Hydra schemas need only it)
 
 
-FAMILIES: Registry[Family] = Registry("policy family", {
-    "flow": Family("policies.flow.modeling_flow:FlowPolicy", "policies.flow.configuration_flow:FlowConfig"),
-    "autoregressive": Family("policies.autoregressive.modeling_autoregressive:AutoregressivePolicy",
-                             "policies.autoregressive.configuration_autoregressive:AutoregressiveConfig"),
-    "diffusion": Family("policies.diffusion.modeling_diffusion:DiffusionPolicy",
-                        "policies.diffusion.configuration_diffusion:DiffusionConfig"),
-    # LeRobot's pretrained VLAs (in .venv-lerobot: LeRobot needs CPython >= 3.12, torch < 2.12)
-    "pi0": Family("policies.lerobot.modeling_lerobot:Pi0Policy", "policies.lerobot.configuration_lerobot:Pi0Config"),
-    "pi05": Family("policies.lerobot.modeling_lerobot:Pi05Policy", "policies.lerobot.configuration_lerobot:Pi05Config"),
-    "smolvla": Family("policies.lerobot.modeling_lerobot:SmolVLAPolicy",
-                      "policies.lerobot.configuration_lerobot:SmolVLAConfig"),
-})
+FAMILIES: Registry[Family] = Registry(
+    "policy family",
+    {
+        "flow": Family("policies.flow.modeling_flow:FlowPolicy", "policies.flow.configuration_flow:FlowConfig"),
+        "autoregressive": Family(
+            "policies.autoregressive.modeling_autoregressive:AutoregressivePolicy",
+            "policies.autoregressive.configuration_autoregressive:AutoregressiveConfig",
+        ),
+        "diffusion": Family(
+            "policies.diffusion.modeling_diffusion:DiffusionPolicy",
+            "policies.diffusion.configuration_diffusion:DiffusionConfig",
+        ),
+        # LeRobot's pretrained VLAs (in .venv-lerobot: LeRobot needs CPython >= 3.12, torch < 2.12)
+        "pi0": Family(
+            "policies.lerobot.modeling_lerobot:Pi0Policy", "policies.lerobot.configuration_lerobot:Pi0Config"
+        ),
+        "pi05": Family(
+            "policies.lerobot.modeling_lerobot:Pi05Policy", "policies.lerobot.configuration_lerobot:Pi05Config"
+        ),
+        "smolvla": Family(
+            "policies.lerobot.modeling_lerobot:SmolVLAPolicy", "policies.lerobot.configuration_lerobot:SmolVLAConfig"
+        ),
+    },
+)
 
 
 def families() -> list[str]:

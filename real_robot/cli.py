@@ -104,13 +104,23 @@ def serve_main(cfg) -> None:
         policy = policies.load(c.checkpoint, device=c.device)
     except (policies.CheckpointError, FileNotFoundError) as err:
         raise SystemExit(f"embodied-serve: {err}") from None
-    server = PolicyServer(policy, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"),
-                          max_message_bytes=int(c.max_message_mb * 1024 * 1024), max_batch=c.max_batch,
-                          batch_window_ms=c.batch_window_ms, seed=c.seed, idle_timeout_s=c.idle_timeout_s,
-                          message_timeout_s=c.message_timeout_s, open_timeout_s=c.open_timeout_s,
-                          max_connections=c.max_connections)
-    print(f"embodied-serve: {policy.family} policy {c.checkpoint} on ws://{c.host}:{c.port} "
-          f"(API key {'required' if server.api_key else 'off'}); warming up ...", flush=True)
+    server = PolicyServer(
+        policy,
+        api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"),
+        max_message_bytes=int(c.max_message_mb * 1024 * 1024),
+        max_batch=c.max_batch,
+        batch_window_ms=c.batch_window_ms,
+        seed=c.seed,
+        idle_timeout_s=c.idle_timeout_s,
+        message_timeout_s=c.message_timeout_s,
+        open_timeout_s=c.open_timeout_s,
+        max_connections=c.max_connections,
+    )
+    print(
+        f"embodied-serve: {policy.family} policy {c.checkpoint} on ws://{c.host}:{c.port} "
+        f"(API key {'required' if server.api_key else 'off'}); warming up ...",
+        flush=True,
+    )
     try:
         asyncio.run(server.serve(c.host, c.port, announce=True))
     except KeyboardInterrupt:
@@ -134,8 +144,7 @@ def _network_robot(c: DeployAppConfig) -> Any:
 
 
 #: ``robot=`` of embodied-deploy: the robot each name builds from the app's config
-ROBOTS: Registry[Callable[[DeployAppConfig], Any]] = Registry("robot", {"sim": _sim_robot,
-                                                                        "network": _network_robot})
+ROBOTS: Registry[Callable[[DeployAppConfig], Any]] = Registry("robot", {"sim": _sim_robot, "network": _network_robot})
 
 
 def _make_robot(c: DeployAppConfig) -> Any:
@@ -164,10 +173,16 @@ def deploy_main(cfg) -> None:
     instruction = c.instruction or getattr(robot, "instruction", None)
     if not instruction:
         robot.disconnect()
-        raise SystemExit("embodied-deploy: give instruction=\"...\" (the task the policy should do)")
+        raise SystemExit('embodied-deploy: give instruction="..." (the task the policy should do)')
     client = PolicyClient(c.server, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"), reconnect=c.reconnect)
-    dcfg = DeployConfig(mode=c.mode, threshold=c.threshold, max_steps=c.max_steps, hold_timeout_s=c.hold_timeout_s,
-                        stop_timeout_s=c.stop_timeout_s, stall_timeout_s=c.stall_timeout_s)
+    dcfg = DeployConfig(
+        mode=c.mode,
+        threshold=c.threshold,
+        max_steps=c.max_steps,
+        hold_timeout_s=c.hold_timeout_s,
+        stop_timeout_s=c.stop_timeout_s,
+        stall_timeout_s=c.stall_timeout_s,
+    )
     try:
         deployer = Deployer(robot, client, dcfg, instruction)
     except (DeployError, ConnectionError, ValueError) as err:
@@ -178,10 +193,20 @@ def deploy_main(cfg) -> None:
         deployer.watch_keyboard()
     cams = list(robot.spec.cameras)
     size = robot.spec.cameras[cams[0]][0] if cams else 0
-    writer = (DatasetWriter(out / "dataset", fps=robot.spec.control_hz, cameras=cams, image_size=size,
-                            state_names=STATE_NAMES, action_names=ACTION_NAMES, privileged_dim=0,
-                            extra_info={"source": "embodied-deploy", "robot": c.robot, "mode": c.mode})
-              if c.record else None)
+    writer = (
+        DatasetWriter(
+            out / "dataset",
+            fps=robot.spec.control_hz,
+            cameras=cams,
+            image_size=size,
+            state_names=STATE_NAMES,
+            action_names=ACTION_NAMES,
+            privileged_dim=0,
+            extra_info={"source": "embodied-deploy", "robot": c.robot, "mode": c.mode},
+        )
+        if c.record
+        else None
+    )
     episodes = []
     try:
         for e in range(c.episodes):
@@ -191,28 +216,55 @@ def deploy_main(cfg) -> None:
                 if hasattr(robot, "reset"):
                     robot.reset(c.sim.init_id + e if c.robot == "sim" else None)
             res = deployer.run_episode(record=c.record)
-            row = {"episode": e, "success": res.success, "reason": res.reason, "steps": res.steps,
-                   "held_steps": res.held_steps, "starved_steps": res.starved_steps, "safety_counts": res.safety_counts,
-                   "server_hold_s": round(res.server_hold_s, 3), "reconnects": res.reconnects,
-                   "round_trip_ms": {k: round(v * 1e3, 2) for k, v in res.latency.get("round_trip", {}).items()
-                                     if k != "count"}}
+            row = {
+                "episode": e,
+                "success": res.success,
+                "reason": res.reason,
+                "steps": res.steps,
+                "held_steps": res.held_steps,
+                "starved_steps": res.starved_steps,
+                "safety_counts": res.safety_counts,
+                "server_hold_s": round(res.server_hold_s, 3),
+                "reconnects": res.reconnects,
+                "round_trip_ms": {
+                    k: round(v * 1e3, 2) for k, v in res.latency.get("round_trip", {}).items() if k != "count"
+                },
+            }
             episodes.append(row)
-            print(f"episode {e}: {'success' if res.success else 'no success'} ({res.reason}) in {res.steps} steps, "
-                  f"held {res.held_steps}, safety clips {res.safety_counts}"
-                  + (f", held {res.server_hold_s:.1f} s for the policy server ({res.reconnects} reconnects)"
-                     if res.server_hold_s else ""), flush=True)
+            print(
+                f"episode {e}: {'success' if res.success else 'no success'} ({res.reason}) in {res.steps} steps, "
+                f"held {res.held_steps}, safety clips {res.safety_counts}"
+                + (
+                    f", held {res.server_hold_s:.1f} s for the policy server ({res.reconnects} reconnects)"
+                    if res.server_hold_s
+                    else ""
+                ),
+                flush=True,
+            )
             if writer is not None and res.actions:
                 t = len(res.actions)
-                rgb = (np.stack([np.stack([im[c_] for c_ in cams]) for im in res.images]) if cams else None)
+                rgb = np.stack([np.stack([im[c_] for c_ in cams]) for im in res.images]) if cams else None
                 done = np.zeros(t, bool)
                 done[-1] = True
                 succ = np.zeros(t, bool)
                 succ[-1] = res.success
-                writer.add_episode(Episode(task_index=0, instruction=instruction, state=np.stack(res.states),
-                                           privileged=np.zeros((t, 0), np.float32), action=np.stack(res.actions),
-                                           reward=succ.astype(np.float32), done=done, success=succ, rgb=rgb,
-                                           meta={"reason": res.reason}))
-            if res.reason in ("estop", "watchdog", "unsafe_state", "server_lost") or res.reason.startswith("camera_stalled"):
+                writer.add_episode(
+                    Episode(
+                        task_index=0,
+                        instruction=instruction,
+                        state=np.stack(res.states),
+                        privileged=np.zeros((t, 0), np.float32),
+                        action=np.stack(res.actions),
+                        reward=succ.astype(np.float32),
+                        done=done,
+                        success=succ,
+                        rgb=rgb,
+                        meta={"reason": res.reason},
+                    )
+                )
+            if res.reason in ("estop", "watchdog", "unsafe_state", "server_lost") or res.reason.startswith(
+                "camera_stalled"
+            ):
                 break
     except KeyboardInterrupt:
         print("interrupted: stopping the robot", file=sys.stderr)
@@ -222,8 +274,11 @@ def deploy_main(cfg) -> None:
         deployer.close()
         if writer is not None and writer.num_episodes:
             writer.close()
-    summary = {"config": json.loads(json.dumps(OmegaConf.to_container(cfg))), "episodes": episodes,
-               "success_rate": float(np.mean([r["success"] for r in episodes])) if episodes else 0.0}
+    summary = {
+        "config": json.loads(json.dumps(OmegaConf.to_container(cfg))),
+        "episodes": episodes,
+        "success_rate": float(np.mean([r["success"] for r in episodes])) if episodes else 0.0,
+    }
     summary["config"].pop("api_key", None)
     write_json(out / "deploy.json", summary)
     print(f"{len(episodes)} episode(s), success rate {summary['success_rate']:.0%}; {out / 'deploy.json'}")

@@ -66,8 +66,18 @@ from real_robot.robots.base import Observation, Robot
 from real_robot.safety import SafetyFilter, UnsafeState
 from real_robot.spec import PolicySpec
 
-__all__ = ["CLIENT_MODES", "STOP_REASONS", "DeployConfig", "DeployError", "Deployer", "EpisodeResult", "ExitReason",
-           "Watchdog", "aware_max_delay", "check_compatible"]
+__all__ = [
+    "CLIENT_MODES",
+    "STOP_REASONS",
+    "DeployConfig",
+    "DeployError",
+    "Deployer",
+    "EpisodeResult",
+    "ExitReason",
+    "Watchdog",
+    "aware_max_delay",
+    "check_compatible",
+]
 
 #: episode end reasons after which the robot is held and disconnected (motors stopped)
 STOP_REASONS = tuple(r for r in ExitReason if r.stops_robot)
@@ -124,23 +134,30 @@ def check_compatible(policy: PolicySpec, robot: Robot, mode: str = "async") -> N
     r = robot.spec
     problems = []
     if policy.action_dim != r.action_dim:
-        problems.append(f"the policy outputs {policy.action_dim}-D actions, the robot takes {r.action_dim}-D "
-                        f"({r.action_mode})")
+        problems.append(
+            f"the policy outputs {policy.action_dim}-D actions, the robot takes {r.action_dim}-D ({r.action_mode})"
+        )
     if abs(policy.control_hz - r.control_hz) > 1e-6:
         problems.append(f"the policy was trained at {policy.control_hz} Hz, the robot runs at {r.control_hz} Hz")
     if policy.state_obs != "proprio":
-        problems.append(f"the policy reads simulator-only object state (state_obs={policy.state_obs!r}), which a "
-                        "real robot does not give: deploy a policy trained with state_obs=proprio")
+        problems.append(
+            f"the policy reads simulator-only object state (state_obs={policy.state_obs!r}), which a "
+            "real robot does not give: deploy a policy trained with state_obs=proprio"
+        )
     missing = [c for c in policy.cameras if c not in r.cameras]
     if missing:
         problems.append(f"the policy needs cameras {list(policy.cameras)}, the robot has {sorted(r.cameras)}")
     if mode == "aware":
         if aware_max_delay(policy, robot) is None:
-            problems.append(f"mode aware needs a policy trained with latency-aware RL (state of {r.state_dim} + "
-                            f"max_delay * {r.action_dim} + 1 dims); this one reads {policy.state_dim}")
+            problems.append(
+                f"mode aware needs a policy trained with latency-aware RL (state of {r.state_dim} + "
+                f"max_delay * {r.action_dim} + 1 dims); this one reads {policy.state_dim}"
+            )
     elif policy.state_dim != r.state_dim:
-        problems.append(f"the policy reads a {policy.state_dim}-D state, the robot gives {r.state_dim}-D"
-                        + (" (a latency-aware policy: use mode=aware)" if aware_max_delay(policy, robot) else ""))
+        problems.append(
+            f"the policy reads a {policy.state_dim}-D state, the robot gives {r.state_dim}-D"
+            + (" (a latency-aware policy: use mode=aware)" if aware_max_delay(policy, robot) else "")
+        )
     if problems:
         raise DeployError("policy and robot do not fit: " + "; ".join(problems))
 
@@ -162,8 +179,14 @@ class _Episode:
 class Deployer:
     """Runs episodes of ``robot`` driven by the policy behind ``client``."""
 
-    def __init__(self, robot: Robot, client: PolicyClient, cfg: DeployConfig, instruction: str,
-                 safety: Optional[SafetyFilter] = None):
+    def __init__(
+        self,
+        robot: Robot,
+        client: PolicyClient,
+        cfg: DeployConfig,
+        instruction: str,
+        safety: Optional[SafetyFilter] = None,
+    ):
         if cfg.mode not in CLIENT_MODES:
             raise ValueError(f"mode must be one of {CLIENT_MODES}, got {cfg.mode!r}")
         self.robot, self.client, self.cfg, self.instruction = robot, client, cfg, instruction
@@ -237,12 +260,24 @@ class Deployer:
     def _start_episode(self, on_step: Optional[OnStep], record: bool) -> _Episode:
         cfg = self.cfg
         self.outage.start_episode()
-        feed = ChunkFeed(self.mode, self.client, self.spec, self.instruction, self._pool.submit, self.stats,
-                         self.hz, cfg.request_timeout_s)
-        return _Episode(gate=SafetyGate(self.safety, self.robot), feed=feed,
-                        watchdog=Watchdog(cfg.hold_timeout_s, cfg.stop_timeout_s),
-                        cameras=CameraMonitor(cfg.stall_timeout_s),
-                        recorder=EpisodeRecorder(self.robot.spec.cameras, enabled=record), on_step=on_step)
+        feed = ChunkFeed(
+            self.mode,
+            self.client,
+            self.spec,
+            self.instruction,
+            self._pool.submit,
+            self.stats,
+            self.hz,
+            cfg.request_timeout_s,
+        )
+        return _Episode(
+            gate=SafetyGate(self.safety, self.robot),
+            feed=feed,
+            watchdog=Watchdog(cfg.hold_timeout_s, cfg.stop_timeout_s),
+            cameras=CameraMonitor(cfg.stall_timeout_s),
+            recorder=EpisodeRecorder(self.robot.spec.cameras, enabled=record),
+            on_step=on_step,
+        )
 
     def _control_period(self, step: int, ep: _Episode) -> Optional[Ending]:
         """Read, check, act for one control period; the :class:`Ending` if the episode ends in it.
@@ -305,11 +340,21 @@ class Deployer:
         elif ending.exit is ExitReason.MAX_STEPS:
             self.robot.hold()
         rec = ep.recorder
-        return EpisodeResult(steps=step + 1 if ending.exit is ExitReason.MAX_STEPS else step,
-                             success=ending.exit is ExitReason.SUCCESS, exit=ending.exit, held_steps=ep.held,
-                             starved_steps=ep.starved, safety_counts=ep.gate.counts(), latency=self.stats.summary(),
-                             server_hold_s=holds.seconds, reconnects=holds.reconnects, stalled_camera=ending.camera,
-                             states=rec.states, actions=rec.actions, images=rec.images)
+        return EpisodeResult(
+            steps=step + 1 if ending.exit is ExitReason.MAX_STEPS else step,
+            success=ending.exit is ExitReason.SUCCESS,
+            exit=ending.exit,
+            held_steps=ep.held,
+            starved_steps=ep.starved,
+            safety_counts=ep.gate.counts(),
+            latency=self.stats.summary(),
+            server_hold_s=holds.seconds,
+            reconnects=holds.reconnects,
+            stalled_camera=ending.camera,
+            states=rec.states,
+            actions=rec.actions,
+            images=rec.images,
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -43,8 +43,10 @@ OVERSIZE = "oversize"
 def good_request(spec: PolicySpec, rng: np.random.Generator, size: int | None = None) -> dict[str, Any]:
     """A valid request for ``spec`` (random state within [-1, 1], random images)."""
     size = size or spec.image_size
-    obs: dict[str, Any] = {STATE_KEY: rng.uniform(-1, 1, spec.state_dim).astype(np.float32),
-                           PROMPT_KEY: "pick up the object"}
+    obs: dict[str, Any] = {
+        STATE_KEY: rng.uniform(-1, 1, spec.state_dim).astype(np.float32),
+        PROMPT_KEY: "pick up the object",
+    }
     for cam in spec.cameras:
         obs[IMAGE_PREFIX + cam] = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
     return obs
@@ -95,7 +97,8 @@ def _kinds(spec: PolicySpec) -> dict[str, Callable[[np.random.Generator], bytes 
             return pack({**good(rng), STATE_KEY: np.zeros(spec.state_dim + 1, np.float32)})
         side = int(_pick(rng, [0, 1, spec.min_image - 1, spec.max_image + 1]))
         shape = [(side, side, 3), (spec.image_size, spec.image_size), (spec.image_size, spec.image_size, 4)][
-            int(rng.integers(3))]
+            int(rng.integers(3))
+        ]
         return pack({**good(rng), image_keys[0]: np.zeros(shape, np.uint8)})
 
     def state_shape(rng):
@@ -105,8 +108,9 @@ def _kinds(spec: PolicySpec) -> dict[str, Callable[[np.random.Generator], bytes 
 
     def state_values(rng):
         state = _nasty_floats(rng, (spec.state_dim,), _pick(rng, [np.float32, np.float64]))
-        state[int(rng.integers(spec.state_dim))] = _pick(rng, [np.nan, np.inf, 1e300 if state.dtype == np.float64
-                                                               else -np.inf])
+        state[int(rng.integers(spec.state_dim))] = _pick(
+            rng, [np.nan, np.inf, 1e300 if state.dtype == np.float64 else -np.inf]
+        )
         return pack({**good(rng), STATE_KEY: state})
 
     def prompt(rng):
@@ -114,14 +118,30 @@ def _kinds(spec: PolicySpec) -> dict[str, Callable[[np.random.Generator], bytes 
 
     def lying_header(rng):
         n = int(rng.integers(0, 64))
-        return pack({**good(rng), STATE_KEY: {"__ndarray__": True, "data": b"\x00" * n,
-                                              "dtype": _pick(rng, ["<f4", "|O", "<c8", "V8", "<U3", "xx", "<f4" * 9]),
-                                              "shape": _pick(rng, [[spec.state_dim], [-1], [2**40], [1] * 20, "15"])}})
+        return pack(
+            {
+                **good(rng),
+                STATE_KEY: {
+                    "__ndarray__": True,
+                    "data": b"\x00" * n,
+                    "dtype": _pick(rng, ["<f4", "|O", "<c8", "V8", "<U3", "xx", "<f4" * 9]),
+                    "shape": _pick(rng, [[spec.state_dim], [-1], [2**40], [1] * 20, "15"]),
+                },
+            }
+        )
 
     def scalar(rng):
         value = _pick(rng, [1e300, 2**64 - 1, -1, True, "x"])
-        return pack({**good(rng), RTC_FROZEN_KEY: {"__npgeneric__": True, "data": value,
-                                                   "dtype": _pick(rng, ["<i1", "<u2", "<f2", "|b1"])}})
+        return pack(
+            {
+                **good(rng),
+                RTC_FROZEN_KEY: {
+                    "__npgeneric__": True,
+                    "data": value,
+                    "dtype": _pick(rng, ["<i1", "<u2", "<f2", "|b1"]),
+                },
+            }
+        )
 
     def not_a_map(rng):
         return pack([[1, 2, 3], "text", 7, None, b"raw", 1.5][int(rng.integers(6))])
@@ -132,7 +152,7 @@ def _kinds(spec: PolicySpec) -> dict[str, Callable[[np.random.Generator], bytes 
         return pack(good(rng))[: int(rng.integers(1, 200))]  # truncated msgpack
 
     def text(rng):
-        return ["not binary", "", "{\"prompt\": 1}", "\x00" * 100][int(rng.integers(4))]
+        return ["not binary", "", '{"prompt": 1}', "\x00" * 100][int(rng.integers(4))]
 
     def deep(rng):  # arrays of one element nested 100..5000 deep (raw bytes: packb caps the depth)
         return b"\x91" * int(rng.integers(100, 5000)) + b"\x01"
@@ -165,12 +185,27 @@ def _kinds(spec: PolicySpec) -> dict[str, Callable[[np.random.Generator], bytes 
     def oversize(rng):
         return b"\x92" + b"\xc5\xff\xff" + b"\x00" * 65535 * 20
 
-    return {"missing_key": missing, "extra_key": lambda rng: pack({**good(rng), f"extra{rng.integers(99)}": 1}),
-            "image_dtype": image_dtype, "image_size": image_size, "state_shape": state_shape,
-            "state_values": state_values, "prompt": prompt, "lying_header": lying_header, "scalar": scalar,
-            "not_a_map": not_a_map, "garbage": garbage, "text": text, "deep": deep, "rtc_values": rtc_values,
-            "rtc_frozen": rtc_frozen, "rtc_shape": rtc_shape, "valid": valid, "valid_rtc": valid_rtc,
-            OVERSIZE: oversize}
+    return {
+        "missing_key": missing,
+        "extra_key": lambda rng: pack({**good(rng), f"extra{rng.integers(99)}": 1}),
+        "image_dtype": image_dtype,
+        "image_size": image_size,
+        "state_shape": state_shape,
+        "state_values": state_values,
+        "prompt": prompt,
+        "lying_header": lying_header,
+        "scalar": scalar,
+        "not_a_map": not_a_map,
+        "garbage": garbage,
+        "text": text,
+        "deep": deep,
+        "rtc_values": rtc_values,
+        "rtc_frozen": rtc_frozen,
+        "rtc_shape": rtc_shape,
+        "valid": valid,
+        "valid_rtc": valid_rtc,
+        OVERSIZE: oversize,
+    }
 
 
 KINDS = tuple(_kinds(PolicySpec("flow", 7, 4, 15, ("a",), 32, 20.0)))
@@ -184,8 +219,17 @@ def _healthy(port: int) -> bool:
         return False
 
 
-def fuzz(port: int, *, messages: int = 10000, max_seconds: float = 600.0, seed: int = 0, api_key: str | None = None,
-         reply_timeout: float = 30.0, oversize_every: int = 500, progress: bool = False) -> dict[str, Any]:
+def fuzz(
+    port: int,
+    *,
+    messages: int = 10000,
+    max_seconds: float = 600.0,
+    seed: int = 0,
+    api_key: str | None = None,
+    reply_timeout: float = 30.0,
+    oversize_every: int = 500,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Send ``messages`` drawn from :data:`KINDS` to the server on ``127.0.0.1:port``; the summary."""
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
@@ -194,8 +238,13 @@ def fuzz(port: int, *, messages: int = 10000, max_seconds: float = 600.0, seed: 
     headers = protocol.auth_headers(api_key)
 
     def open_ws():
-        ws = connect(f"ws://{HOST}:{port}", additional_headers=headers, max_size=None, compression=None,
-                     open_timeout=reply_timeout)
+        ws = connect(
+            f"ws://{HOST}:{port}",
+            additional_headers=headers,
+            max_size=None,
+            compression=None,
+            open_timeout=reply_timeout,
+        )
         meta = protocol.unpackb(ws.recv(timeout=reply_timeout))
         return ws, PolicySpec.from_metadata(meta)
 
@@ -208,8 +257,11 @@ def fuzz(port: int, *, messages: int = 10000, max_seconds: float = 600.0, seed: 
     sent = 0
     try:
         while sent < messages and time.perf_counter() - started < max_seconds:
-            kind = OVERSIZE if oversize_every and sent % oversize_every == oversize_every - 1 else \
-                drawn[int(rng.integers(len(drawn)))]
+            kind = (
+                OVERSIZE
+                if oversize_every and sent % oversize_every == oversize_every - 1
+                else drawn[int(rng.integers(len(drawn)))]
+            )
             msg = makers[kind](rng)
             sent += 1
             per_kind[kind]["sent"] += 1
@@ -253,11 +305,20 @@ def fuzz(port: int, *, messages: int = 10000, max_seconds: float = 600.0, seed: 
     if totals["crashes"] == 0 and not _healthy(port):
         totals["crashes"] += 1
     seconds = time.perf_counter() - started
-    return {"messages": sent, "seconds": round(seconds, 2), "kinds": len(per_kind),
-            "crashes": totals["crashes"], "unanswered": totals["unanswered"], "bad_actions": totals["bad_actions"],
-            "bad_replies": totals["bad_reply"], "dropped": totals["dropped"], "closed_oversize": totals["closed"],
-            "error_replies": totals["error_reply"], "action_replies": totals["actions"],
-            "per_kind": {k: dict(v) for k, v in sorted(per_kind.items())}}
+    return {
+        "messages": sent,
+        "seconds": round(seconds, 2),
+        "kinds": len(per_kind),
+        "crashes": totals["crashes"],
+        "unanswered": totals["unanswered"],
+        "bad_actions": totals["bad_actions"],
+        "bad_replies": totals["bad_reply"],
+        "dropped": totals["dropped"],
+        "closed_oversize": totals["closed"],
+        "error_replies": totals["error_reply"],
+        "action_replies": totals["actions"],
+        "per_kind": {k: dict(v) for k, v in sorted(per_kind.items())},
+    }
 
 
 def passed(summary: dict[str, Any]) -> bool:
@@ -271,8 +332,9 @@ def _tiny_policy() -> Any:
     import policies
 
     torch.manual_seed(0)
-    return policies.make("flow", chunk_size=6, d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1,
-                         expert_layers=1)
+    return policies.make(
+        "flow", chunk_size=6, d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1, expert_layers=1
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,8 +351,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.messages < 1 or args.max_seconds <= 0:
         p.error("--messages must be >= 1 and --max-seconds > 0")
     if args.port is not None:
-        summary = fuzz(args.port, messages=args.messages, max_seconds=args.max_seconds, seed=args.seed,
-                       api_key=args.api_key, reply_timeout=args.reply_timeout, progress=True)
+        summary = fuzz(
+            args.port,
+            messages=args.messages,
+            max_seconds=args.max_seconds,
+            seed=args.seed,
+            api_key=args.api_key,
+            reply_timeout=args.reply_timeout,
+            progress=True,
+        )
     else:
         import policies
         from real_robot.server import PolicyServer, ServerThread
@@ -298,10 +367,20 @@ def main(argv: list[str] | None = None) -> int:
         policy = policies.load(args.checkpoint) if args.checkpoint else _tiny_policy()
         server = PolicyServer(policy, api_key=args.api_key, max_message_bytes=1 << 20)
         with ServerThread(server) as port:
-            summary = fuzz(port, messages=args.messages, max_seconds=args.max_seconds, seed=args.seed,
-                           api_key=args.api_key, reply_timeout=args.reply_timeout, progress=True)
-            summary["server"] = {"requests": server.requests, "errors": server.errors,
-                                 "unsafe_replies": server.unsafe_replies}
+            summary = fuzz(
+                port,
+                messages=args.messages,
+                max_seconds=args.max_seconds,
+                seed=args.seed,
+                api_key=args.api_key,
+                reply_timeout=args.reply_timeout,
+                progress=True,
+            )
+            summary["server"] = {
+                "requests": server.requests,
+                "errors": server.errors,
+                "unsafe_replies": server.unsafe_replies,
+            }
     summary["passed"] = passed(summary)
     text = json.dumps(summary, indent=2)
     if args.out:

@@ -41,10 +41,17 @@ class ReconnectPolicy:
     factor: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.max_total_s <= 0 or self.first_delay_s < 0 or self.factor < 1 \
-                or self.max_delay_s < self.first_delay_s:
-            raise ValueError(f"ReconnectPolicy needs max_attempts >= 1, max_total_s > 0, first_delay_s >= 0, "
-                             f"factor >= 1 and max_delay_s >= first_delay_s; got {self}")
+        if (
+            self.max_attempts < 1
+            or self.max_total_s <= 0
+            or self.first_delay_s < 0
+            or self.factor < 1
+            or self.max_delay_s < self.first_delay_s
+        ):
+            raise ValueError(
+                f"ReconnectPolicy needs max_attempts >= 1, max_total_s > 0, first_delay_s >= 0, "
+                f"factor >= 1 and max_delay_s >= first_delay_s; got {self}"
+            )
 
     def delays(self) -> Iterator[float]:
         """The wait after each failed attempt."""
@@ -62,9 +69,14 @@ def _refused_key(err: ConnectionError) -> bool:
 
 
 class PolicyClient:
-    def __init__(self, uri: str, api_key: Optional[str] = None, timeout: float = 10.0,
-                 max_message_bytes: int = protocol.DEFAULT_MAX_BYTES,
-                 reconnect: ReconnectPolicy = ReconnectPolicy()):
+    def __init__(
+        self,
+        uri: str,
+        api_key: Optional[str] = None,
+        timeout: float = 10.0,
+        max_message_bytes: int = protocol.DEFAULT_MAX_BYTES,
+        reconnect: ReconnectPolicy = ReconnectPolicy(),
+    ):
         self.uri = uri if uri.startswith("ws") else f"ws://{uri}"
         self.api_key, self.timeout, self.max_message_bytes = api_key, timeout, max_message_bytes
         self.reconnect_policy = reconnect
@@ -87,8 +99,14 @@ class PolicyClient:
 
         ws = None
         try:
-            ws = connect(self.uri, compression=None, max_size=self.max_message_bytes, open_timeout=timeout,
-                         close_timeout=CLOSE_TIMEOUT_S, additional_headers=protocol.auth_headers(self.api_key))
+            ws = connect(
+                self.uri,
+                compression=None,
+                max_size=self.max_message_bytes,
+                open_timeout=timeout,
+                close_timeout=CLOSE_TIMEOUT_S,
+                additional_headers=protocol.auth_headers(self.api_key),
+            )
             return ws, protocol.unpackb(ws.recv(timeout=timeout), self.max_message_bytes)
         except Exception as err:
             if ws is not None:
@@ -125,12 +143,16 @@ class PolicyClient:
         if last is not None and _refused_key(last):
             hint = "The server refused the API key: give the key it was started with"
         else:
-            hint = ("Check that embodied-serve runs there and is reachable, or give PolicyClient a ReconnectPolicy "
-                    "with more time")
+            hint = (
+                "Check that embodied-serve runs there and is reachable, or give PolicyClient a ReconnectPolicy "
+                "with more time"
+            )
         why = str(last.__cause__ or last) if last is not None else "closed before an attempt"
-        return (f"gave up reconnecting to the policy server at {self.uri} after {attempts} attempt(s) in "
-                f"{seconds:.1f} s (limits: {policy.max_attempts} attempts, {policy.max_total_s:g} s); "
-                f"last error: {why}. {hint}")
+        return (
+            f"gave up reconnecting to the policy server at {self.uri} after {attempts} attempt(s) in "
+            f"{seconds:.1f} s (limits: {policy.max_attempts} attempts, {policy.max_total_s:g} s); "
+            f"last error: {why}. {hint}"
+        )
 
     def _adopt(self, ws: Any, metadata: dict[str, Any], attempts: int, seconds: float) -> PolicySpec:
         """Use the new connection, unless its server serves another policy than the one checked at connect."""
@@ -139,9 +161,11 @@ class PolicyClient:
             raise ConnectionError(f"the client of {self.uri} was closed while reconnecting")
         if self.metadata and metadata != self.metadata:
             ws.close()
-            raise ServerError(f"the policy server at {self.uri} came back serving a different policy "
-                              f"({metadata.get('family')}, chunk {metadata.get('chunk_size')}); restart the deployment so it is checked against "
-                              f"the robot again")
+            raise ServerError(
+                f"the policy server at {self.uri} came back serving a different policy "
+                f"({metadata.get('family')}, chunk {metadata.get('chunk_size')}); restart the deployment so it is checked against "
+                f"the robot again"
+            )
         self._ws, self.metadata = ws, metadata
         self.spec = PolicySpec.from_metadata(metadata)
         self.reconnects += 1
@@ -159,8 +183,10 @@ class PolicyClient:
         except TimeoutError:
             # the late reply would be read as the answer to the next request: start over on a new connection
             self._discard()
-            raise TimeoutError(f"no reply from the policy server at {self.uri} within {wait:g} s; "
-                               f"the connection was dropped (reconnect() opens a new one)") from None
+            raise TimeoutError(
+                f"no reply from the policy server at {self.uri} within {wait:g} s; "
+                f"the connection was dropped (reconnect() opens a new one)"
+            ) from None
         except Exception as err:
             raise ConnectionError(f"lost the policy server at {self.uri}: {err}") from None
         if isinstance(reply, str):
@@ -168,8 +194,11 @@ class PolicyClient:
         msg = protocol.unpackb(reply, self.max_message_bytes)
         actions = msg.get("actions") if isinstance(msg, dict) else None
         # the server checks every chunk it sends; a client trusts no peer all the same
-        problem = (self.spec.check_actions(actions) if self.spec is not None else None) if \
-            isinstance(actions, np.ndarray) else "the reply holds no actions array"
+        problem = (
+            (self.spec.check_actions(actions) if self.spec is not None else None)
+            if isinstance(actions, np.ndarray)
+            else "the reply holds no actions array"
+        )
         if problem is not None:
             raise ServerError(f"refused the server's reply: {problem}")
         return actions.copy(), dict(msg.get("server_timing", {}))

@@ -43,8 +43,12 @@ def _pack_default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in ALLOWED_KINDS:
             raise ProtocolError(f"unsupported array dtype {obj.dtype}")
-        return {b"__ndarray__": True, b"data": np.ascontiguousarray(obj).tobytes(), b"dtype": obj.dtype.str,
-                b"shape": list(obj.shape)}
+        return {
+            b"__ndarray__": True,
+            b"data": np.ascontiguousarray(obj).tobytes(),
+            b"dtype": obj.dtype.str,
+            b"shape": list(obj.shape),
+        }
     if isinstance(obj, np.generic):
         if obj.dtype.kind not in ALLOWED_KINDS:
             raise ProtocolError(f"unsupported scalar dtype {obj.dtype}")
@@ -76,14 +80,18 @@ def _object_hook(obj: dict) -> Any:
         data, shape = obj.get(b"data"), obj.get(b"shape")
         if not isinstance(data, bytes):
             raise ProtocolError("array data must be bytes")
-        if not isinstance(shape, (list, tuple)) or len(shape) > MAX_DIMS or \
-                not all(isinstance(s, int) and 0 <= s < 2**31 for s in shape):
+        if (
+            not isinstance(shape, (list, tuple))
+            or len(shape) > MAX_DIMS
+            or not all(isinstance(s, int) and 0 <= s < 2**31 for s in shape)
+        ):
             raise ProtocolError(f"array shape must be a list of at most {MAX_DIMS} non-negative ints")
         dt = _dtype(obj.get(b"dtype"))
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if count * dt.itemsize != len(data):
-            raise ProtocolError(f"array of shape {list(shape)} and dtype {dt.str} needs {count * dt.itemsize} bytes, "
-                                f"got {len(data)}")
+            raise ProtocolError(
+                f"array of shape {list(shape)} and dtype {dt.str} needs {count * dt.itemsize} bytes, got {len(data)}"
+            )
         return np.frombuffer(data, dtype=dt).reshape(shape)
     if b"__npgeneric__" in obj:
         dt = _dtype(obj.get(b"dtype"))
@@ -104,11 +112,26 @@ def unpackb(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
     if len(data) > max_bytes:
         raise ProtocolError(f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
     try:
-        return msgpack.unpackb(bytes(data), object_hook=_object_hook, raw=False, strict_map_key=False,
-                               max_bin_len=max_bytes, max_str_len=1 << 20, max_array_len=1 << 16,
-                               max_map_len=1 << 12, max_ext_len=0)
+        return msgpack.unpackb(
+            bytes(data),
+            object_hook=_object_hook,
+            raw=False,
+            strict_map_key=False,
+            max_bin_len=max_bytes,
+            max_str_len=1 << 20,
+            max_array_len=1 << 16,
+            max_map_len=1 << 12,
+            max_ext_len=0,
+        )
     except ProtocolError:
         raise
-    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError, UnicodeDecodeError,
-            OverflowError) as err:
+    except (
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+        ValueError,
+        TypeError,
+        UnicodeDecodeError,
+        OverflowError,
+    ) as err:
         raise ProtocolError(f"not a valid msgpack message: {type(err).__name__}: {err}"[:300]) from None

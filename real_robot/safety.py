@@ -78,13 +78,20 @@ def _from_ordered(k: int) -> float:
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
 
-def _nearest_ok(value: Callable[[float], float], too_high: Callable[[float], bool],
-                too_low: Callable[[float], bool], x: float, x_min: float, x_max: float) -> Optional[float]:
+def _nearest_ok(
+    value: Callable[[float], float],
+    too_high: Callable[[float], bool],
+    too_low: Callable[[float], bool],
+    x: float,
+    x_min: float,
+    x_max: float,
+) -> Optional[float]:
     """The float nearest ``x`` in ``[x_min, x_max]`` whose ``value`` is neither too high nor too low.
 
     ``value`` is non-decreasing (a float round trip such as action -> target); None when no float
     qualifies. A binary search over the floats: at most 64 evaluations.
     """
+
     def search(good: float, bad: float, is_bad: Callable[[float], bool]) -> float:
         g, b = _ordered(good), _ordered(bad)  # the float next to ``bad`` on ``good``'s side that passes
         while abs(b - g) > 1:
@@ -109,7 +116,7 @@ def _shrink_to_norm(v: np.ndarray, scale: float, limit: float) -> np.ndarray:
     for _ in range(64):
         if float(np.linalg.norm(v * scale)) <= limit:
             return v
-        v = v * (1.0 - 2.0 ** -50)
+        v = v * (1.0 - 2.0**-50)
     return np.zeros_like(v)
 
 
@@ -268,9 +275,14 @@ class SafetyFilter:
         bad = (back < lo) | (back > hi) | ~(np.abs(back - q) <= dq)
         for j in np.flatnonzero(bad):
             lj, hj, dj, qj = float(lo[j]), float(hi[j]), float(dq[j]), float(q[j])
-            fit = _nearest_ok(lambda x: lj + (x + 1.0) * 0.5 * (hj - lj),
-                              lambda v: v > hj or v - qj > dj, lambda v: v < lj or qj - v > dj,
-                              float(a[j]), -1.0, 1.0)
+            fit = _nearest_ok(
+                lambda x: lj + (x + 1.0) * 0.5 * (hj - lj),
+                lambda v: v > hj or v - qj > dj,
+                lambda v: v < lj or qj - v > dj,
+                float(a[j]),
+                -1.0,
+                1.0,
+            )
             if fit is None:
                 return None
             a[j] = fit

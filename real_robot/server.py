@@ -102,7 +102,7 @@ class FrameClock:
         if len(h) < 2 + ext + (4 if h[1] & 0x80 else 0):
             return
         self._fin, self._opcode = bool(h[0] & 0x80), h[0] & 0x0F
-        self._payload_left = int.from_bytes(h[2:2 + ext], "big") if ext else short
+        self._payload_left = int.from_bytes(h[2 : 2 + ext], "big") if ext else short
         self._header.clear()
         if not self._payload_left:
             self._frame_done()
@@ -126,8 +126,10 @@ def _deadline_connection_class() -> type:
     from websockets.protocol import State
 
     if not issubclass(ServerConnection, asyncio.Protocol) or issubclass(ServerConnection, asyncio.BufferedProtocol):
-        raise RuntimeError("this websockets version does not receive bytes through asyncio.Protocol.data_received, "
-                           "so the message deadline cannot be kept: install a websockets release from 13 to 17")
+        raise RuntimeError(
+            "this websockets version does not receive bytes through asyncio.Protocol.data_received, "
+            "so the message deadline cannot be kept: install a websockets release from 13 to 17"
+        )
 
     class DeadlineConnection(ServerConnection):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -178,11 +180,26 @@ class _Pending:
 class PolicyServer:
     """Serves ``policy`` (a :class:`policies.base.Policy`); see the module docstring."""
 
-    def __init__(self, policy: Any, *, api_key: Optional[str] = None, max_message_bytes: int = 8 * 1024 * 1024,
-                 max_batch: int = 8, batch_window_ms: float = 0.0, seed: int = 0, idle_timeout_s: float = 300.0,
-                 message_timeout_s: float = 10.0, open_timeout_s: float = 10.0, max_connections: int = 32):
-        for name, value in (("idle_timeout_s", idle_timeout_s), ("message_timeout_s", message_timeout_s),
-                            ("open_timeout_s", open_timeout_s), ("max_connections", max_connections)):
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        api_key: Optional[str] = None,
+        max_message_bytes: int = 8 * 1024 * 1024,
+        max_batch: int = 8,
+        batch_window_ms: float = 0.0,
+        seed: int = 0,
+        idle_timeout_s: float = 300.0,
+        message_timeout_s: float = 10.0,
+        open_timeout_s: float = 10.0,
+        max_connections: int = 32,
+    ):
+        for name, value in (
+            ("idle_timeout_s", idle_timeout_s),
+            ("message_timeout_s", message_timeout_s),
+            ("open_timeout_s", open_timeout_s),
+            ("max_connections", max_connections),
+        ):
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
         self.policy = policy.eval()
@@ -215,16 +232,19 @@ class PolicyServer:
         """Chunks ``[B, H, A]`` for validated observations of one image size (all with or all
         without real-time chunking); returns (chunks, preprocess s, inference s)."""
         t0 = time.perf_counter()
-        batch = policy_inputs(np.stack([o["rgb"] for o in observations]),
-                              np.stack([o["state"] for o in observations]), [o["prompt"] for o in observations])
+        batch = policy_inputs(
+            np.stack([o["rgb"] for o in observations]),
+            np.stack([o["state"] for o in observations]),
+            [o["prompt"] for o in observations],
+        )
         rtc = [o["rtc"] for o in observations if "rtc" in o]
         if rtc:
             h, a = self.spec.chunk_size, self.spec.action_dim
             prev = torch.zeros(len(rtc), h, a)
             valid = torch.zeros(len(rtc), h, dtype=torch.bool)
             for i, (p, _) in enumerate(rtc):
-                prev[i, :len(p)] = torch.from_numpy(p)
-                valid[i, :len(p)] = True
+                prev[i, : len(p)] = torch.from_numpy(p)
+                valid[i, : len(p)] = True
             frozen = max(f for _, f in rtc)
         t1 = time.perf_counter()
         if rtc:
@@ -238,8 +258,11 @@ class PolicyServer:
     def warm_up(self) -> None:
         """One inference on a blank observation; the server is ready (``/healthz`` 200) after it."""
         s = self.spec
-        blank = {"rgb": np.zeros((len(s.cameras), s.image_size, s.image_size, 3), np.uint8),
-                 "state": np.zeros(s.state_dim, np.float32), "prompt": "warm up"}
+        blank = {
+            "rgb": np.zeros((len(s.cameras), s.image_size, s.image_size, 3), np.uint8),
+            "state": np.zeros(s.state_dim, np.float32),
+            "prompt": "warm up",
+        }
         self.infer_batch([blank])
         self.ready = True
 
@@ -268,8 +291,9 @@ class PolicyServer:
             for group in groups.values():
                 started = time.perf_counter()
                 try:
-                    chunks, t_pre, t_inf = await loop.run_in_executor(self._pool, self.infer_batch,
-                                                                      [g.obs for g in group])
+                    chunks, t_pre, t_inf = await loop.run_in_executor(
+                        self._pool, self.infer_batch, [g.obs for g in group]
+                    )
                 except Exception as err:  # the model failed: every waiting client gets the error
                     log.exception("inference failed")
                     for g in group:
@@ -286,16 +310,23 @@ class PolicyServer:
         if path == "/healthz":
             if not self.ready:
                 return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
-            body = {"status": "ok", "requests": self.requests, "errors": self.errors,
-                    "unsafe_replies": self.unsafe_replies, "connections": len(self._open),
-                    "max_connections": self.max_connections, "refused_connections": self.refused_connections,
-                    "evicted_connections": self.evicted_connections,
-                    "timeouts": dict(self.timeouts),
-                    "deadlines_s": {"open": self.open_timeout, "idle": self.idle_timeout,
-                                    "message": self.message_timeout},
-                    "spec": self.spec.metadata(),
-                    "timing_ms": {k: {q: round(v * 1e3, 3) if q != "count" else v for q, v in s.items()}
-                                  for k, s in self.stats.summary().items()}}
+            body = {
+                "status": "ok",
+                "requests": self.requests,
+                "errors": self.errors,
+                "unsafe_replies": self.unsafe_replies,
+                "connections": len(self._open),
+                "max_connections": self.max_connections,
+                "refused_connections": self.refused_connections,
+                "evicted_connections": self.evicted_connections,
+                "timeouts": dict(self.timeouts),
+                "deadlines_s": {"open": self.open_timeout, "idle": self.idle_timeout, "message": self.message_timeout},
+                "spec": self.spec.metadata(),
+                "timing_ms": {
+                    k: {q: round(v * 1e3, 3) if q != "count" else v for q, v in s.items()}
+                    for k, s in self.stats.summary().items()
+                },
+            }
             return connection.respond(HTTPStatus.OK, json.dumps(body) + "\n")
         if not protocol.authorized(request.headers, self.api_key):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
@@ -303,26 +334,40 @@ class PolicyServer:
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
         if len(self._open) >= self.max_connections and not self._evict_longest_idle():
             self.refused_connections += 1
-            log.warning("refused a connection from %s: all %d connections have a request in flight",
-                        _peer(connection), self.max_connections)
-            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE,
-                                      f"too many connections (at most {self.max_connections}), each with a request "
-                                      f"in flight; try again later\n")
+            log.warning(
+                "refused a connection from %s: all %d connections have a request in flight",
+                _peer(connection),
+                self.max_connections,
+            )
+            return connection.respond(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"too many connections (at most {self.max_connections}), each with a request "
+                f"in flight; try again later\n",
+            )
         return None
 
     def _evict_longest_idle(self) -> bool:
         """Close the open connection idle the longest (none with a request in flight) to make room;
         False when there is none to close."""
-        idle = [(session.idle_since, id(ws), ws) for ws, session in self._open.items()
-                if not session.busy and getattr(ws, "pending_since", None) is None]
+        idle = [
+            (session.idle_since, id(ws), ws)
+            for ws, session in self._open.items()
+            if not session.busy and getattr(ws, "pending_since", None) is None
+        ]
         if not idle:
             return False
         since, _, ws = min(idle)
         self._open.pop(ws).evicted = True
         self.evicted_connections += 1
         seconds = asyncio.get_running_loop().time() - since
-        log.warning("evicted the connection from %s, idle for %.1f s, to admit a new client (%d open at most; "
-                    "%d evicted so far)", _peer(ws), seconds, self.max_connections, self.evicted_connections)
+        log.warning(
+            "evicted the connection from %s, idle for %.1f s, to admit a new client (%d open at most; "
+            "%d evicted so far)",
+            _peer(ws),
+            seconds,
+            self.max_connections,
+            self.evicted_connections,
+        )
         task = asyncio.ensure_future(self._drop(ws, f"evicted after {seconds:.0f} s idle: the server is full", 1013))
         self._closing.add(task)  # the loop keeps only a weak reference to a task
         task.add_done_callback(self._closing.discard)
@@ -337,7 +382,7 @@ class PolicyServer:
         try:
             while True:
                 pending = getattr(ws, "pending_since", None)
-                late = (pending + self.message_timeout if pending is not None else idle_since + self.idle_timeout)
+                late = pending + self.message_timeout if pending is not None else idle_since + self.idle_timeout
                 left = late - loop.time()
                 if left <= 0:
                     self.timeouts["message" if pending is not None else "idle"] += 1
@@ -374,8 +419,11 @@ class PolicyServer:
                 if session.evicted:
                     return
                 if message is None:
-                    await self._drop(ws, f"no complete message within the deadline (idle {self.idle_timeout:g} s, "
-                                         f"message {self.message_timeout:g} s)")
+                    await self._drop(
+                        ws,
+                        f"no complete message within the deadline (idle {self.idle_timeout:g} s, "
+                        f"message {self.message_timeout:g} s)",
+                    )
                     return
                 session.busy = True
                 prev_encode = await self._answer(ws, message, prev_encode)
@@ -417,12 +465,23 @@ class PolicyServer:
             log.error("refused to send a chunk: %s", problem)
             await self._reply(ws, f"error: {problem}; no actions sent")
             return prev_encode
-        timing = {"decode_ms": decode * 1e3, "queue_ms": queued * 1e3, "preprocess_ms": pre * 1e3,
-                  "infer_ms": inf * 1e3, "prev_encode_ms": prev_encode * 1e3, "batch_size": batch}
+        timing = {
+            "decode_ms": decode * 1e3,
+            "queue_ms": queued * 1e3,
+            "preprocess_ms": pre * 1e3,
+            "infer_ms": inf * 1e3,
+            "prev_encode_ms": prev_encode * 1e3,
+            "batch_size": batch,
+        }
         reply = protocol.packb({"actions": chunk, "server_timing": timing})
         encode = time.perf_counter() - t_enc
-        for stage, secs in (("decode", decode), ("queue", queued), ("preprocess", pre), ("inference", inf),
-                            ("encode", encode)):
+        for stage, secs in (
+            ("decode", decode),
+            ("queue", queued),
+            ("preprocess", pre),
+            ("inference", inf),
+            ("encode", encode),
+        ):
             self.stats.record(stage, secs)
         self.requests += 1
         await self._reply(ws, reply)
@@ -432,18 +491,32 @@ class PolicyServer:
         """Send within the message deadline (a peer that stops reading does not hold the handler)."""
         await asyncio.wait_for(ws.send(message), timeout=self.message_timeout)
 
-    async def serve(self, host: str, port: int, started: Optional[threading.Event] = None,
-                    bound: Optional[list] = None, stop: Optional[asyncio.Event] = None,
-                    announce: bool = False) -> None:
+    async def serve(
+        self,
+        host: str,
+        port: int,
+        started: Optional[threading.Event] = None,
+        bound: Optional[list] = None,
+        stop: Optional[asyncio.Event] = None,
+        announce: bool = False,
+    ) -> None:
         """Serve until ``stop`` is set (or forever); ``announce`` prints the port once ready."""
         from websockets.asyncio.server import serve
 
         self._queue = asyncio.Queue()
         batcher = asyncio.create_task(self._batcher())
         try:
-            async with serve(self._handle, host, port, process_request=self._process_request, compression=None,
-                             max_size=self.max_message_bytes, ping_interval=None, open_timeout=self.open_timeout,
-                             create_connection=_deadline_connection_class()) as server:
+            async with serve(
+                self._handle,
+                host,
+                port,
+                process_request=self._process_request,
+                compression=None,
+                max_size=self.max_message_bytes,
+                ping_interval=None,
+                open_timeout=self.open_timeout,
+                create_connection=_deadline_connection_class(),
+            ) as server:
                 if bound is not None:
                     bound.append(server.sockets[0].getsockname()[1])
                 if not self.ready:

@@ -52,9 +52,16 @@ class PolicySpec:
     @classmethod
     def from_policy(cls, policy: Any) -> "PolicySpec":
         c = policy.config
-        return cls(family=policy.family, action_dim=c.action_dim, chunk_size=c.chunk_size, state_dim=c.state_dim,
-                   cameras=tuple(c.cameras), image_size=c.image_size, control_hz=float(c.control_hz),
-                   state_obs=c.state_obs)
+        return cls(
+            family=policy.family,
+            action_dim=c.action_dim,
+            chunk_size=c.chunk_size,
+            state_dim=c.state_dim,
+            cameras=tuple(c.cameras),
+            image_size=c.image_size,
+            control_hz=float(c.control_hz),
+            state_obs=c.state_obs,
+        )
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any]) -> "PolicySpec":
@@ -83,12 +90,15 @@ class PolicySpec:
         optional = {RTC_PREV_KEY, RTC_FROZEN_KEY}
         missing, unknown = sorted(self.keys() - keys), sorted(map(str, keys - self.keys() - optional))
         if missing or unknown:
-            raise RequestError(f"request keys do not match the policy: missing {missing}, unknown {unknown}; "
-                               f"expected {sorted(self.keys())}")
+            raise RequestError(
+                f"request keys do not match the policy: missing {missing}, unknown {unknown}; "
+                f"expected {sorted(self.keys())}"
+            )
         state = obs[STATE_KEY]
         if not isinstance(state, np.ndarray) or state.dtype not in (np.float32, np.float64):
-            raise RequestError(f"{STATE_KEY} must be a float32/float64 array, got "
-                               f"{getattr(state, 'dtype', type(state).__name__)}")
+            raise RequestError(
+                f"{STATE_KEY} must be a float32/float64 array, got {getattr(state, 'dtype', type(state).__name__)}"
+            )
         if state.shape != (self.state_dim,):
             raise RequestError(f"{STATE_KEY} must have shape [{self.state_dim}], got {list(state.shape)}")
         state = _as_float32(state)
@@ -106,23 +116,36 @@ class PolicySpec:
                 raise RequestError(f"{key} must be a uint8 array, got {getattr(img, 'dtype', type(img).__name__)}")
             if img.ndim != 3 or img.shape[2] != 3:
                 raise RequestError(f"{key} must have shape [H, W, 3], got {list(img.shape)}")
-            if not (self.min_image <= img.shape[0] <= self.max_image and self.min_image <= img.shape[1] <= self.max_image):
-                raise RequestError(f"{key} is {img.shape[0]}x{img.shape[1]}; sizes must lie in "
-                                   f"{self.min_image}..{self.max_image}")
+            if not (
+                self.min_image <= img.shape[0] <= self.max_image and self.min_image <= img.shape[1] <= self.max_image
+            ):
+                raise RequestError(
+                    f"{key} is {img.shape[0]}x{img.shape[1]}; sizes must lie in {self.min_image}..{self.max_image}"
+                )
             if shape is not None and img.shape != shape:
-                raise RequestError(f"all camera images must have the same size, got {list(shape)} and {list(img.shape)}")
+                raise RequestError(
+                    f"all camera images must have the same size, got {list(shape)} and {list(img.shape)}"
+                )
             shape = img.shape
             images.append(img)
-        out = {"rgb": np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8),
-               "state": state, "prompt": prompt}
+        out = {
+            "rgb": np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8),
+            "state": state,
+            "prompt": prompt,
+        }
         if (RTC_PREV_KEY in obs) != (RTC_FROZEN_KEY in obs):
             raise RequestError(f"real-time chunking needs both {RTC_PREV_KEY} and {RTC_FROZEN_KEY}")
         if RTC_PREV_KEY in obs:
             if self.family != "flow":
                 raise RequestError(f"real-time chunking needs a flow policy; this server runs {self.family}")
             prev, frozen = obs[RTC_PREV_KEY], obs[RTC_FROZEN_KEY]
-            if not isinstance(prev, np.ndarray) or prev.dtype not in (np.float32, np.float64) or prev.ndim != 2 \
-                    or prev.shape[1] != self.action_dim or not 0 <= prev.shape[0] <= self.chunk_size:
+            if (
+                not isinstance(prev, np.ndarray)
+                or prev.dtype not in (np.float32, np.float64)
+                or prev.ndim != 2
+                or prev.shape[1] != self.action_dim
+                or not 0 <= prev.shape[0] <= self.chunk_size
+            ):
                 raise RequestError(f"{RTC_PREV_KEY} must be float [L <= {self.chunk_size}, {self.action_dim}]")
             prev = _as_float32(prev)
             low, high = self.action_range
@@ -130,10 +153,16 @@ class PolicySpec:
                 raise RequestError(f"{RTC_PREV_KEY} holds NaN or inf (or values beyond float32's range)")
             if (prev < low).any() or (prev > high).any():
                 raise RequestError(f"{RTC_PREV_KEY} holds actions outside the action range [{low}, {high}]")
-            if isinstance(frozen, (bool, np.bool_)) or not isinstance(frozen, (int, np.integer)) or \
-                    not 0 <= int(frozen) <= prev.shape[0] or int(frozen) >= self.chunk_size:
-                raise RequestError(f"{RTC_FROZEN_KEY} must be an int in 0..min({RTC_PREV_KEY} length "
-                                   f"{prev.shape[0]}, {self.chunk_size - 1})")
+            if (
+                isinstance(frozen, (bool, np.bool_))
+                or not isinstance(frozen, (int, np.integer))
+                or not 0 <= int(frozen) <= prev.shape[0]
+                or int(frozen) >= self.chunk_size
+            ):
+                raise RequestError(
+                    f"{RTC_FROZEN_KEY} must be an int in 0..min({RTC_PREV_KEY} length "
+                    f"{prev.shape[0]}, {self.chunk_size - 1})"
+                )
             out["rtc"] = (prev, int(frozen))
         return out
 
@@ -141,8 +170,10 @@ class PolicySpec:
         """Why a chunk must not leave the server (None when it may): not ``[H, A]``, not finite, or
         outside ``action_range``. The last check on every reply."""
         if not isinstance(actions, np.ndarray) or actions.shape != (self.chunk_size, self.action_dim):
-            return (f"the policy returned actions of shape {list(getattr(actions, 'shape', []))}, "
-                    f"expected [{self.chunk_size}, {self.action_dim}]")
+            return (
+                f"the policy returned actions of shape {list(getattr(actions, 'shape', []))}, "
+                f"expected [{self.chunk_size}, {self.action_dim}]"
+            )
         if actions.dtype != np.float32:
             return f"the policy returned {actions.dtype} actions, expected float32"
         if not np.isfinite(actions).all():

@@ -46,8 +46,9 @@ def imported_names(path: Path, module: str) -> list[tuple[str, int]]:
 
 def import_graph(root: Path) -> tuple[dict[str, set[str]], list[str]]:
     """The module graph of the five packages and the upward imports found on the way."""
-    files = {module_name(root, p): p for top in FLOORS if (root / top).is_dir()
-             for p in sorted((root / top).rglob("*.py"))}
+    files = {
+        module_name(root, p): p for top in FLOORS if (root / top).is_dir() for p in sorted((root / top).rglob("*.py"))
+    }
     graph: dict[str, set[str]] = {}
     upward: list[str] = []
     for module, path in files.items():
@@ -58,13 +59,13 @@ def import_graph(root: Path) -> tuple[dict[str, set[str]], list[str]]:
             if top not in FLOORS:
                 continue
             parts = name.split(".")
-            target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in files),
-                          None)
+            target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in files), None)
             if target is not None and target != module:
                 deps.add(target)
             if FLOORS[top] > floor:
-                upward.append(f"{path.relative_to(root)}:{line}: {module} (floor {floor}) imports {name} "
-                              f"(floor {FLOORS[top]})")
+                upward.append(
+                    f"{path.relative_to(root)}:{line}: {module} (floor {floor}) imports {name} (floor {FLOORS[top]})"
+                )
         graph[module] = deps
     return graph, sorted(set(upward))
 

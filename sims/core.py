@@ -186,9 +186,7 @@ def step_chunk(env: VecEnv, actions: torch.Tensor, *, render_every_step: bool = 
     renders every step anyway (the cost of the per-step API, for comparisons).
     """
     if actions.ndim != 3 or actions.shape[0] != env.num_envs:
-        raise ValueError(
-            f"step_chunk expects actions [N={env.num_envs}, H, A], got {tuple(actions.shape)}"
-        )
+        raise ValueError(f"step_chunk expects actions [N={env.num_envs}, H, A], got {tuple(actions.shape)}")
     n, horizon = actions.shape[:2]
     dev = env.device
     reward = torch.zeros(n, dtype=torch.float32, device=dev)
@@ -202,8 +200,7 @@ def step_chunk(env: VecEnv, actions: torch.Tensor, *, render_every_step: bool = 
     active = torch.ones(n, dtype=torch.bool, device=dev)
     obs: Obs = {}
     for h in range(horizon):
-        obs, r, term, trunc, info = env.step(actions[:, h], active=active,
-                                             render=render_every_step or h == horizon - 1)
+        obs, r, term, trunc, info = env.step(actions[:, h], active=active, render=render_every_step or h == horizon - 1)
         executed[:, h] = active
         reward += torch.where(active, r, torch.zeros_like(r))
         success |= info["success"] & active
@@ -229,13 +226,12 @@ def step_chunk(env: VecEnv, actions: torch.Tensor, *, render_every_step: bool = 
             "return": torch.zeros(n, device=dev),
             "length": torch.zeros(n, dtype=torch.int64, device=dev),
         }
-    return ChunkResult(
-        obs, reward, terminated, truncated, step_done, executed, success, final_obs, episode
-    )
+    return ChunkResult(obs, reward, terminated, truncated, step_done, executed, success, final_obs, episode)
 
 
-def env_index_array(values: Sequence[int] | torch.Tensor | None, n: int, name: str,
-                    high: int | None = None) -> "np.ndarray | None":
+def env_index_array(
+    values: Sequence[int] | torch.Tensor | None, n: int, name: str, high: int | None = None
+) -> "np.ndarray | None":
     """``values`` (a sequence, a tensor or one int for every env) as int64 ``[n]``, each in ``[0, high)``
     when ``high`` is given; None stays None. For the per-env ids of :meth:`VecEnv.reset` (``task_ids``,
     ``init_ids``)."""
@@ -299,9 +295,7 @@ def make(
     state_obs = kwargs.pop("state_obs", "proprio")
     if state_obs not in STATE_OBS:
         raise ValueError(f"state_obs must be one of {STATE_OBS}, got {state_obs!r}")
-    env = load_attr(factory)(
-        task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs
-    )
+    env = load_attr(factory)(task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs)
     return PrivilegedStateEnv(env) if state_obs == "privileged" else env
 
 
@@ -335,13 +329,16 @@ class PrivilegedStateEnv(VecEnv):
 
     def __init__(self, env: VecEnv):
         if "privileged" not in env.observation_spec:
-            raise ValueError(f"state_obs='privileged' needs an env with a 'privileged' observation; "
-                             f"{type(env).__name__} has {sorted(env.observation_spec)}")
+            raise ValueError(
+                f"state_obs='privileged' needs an env with a 'privileged' observation; "
+                f"{type(env).__name__} has {sorted(env.observation_spec)}"
+            )
         self.env = env
         s, p = env.observation_spec["state"], env.observation_spec["privileged"]
         self.observation_spec = dict(env.observation_spec)
-        self.observation_spec["state"] = Spec((s.shape[0] + p.shape[0],), s.dtype,
-                                              doc=f"{s.doc}; then privileged: {p.doc}")
+        self.observation_spec["state"] = Spec(
+            (s.shape[0] + p.shape[0],), s.dtype, doc=f"{s.doc}; then privileged: {p.doc}"
+        )
 
     def __getattr__(self, name: str) -> Any:  # num_envs, device, tasks, control_hz, cameras, ...
         if name == "env":  # not set yet (e.g. during unpickling): no recursion
@@ -357,8 +354,9 @@ class PrivilegedStateEnv(VecEnv):
     def reset(self, **kwargs: Any) -> Obs:
         return self._widen(self.env.reset(**kwargs))
 
-    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
-             ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def step(
+        self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
+    ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(actions, active=active, render=render)
         info = dict(info)
         info["final_obs"] = self._widen(info["final_obs"])

@@ -92,8 +92,16 @@ class EpisodeBook:
         out[arr.astype(np.int64).reshape(-1)] = True
         return out
 
-    def record(self, stepped: Any, task_ids: np.ndarray, *, success: np.ndarray, diverged: np.ndarray,
-               reward: np.ndarray | None = None, terminal: Any = True) -> StepOutcome:
+    def record(
+        self,
+        stepped: Any,
+        task_ids: np.ndarray,
+        *,
+        success: np.ndarray,
+        diverged: np.ndarray,
+        reward: np.ndarray | None = None,
+        terminal: Any = True,
+    ) -> StepOutcome:
         """Count a step of the envs ``stepped`` and say how it ends their episodes.
 
         Args:
@@ -124,17 +132,24 @@ class EpisodeBook:
 
     def episode(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         """``{"return": float32 [N], "length": int64 [N]}`` of the current episodes (new tensors)."""
-        return {"return": torch.as_tensor(self.returns.astype(np.float32), device=device),
-                "length": torch.as_tensor(self.elapsed.copy(), device=device)}
+        return {
+            "return": torch.as_tensor(self.returns.astype(np.float32), device=device),
+            "length": torch.as_tensor(self.elapsed.copy(), device=device),
+        }
 
     def info(self, out: StepOutcome, final_obs: Obs, device: torch.device | str = "cpu") -> dict[str, Any]:
         """The contract's ``info`` of a step, read before the envs that ended are reset: ``success``,
         ``done``, ``diverged`` ``[N]`` bool, ``final_obs``, ``episode`` (``return``/``length``) and
         ``elapsed`` ``[N]`` int64 (the steps counted so far)."""
         to_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=device)  # noqa: E731
-        return {"success": to_t(out.success, torch.bool), "done": to_t(out.done, torch.bool),
-                "diverged": to_t(out.diverged, torch.bool), "final_obs": final_obs,
-                "episode": self.episode(device), "elapsed": to_t(self.elapsed.copy(), torch.int64)}
+        return {
+            "success": to_t(out.success, torch.bool),
+            "done": to_t(out.done, torch.bool),
+            "diverged": to_t(out.diverged, torch.bool),
+            "final_obs": final_obs,
+            "episode": self.episode(device),
+            "elapsed": to_t(self.elapsed.copy(), torch.int64),
+        }
 
     def reset(self, rows: Any = None) -> None:
         """Start a new episode in envs ``rows`` (env ids or a bool mask; None: every env)."""
@@ -150,9 +165,15 @@ class EpisodeBook:
             raise ValueError(f"steps must be [{self.num_envs}] values in [0, the task's max_steps)")
         self.elapsed[:] = arr
 
-    def finish(self, out: StepOutcome, obs: Obs, restart: Callable[[np.ndarray], Obs],
-               device: torch.device | str = "cpu", *, elapsed_of_ended: str = "next"
-               ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def finish(
+        self,
+        out: StepOutcome,
+        obs: Obs,
+        restart: Callable[[np.ndarray], Obs],
+        device: torch.device | str = "cpu",
+        *,
+        elapsed_of_ended: str = "next",
+    ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """The end of :meth:`sims.VecEnv.step`: ``info`` with ``obs`` as the final observation, then the
         automatic reset of the envs whose episode ended.
 
@@ -175,8 +196,13 @@ class EpisodeBook:
         if elapsed_of_ended == "next":
             info["elapsed"] = torch.as_tensor(self.elapsed.copy(), dtype=torch.int64, device=device)
         to_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=device)  # noqa: E731
-        return (obs, to_t(out.reward, torch.float32), to_t(out.terminated, torch.bool),
-                to_t(out.truncated, torch.bool), info)
+        return (
+            obs,
+            to_t(out.reward, torch.float32),
+            to_t(out.terminated, torch.bool),
+            to_t(out.truncated, torch.bool),
+            info,
+        )
 
 
 __all__ = ["ELAPSED_OF_ENDED", "EpisodeBook", "StepOutcome"]

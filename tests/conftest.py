@@ -35,9 +35,12 @@ def openpi_obs(size: int = 32) -> dict:
     """One request as an openpi client sends it: state, two camera images of ``size``, prompt."""
     import numpy as np
 
-    return {"observation/state": np.zeros(15, np.float32),
-            "observation/images/agentview": np.zeros((size, size, 3), np.uint8),
-            "observation/images/wrist": np.zeros((size, size, 3), np.uint8), "prompt": "lift the can"}
+    return {
+        "observation/state": np.zeros(15, np.float32),
+        "observation/images/agentview": np.zeros((size, size, 3), np.uint8),
+        "observation/images/wrist": np.zeros((size, size, 3), np.uint8),
+        "prompt": "lift the can",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +51,9 @@ def tiny_server():
     from real_robot.server import PolicyServer, ServerThread
 
     torch.manual_seed(0)
-    server = PolicyServer(policies.make("flow", chunk_size=6, **SERVED_TINY), api_key="s3cret",
-                          max_message_bytes=1 << 20)
+    server = PolicyServer(
+        policies.make("flow", chunk_size=6, **SERVED_TINY), api_key="s3cret", max_message_bytes=1 << 20
+    )
     with ServerThread(server) as port:
         yield server, port
 
@@ -61,8 +65,9 @@ def _have_libero_venv() -> bool:
 
 
 #: the tests that run the reference LIBERO env (or export its scenes) skip without its venv
-needs_libero_venv = pytest.mark.skipif(not _have_libero_venv(), reason="the reference LIBERO venv "
-                                       ".venv-libero is missing: run bash scripts/setup.sh")
+needs_libero_venv = pytest.mark.skipif(
+    not _have_libero_venv(), reason="the reference LIBERO venv .venv-libero is missing: run bash scripts/setup.sh"
+)
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,17 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def _obs(n: int = 8) -> dict:
     g = torch.Generator().manual_seed(0)
-    return {"rgb": torch.randint(0, 256, (n, 2, 128, 128, 3), dtype=torch.uint8, generator=g),
-            "state": torch.randn(n, 15, generator=g), "instruction": ["put the red cube on the plate"] * n}
+    return {
+        "rgb": torch.randint(0, 256, (n, 2, 128, 128, 3), dtype=torch.uint8, generator=g),
+        "state": torch.randn(n, 15, generator=g),
+        "instruction": ["put the red cube on the plate"] * n,
+    }
 
 
-@pytest.mark.parametrize("family,sampler", [("flow", "sde"), ("flow", "sde_full"), ("flow", "noise"),
-                                            ("autoregressive", None), ("diffusion", None)])
+@pytest.mark.parametrize(
+    "family,sampler",
+    [("flow", "sde"), ("flow", "sde_full"), ("flow", "noise"), ("autoregressive", None), ("diffusion", None)],
+)
 def test_family_on_cuda(family, sampler, tmp_path):
     kw = {"sampler": sampler} if sampler else {}
     policy = policies.make(family, **kw).cuda()

@@ -13,8 +13,9 @@ from check_imports import circles, import_graph  # noqa: E402
 
 
 def test_the_repository_imports_run_one_way_without_circles():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_imports.py")], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_imports.py")], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout
 
 
@@ -32,9 +33,12 @@ def test_the_checker_finds_an_upward_import_and_a_circle(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     graph, upward = import_graph(tmp_path)
-    assert [line.split(": ", 1)[1] for line in upward] == [
-        "policies.model (floor 2) imports embodied.runs (floor 3)"]
+    assert [line.split(": ", 1)[1] for line in upward] == ["policies.model (floor 2) imports embodied.runs (floor 3)"]
     assert circles(graph) == [["embodied.helpers", "embodied.runs"], ["sims", "sims.core"]]
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_imports.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_imports.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "2 circles" in proc.stdout

@@ -38,8 +38,9 @@ BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
 }
 
 #: sizes every family accepts, and each family's own depth knob at one layer
-TINY_POLICY: dict[str, Any] = dict(d_model=32, image_size=IMAGE_SIZE, vision_channels=[8, 16],
-                                   chunk_size=CHUNK_SIZE, prefix_layers=1)
+TINY_POLICY: dict[str, Any] = dict(
+    d_model=32, image_size=IMAGE_SIZE, vision_channels=[8, 16], chunk_size=CHUNK_SIZE, prefix_layers=1
+)
 TINY_FAMILY: dict[str, dict[str, Any]] = {
     "flow": {"expert_layers": 1},
     "autoregressive": {"decoder_layers": 1},
@@ -94,8 +95,11 @@ def test_backend_runs_suite_by_the_contract(backend: str, suite: str) -> None:
         actions = spec.low + (spec.high - spec.low) * torch.rand(NUM_ENVS, *spec.shape, generator=gen)
         obs, reward, terminated, truncated, info = env.step(actions.to(env.device))
         _check_obs(env, obs)
-        flags = {"reward": (reward, torch.float32), "terminated": (terminated, torch.bool),
-                 "truncated": (truncated, torch.bool)}
+        flags = {
+            "reward": (reward, torch.float32),
+            "terminated": (terminated, torch.bool),
+            "truncated": (truncated, torch.bool),
+        }
         flags.update({key: (info[key], torch.bool) for key in ("success", "done", "diverged")})
         for name, (value, dtype) in flags.items():
             assert value.shape == (NUM_ENVS,) and value.dtype == dtype, name
@@ -112,8 +116,9 @@ def test_backend_runs_suite_by_the_contract(backend: str, suite: str) -> None:
 @pytest.fixture(scope="module")
 def mujoco_env() -> Iterator[tuple[VecEnv, Obs]]:
     """A MuJoCo env of :data:`POLICY_SUITE` and its first observation."""
-    with sims.make("mujoco", suite=POLICY_SUITE, num_envs=NUM_ENVS, cameras=CAMERAS, image_size=IMAGE_SIZE,
-                   seed=0) as env:
+    with sims.make(
+        "mujoco", suite=POLICY_SUITE, num_envs=NUM_ENVS, cameras=CAMERAS, image_size=IMAGE_SIZE, seed=0
+    ) as env:
         yield env, env.reset(seed=0)
 
 
@@ -123,8 +128,9 @@ def _greedy(policy: Any, inputs: dict[str, Any]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("family", policies.families())
-def test_policy_family_acts_on_an_env_and_round_trips(family: str, mujoco_env: tuple[VecEnv, Obs],
-                                                      tmp_path: Path) -> None:
+def test_policy_family_acts_on_an_env_and_round_trips(
+    family: str, mujoco_env: tuple[VecEnv, Obs], tmp_path: Path
+) -> None:
     if family in ("pi0", "pi05", "smolvla"):
         pytest.skip(f"the {family} family's contract test runs in .venv-lerobot (tests/lerobot), with its tokenizer")
     try:
@@ -134,9 +140,15 @@ def test_policy_family_acts_on_an_env_and_round_trips(family: str, mujoco_env: t
     env, obs = mujoco_env
     action_dim = env.action_spec.shape[0]
     torch.manual_seed(0)
-    policy = policies.make(family, action_dim=action_dim, state_dim=env.observation_spec["state"].shape[0],
-                           cameras=list(env.cameras), control_hz=env.control_hz,
-                           **TINY_POLICY, **TINY_FAMILY.get(family, {})).eval()
+    policy = policies.make(
+        family,
+        action_dim=action_dim,
+        state_dim=env.observation_spec["state"].shape[0],
+        cameras=list(env.cameras),
+        control_hz=env.control_hz,
+        **TINY_POLICY,
+        **TINY_FAMILY.get(family, {}),
+    ).eval()
     policy.check_env(env)
     inputs = env_inputs(obs, [t.instruction for t in sims.suites.tasks(POLICY_SUITE)])
 

@@ -29,8 +29,9 @@ OUT = Path(__file__).resolve().parent
 SIZE = (6.0, 3.5)  # inches at 100 dpi: 600 x 350 px
 DPI = 100
 
-plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "axes.spines.top": False,
-                     "axes.spines.right": False, "legend.frameon": False})
+plt.rcParams.update(
+    {"font.size": 8, "axes.titlesize": 9, "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False}
+)
 
 
 def _save(fig, name: str, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> None:
@@ -63,13 +64,21 @@ def main_job() -> None:
     for i, r in enumerate(rates):
         a.text(i, 4, f"{r:.1f}%", ha="center", color="white", fontweight="bold")
     p = res["eval_rl"]["comparison"]["paired"]
-    a.set_title(f"protocol (50 states), 95% CI\npaired RL - SFT {100 * p['difference']:+.1f}% "
-                f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]")
+    a.set_title(
+        f"protocol (50 states), 95% CI\npaired RL - SFT {100 * p['difference']:+.1f}% "
+        f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]"
+    )
     a.set_ylabel("success (%)")
     a.set_ylim(0, 100)
     it = [int(r["iteration"]) for r in rows]
-    b.plot(it, [100 * float(r["success_rate"]) for r in rows], "o-", ms=3, color="#2f6db5",
-           label="sampled training success")
+    b.plot(
+        it,
+        [100 * float(r["success_rate"]) for r in rows],
+        "o-",
+        ms=3,
+        color="#2f6db5",
+        label="sampled training success",
+    )
     warm = res["config"]["rl"]["algo"]["critic_warmup"]
     b.axvspan(0.5, warm + 0.5, color="#dddddd", label="critic warm-up (actor frozen)")
     b.set_xlabel("RL iteration (640 chunks each)")
@@ -78,24 +87,32 @@ def main_job() -> None:
     b.set_title(f"Flow-SDE PPO, {res['rl']['env_steps']:,} env steps in {res['stage_seconds']['rl']:.0f} s")
     b.legend(loc="lower right")
     m = res["machine"]
-    fig.suptitle(f"The main job at its defaults (goal / lift_the_can), {m['cpu_count']}-core {m['cpu']} VM, "
-                 "2026-12-06", fontsize=9)
+    fig.suptitle(
+        f"The main job at its defaults (goal / lift_the_can), {m['cpu_count']}-core {m['cpu']} VM, 2026-12-06",
+        fontsize=9,
+    )
     _save(fig, "main-job")
 
 
 def rl_lift_grid() -> None:
     """RL - SFT, paired over the 50 states, per SFT start, in the three goal-task grids."""
-    grids = [("rl_lift_4959f6e", "320 chunks x 30 iterations", "#c9a227"),
-             ("rl_lift_76e035e", "640 x 30", "#7aa0d4"),
-             ("rl_lift_it40", "640 x 40", "#2f6db5")]
+    grids = [
+        ("rl_lift_4959f6e", "320 chunks x 30 iterations", "#c9a227"),
+        ("rl_lift_76e035e", "640 x 30", "#7aa0d4"),
+        ("rl_lift_it40", "640 x 40", "#2f6db5"),
+    ]
     cells = [(5, 0), (5, 1), (5, 2), (20, 0), (20, 1), (20, 2)]
     fig, ax = plt.subplots(figsize=SIZE)
     for g, (name, label, color) in enumerate(grids):
         rows = {(r["demos"], r["seed"]): r for r in json.loads((REC / name / "rl_lift.json").read_text())["rows"]}
         x = np.arange(len(cells)) + (g - 1) * 0.25
         d = np.array([100 * rows[c]["rl_minus_sft"] for c in cells])
-        err = np.array([[100 * (rows[c]["rl_minus_sft"] - rows[c]["rl_minus_sft_lo"]) for c in cells],
-                        [100 * (rows[c]["rl_minus_sft_hi"] - rows[c]["rl_minus_sft"]) for c in cells]])
+        err = np.array(
+            [
+                [100 * (rows[c]["rl_minus_sft"] - rows[c]["rl_minus_sft_lo"]) for c in cells],
+                [100 * (rows[c]["rl_minus_sft_hi"] - rows[c]["rl_minus_sft"]) for c in cells],
+            ]
+        )
         ax.errorbar(x, d, yerr=err, fmt="o", ms=4, capsize=2, color=color, label=label)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(cells)), [f"{d} demos\nseed {s}" for d, s in cells], fontsize=7)
@@ -111,29 +128,61 @@ def rl_lift_anchor() -> None:
     fig, ax = plt.subplots(figsize=SIZE)
     # the first run (Intel Xeon, 2026-12-05/06), carried on by hand: the path the comparison table follows
     first = REC / "rl_lift_76e035e"
-    files = [first / "anchor_spatial" / "results.json"] + [first / "anchor_spatial_resumed" / f for f in (
-        "results_160.json", "results_240.json", "results_320.json", "results_400_mb320_e4_lr5e-6.json",
-        "results_480_mb320_e4_lr5e-6.json", "results_640_mb320_e4_lr5e-6.json",
-        "results_720_envs80_mb640_e4_lr5e-6.json", "results_800_envs80_mb640_e4_lr5e-6.json",
-        "results_880_envs80_mb640_e4_lr5e-6.json")]
+    files = [first / "anchor_spatial" / "results.json"] + [
+        first / "anchor_spatial_resumed" / f
+        for f in (
+            "results_160.json",
+            "results_240.json",
+            "results_320.json",
+            "results_400_mb320_e4_lr5e-6.json",
+            "results_480_mb320_e4_lr5e-6.json",
+            "results_640_mb320_e4_lr5e-6.json",
+            "results_720_envs80_mb640_e4_lr5e-6.json",
+            "results_800_envs80_mb640_e4_lr5e-6.json",
+            "results_880_envs80_mb640_e4_lr5e-6.json",
+        )
+    ]
     pts = []
     for f in files:
         r = json.loads(f.read_text())
-        pts.append((r["config"]["rl"]["iterations"], r["eval_rl"]["pass_at_k"][0],
-                    r["eval_rl_heldout"]["pass_at_k"][0], r["eval_sft"]["pass_at_k"][0],
-                    r["eval_sft_heldout"]["pass_at_k"][0]))
+        pts.append(
+            (
+                r["config"]["rl"]["iterations"],
+                r["eval_rl"]["pass_at_k"][0],
+                r["eval_rl_heldout"]["pass_at_k"][0],
+                r["eval_sft"]["pass_at_k"][0],
+                r["eval_sft_heldout"]["pass_at_k"][0],
+            )
+        )
     it = [0] + [p[0] for p in pts]
-    ax.plot(it, [100 * pts[0][3]] + [100 * p[1] for p in pts], "s--", ms=3, color="#7aa0d4",
-            label="first run (Intel): protocol")
-    ax.plot(it, [100 * pts[0][4]] + [100 * p[2] for p in pts], "s:", ms=3, color="#c9a227",
-            label="first run: held-out")
+    ax.plot(
+        it,
+        [100 * pts[0][3]] + [100 * p[1] for p in pts],
+        "s--",
+        ms=3,
+        color="#7aa0d4",
+        label="first run (Intel): protocol",
+    )
+    ax.plot(it, [100 * pts[0][4]] + [100 * p[2] for p in pts], "s:", ms=3, color="#c9a227", label="first run: held-out")
     # the one-command run (AMD EPYC, commit b0b4153, 2026-12-06)
     rows = _csv(REC / "rl_lift_anchor_b0b4153" / "rl_lift_anchor.csv")
     it = [0] + [int(r["iterations"]) for r in rows]
-    ax.plot(it, [100 * float(rows[0]["sft"])] + [100 * float(r["rl"]) for r in rows], "o-", ms=4,
-            color="#2f6db5", label="one command (AMD): protocol")
-    ax.plot(it, [100 * float(rows[0]["heldout_sft"])] + [100 * float(r["heldout_rl"]) for r in rows], "o-",
-            ms=4, color="#e08a2c", label="one command: held-out")
+    ax.plot(
+        it,
+        [100 * float(rows[0]["sft"])] + [100 * float(r["rl"]) for r in rows],
+        "o-",
+        ms=4,
+        color="#2f6db5",
+        label="one command (AMD): protocol",
+    )
+    ax.plot(
+        it,
+        [100 * float(rows[0]["heldout_sft"])] + [100 * float(r["heldout_rl"]) for r in rows],
+        "o-",
+        ms=4,
+        color="#e08a2c",
+        label="one command: held-out",
+    )
     ax.axhline(90, color="grey", lw=0.8, ls="--")
     ax.text(5, 90.6, "90%: the anchor's target", color="grey")
     for x in (320, 640):
@@ -152,7 +201,8 @@ def libero_experts() -> None:
     """The scripted experts over the 50 official states: our simulator against LIBERO's own env."""
     ours = json.loads((REC / "libero_experts_states50.json").read_text())
     ref = json.loads((REC / "libero_closed_loop_states50.json").read_text()) + json.loads(
-        (REC / "libero_closed_loop_goal50.json").read_text())
+        (REC / "libero_closed_loop_goal50.json").read_text()
+    )
     # libero_goal tasks 0 and 7 (the fixture experts) have no record: docs/results/libero-scenes.md's table
     extra_ours = {("libero_goal", 0): 1.0, ("libero_goal", 7): 1.0}
     extra_ref = {("libero_goal", 0): 0.94, ("libero_goal", 7): 1.0}
@@ -176,12 +226,14 @@ def libero_experts() -> None:
 
 def libero_speed() -> None:
     """`embodied-bench bench=libero` on the 2-core Intel Xeon VM, 2026-12-05 (docs/results/libero-scenes.md)."""
-    rows = [("LIBERO's env", 71.4, "#e08a2c"),
-            ("ours, 32 envs,\nnative\ncontacts", 463.5, "#2f6db5"),
-            ("ours, 32 envs,\nreference\ncontacts", 290.8, "#2f6db5"),
-            ("LIBERO's env", 6.35, "#e08a2c"),
-            ("ours, 8 envs,\n2000 faces", 35.6, "#2f6db5"),
-            ("ours, 8 envs,\n500 faces,\nno MSAA", 72.9, "#2f6db5")]
+    rows = [
+        ("LIBERO's env", 71.4, "#e08a2c"),
+        ("ours, 32 envs,\nnative\ncontacts", 463.5, "#2f6db5"),
+        ("ours, 32 envs,\nreference\ncontacts", 290.8, "#2f6db5"),
+        ("LIBERO's env", 6.35, "#e08a2c"),
+        ("ours, 8 envs,\n2000 faces", 35.6, "#2f6db5"),
+        ("ours, 8 envs,\n500 faces,\nno MSAA", 72.9, "#2f6db5"),
+    ]
     fig, ax = plt.subplots(figsize=SIZE)
     x = np.arange(len(rows))
     ax.bar(x, [r[1] for r in rows], color=[r[2] for r in rows])
@@ -194,8 +246,9 @@ def libero_speed() -> None:
     ax.text(4, 700, "two 128 px views", ha="center", color="grey")
     ax.axvline(2.5, color="#dddddd")
     ax.set_ylabel("env steps/s (log)")
-    ax.set_title("libero_spatial 0: LIBERO's env against ours, without and with cameras\n"
-                 "(2-core Intel Xeon VM, 2026-12-05)")
+    ax.set_title(
+        "libero_spatial 0: LIBERO's env against ours, without and with cameras\n(2-core Intel Xeon VM, 2026-12-05)"
+    )
     _save(fig, "libero-speed")
 
 
@@ -209,8 +262,9 @@ def libero_frame() -> None:
     try:
         import sims
 
-        env = sims.make("mujoco", suite="libero_spatial", tasks=[0], num_envs=1,
-                        cameras=("agentview", "wrist"), image_size=64)
+        env = sims.make(
+            "mujoco", suite="libero_spatial", tasks=[0], num_envs=1, cameras=("agentview", "wrist"), image_size=64
+        )
         obs = env.reset(init_ids=[0])
     except Exception as e:  # noqa: BLE001 - a missing or stale cache: say so and go on
         print(f"libero_frame: skipped ({type(e).__name__}: {e})")
@@ -225,8 +279,14 @@ def libero_frame() -> None:
     print(f"{path.relative_to(ROOT)}: {path.stat().st_size // 1024} KB")
 
 
-PLOTS = {"main_job": main_job, "rl_lift_grid": rl_lift_grid, "rl_lift_anchor": rl_lift_anchor,
-         "libero_experts": libero_experts, "libero_speed": libero_speed, "libero_frame": libero_frame}
+PLOTS = {
+    "main_job": main_job,
+    "rl_lift_grid": rl_lift_grid,
+    "rl_lift_anchor": rl_lift_anchor,
+    "libero_experts": libero_experts,
+    "libero_speed": libero_speed,
+    "libero_frame": libero_frame,
+}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(PLOTS):

@@ -16,8 +16,14 @@ from typing import Any
 import torch
 
 from embodied.algorithms.gae import chunk_gae, normalize_advantages
-from embodied.algorithms.grpo import (GRPO_KEEP, GRPO_WEIGHTING, episode_weighted_advantages, grpo_advantages,
-                              grpo_group_filter, grpo_return_filter)
+from embodied.algorithms.grpo import (
+    GRPO_KEEP,
+    GRPO_WEIGHTING,
+    episode_weighted_advantages,
+    grpo_advantages,
+    grpo_group_filter,
+    grpo_return_filter,
+)
 from embodied.algorithms.rollout import Rollout
 
 EXTRA_PREFIX = "x."
@@ -47,15 +53,24 @@ def _observation_columns(rollout: Rollout, rows: torch.Tensor | None = None) -> 
 TRUNCATION = ("bootstrap", "fail")
 
 
-def ppo_batch(rollout: Rollout, gamma: float = 0.99, lam: float = 0.95, normalize: bool = True,
-              truncation: str = "bootstrap") -> dict[str, torch.Tensor]:
+def ppo_batch(
+    rollout: Rollout, gamma: float = 0.99, lam: float = 0.95, normalize: bool = True, truncation: str = "bootstrap"
+) -> dict[str, torch.Tensor]:
     """Chunk GAE (truncations per ``truncation``, one of :data:`TRUNCATION`), then every chunk as one
     row. With several env runners, pass ``normalize=False`` and normalise the concatenated advantages once."""
     if truncation not in TRUNCATION:
         raise ValueError(f"truncation must be one of {TRUNCATION}, got {truncation!r}")
     truncs = rollout.trunc if truncation == "bootstrap" else torch.zeros_like(rollout.trunc)
-    adv, ret = chunk_gae(rollout.reward, rollout.value, rollout.done, truncs, rollout.last_value,
-                         gamma, lam, final_values=rollout.final_value)
+    adv, ret = chunk_gae(
+        rollout.reward,
+        rollout.value,
+        rollout.done,
+        truncs,
+        rollout.last_value,
+        gamma,
+        lam,
+        final_values=rollout.final_value,
+    )
     cols = _observation_columns(rollout)
     cols["advantages"] = normalize_advantages(adv.flatten()) if normalize else adv.flatten()
     cols["old_values"] = rollout.value.flatten()
@@ -69,8 +84,9 @@ def first_episode_mask(done: torch.Tensor) -> torch.Tensor:
     return ended_before == 0
 
 
-def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk", keep: str = "success",
-               std_norm: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+def grpo_batch(
+    rollout: Rollout, group_size: int, weighting: str = "chunk", keep: str = "success", std_norm: bool = True
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """GRPO rows: envs ``[g * G, (g + 1) * G)`` form group ``g`` (same initial state); each env's first
     episode is one rollout whose group-normalised return is the advantage of all its chunks (scaled
     by mean length / its length with ``weighting="episode"``, so each kept episode weighs the same:
@@ -90,8 +106,11 @@ def grpo_batch(rollout: Rollout, group_size: int, weighting: str = "chunk", keep
     returns = (rollout.reward * mask).sum(0)
     success = (rollout.success & mask).any(0)
     groups = n // group_size
-    signal = (grpo_group_filter(success.view(groups, group_size)) if keep == "success" else
-              grpo_return_filter(returns.view(groups, group_size)))
+    signal = (
+        grpo_group_filter(success.view(groups, group_size))
+        if keep == "success"
+        else grpo_return_filter(returns.view(groups, group_size))
+    )
     kept = signal & finished.view(groups, group_size).all(1)
     adv_env = grpo_advantages(returns.view(groups, group_size), std_norm=std_norm).flatten()
     kept_envs = kept.repeat_interleave(group_size)
@@ -112,8 +131,9 @@ def minibatches_per_epoch(total: int, minibatch_size: int | None) -> int:
     return 1 if minibatch_size is None else -(-total // int(minibatch_size))
 
 
-def minibatch_indices(total: int, minibatch_size: int | None, generator: torch.Generator | None = None
-                      ) -> list[torch.Tensor]:
+def minibatch_indices(
+    total: int, minibatch_size: int | None, generator: torch.Generator | None = None
+) -> list[torch.Tensor]:
     """One epoch's minibatches over ``total`` rows: a fresh permutation cut into
     ``ceil(total / minibatch_size)`` parts of nearly equal size (sizes differ by at most one; no
     row is used twice, none is left out). ``minibatch_size=None``: the whole batch as one."""

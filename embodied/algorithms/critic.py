@@ -48,8 +48,9 @@ def step_limits(env: Any) -> torch.Tensor:
     return limits
 
 
-def critic_features(obs: dict[str, torch.Tensor], elapsed: torch.Tensor, limits: torch.Tensor,
-                    num_tasks: int) -> torch.Tensor:
+def critic_features(
+    obs: dict[str, torch.Tensor], elapsed: torch.Tensor, limits: torch.Tensor, num_tasks: int
+) -> torch.Tensor:
     """``[N, C]`` critic inputs from an observation dict (``state [N, S]``, ``privileged [N, P]``,
     ``task_id [N]``), ``elapsed [N]`` steps since each episode began and ``limits [num_tasks]`` the
     step limit of each task."""
@@ -133,7 +134,7 @@ class PrivilegedCritic(nn.Module):
         self.head = nn.Linear(width, 1)
         for m in self.mlp:
             if isinstance(m, nn.Linear):
-                nn.init.orthogonal_(m.weight, gain=2 ** 0.5)
+                nn.init.orthogonal_(m.weight, gain=2**0.5)
                 nn.init.zeros_(m.bias)
         nn.init.orthogonal_(self.head.weight, gain=0.01)  # values start near 0: sparse returns lie in [0, 1]
         nn.init.zeros_(self.head.bias)
@@ -168,8 +169,7 @@ class CriticInputs:
 
     def features(self, obs: dict[str, torch.Tensor], elapsed: torch.Tensor | None = None) -> torch.Tensor:
         """``[N, C]`` inputs of ``obs`` at ``elapsed`` steps (default: the clock's)."""
-        return critic_features(obs, self.clock.elapsed if elapsed is None else elapsed, self.limits,
-                               len(self.limits))
+        return critic_features(obs, self.clock.elapsed if elapsed is None else elapsed, self.limits, len(self.limits))
 
     @torch.no_grad()
     def value(self, features: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,16 @@ from __future__ import annotations
 import torch
 
 
-def chunk_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, truncs: torch.Tensor,
-              last_value: torch.Tensor, gamma: float = 0.99, lam: float = 0.95,
-              final_values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    truncs: torch.Tensor,
+    last_value: torch.Tensor,
+    gamma: float = 0.99,
+    lam: float = 0.95,
+    final_values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns ``[T, N]``.
 
     Args:
@@ -27,8 +34,10 @@ def chunk_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, 
         final_values: ``[T, N]`` values of the final observations where ``truncs`` (optional).
     """
     if not (rewards.shape == values.shape == dones.shape == truncs.shape):
-        raise ValueError(f"rewards, values, dones, truncs must share a shape [T, N]; got {tuple(rewards.shape)}, "
-                         f"{tuple(values.shape)}, {tuple(dones.shape)}, {tuple(truncs.shape)}")
+        raise ValueError(
+            f"rewards, values, dones, truncs must share a shape [T, N]; got {tuple(rewards.shape)}, "
+            f"{tuple(values.shape)}, {tuple(dones.shape)}, {tuple(truncs.shape)}"
+        )
     if bool((truncs & ~dones).any()):
         raise ValueError("truncs must imply dones")
     t_len = rewards.shape[0]

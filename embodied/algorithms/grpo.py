@@ -55,8 +55,9 @@ def episode_weighted_advantages(advantages: torch.Tensor, lengths: torch.Tensor)
     samples: a random walk that grows with the learning rate. Scaled, the chunk sum is zero again.
     """
     if advantages.shape != lengths.shape or advantages.ndim != 1:
-        raise ValueError(f"advantages and lengths must both be [E], got {tuple(advantages.shape)} "
-                         f"and {tuple(lengths.shape)}")
+        raise ValueError(
+            f"advantages and lengths must both be [E], got {tuple(advantages.shape)} and {tuple(lengths.shape)}"
+        )
     lengths = lengths.to(advantages.dtype)
     if not bool((lengths >= 1).all()):
         raise ValueError("episode lengths must be >= 1 chunk")

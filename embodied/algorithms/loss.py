@@ -49,31 +49,47 @@ def policy_obs(minibatch: dict[str, torch.Tensor], instructions: Sequence[str]) 
     """The observation dict a policy reads, from batch columns (``time_left`` where the batch has
     it: the value is then evaluated on the input it was collected with)."""
     time_left = minibatch[TIME_LEFT] if TIME_LEFT in minibatch else None
-    return indexed_inputs(minibatch["rgb"], minibatch["state"], minibatch["task_id"], instructions,
-                          time_left=time_left)
+    return indexed_inputs(minibatch["rgb"], minibatch["state"], minibatch["task_id"], instructions, time_left=time_left)
 
 
 def policy_extras(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k[len(EXTRA_PREFIX):]: v for k, v in minibatch.items() if k.startswith(EXTRA_PREFIX)}
+    return {k[len(EXTRA_PREFIX) :]: v for k, v in minibatch.items() if k.startswith(EXTRA_PREFIX)}
 
 
-def evaluate_minibatch(policy: Any, minibatch: dict[str, torch.Tensor], instructions: Sequence[str]
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def evaluate_minibatch(
+    policy: Any, minibatch: dict[str, torch.Tensor], instructions: Sequence[str]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logprob [B], entropy [B], value [B])`` of the minibatch's chunks under ``policy`` now."""
     return policy.logprob(policy_obs(minibatch, instructions), policy_extras(minibatch))
 
 
-def chunk_ppo_loss(logprob: torch.Tensor, entropy: torch.Tensor, value: torch.Tensor,
-                   minibatch: dict[str, torch.Tensor], cfg: LossConfig) -> tuple[torch.Tensor, PPOStats]:
+def chunk_ppo_loss(
+    logprob: torch.Tensor,
+    entropy: torch.Tensor,
+    value: torch.Tensor,
+    minibatch: dict[str, torch.Tensor],
+    cfg: LossConfig,
+) -> tuple[torch.Tensor, PPOStats]:
     """PPO (or critic-free GRPO) loss of a minibatch from the policy's fresh outputs."""
-    critic = dict(values=value, old_values=minibatch["old_values"], returns=minibatch["value_targets"]) \
-        if cfg.use_critic else {}
+    critic = (
+        dict(values=value, old_values=minibatch["old_values"], returns=minibatch["value_targets"])
+        if cfg.use_critic
+        else {}
+    )
     scale = cfg.logprob_scale
     advantages = minibatch["advantages"]
     if cfg.neg_adv_scale != 1.0:
         advantages = torch.where(advantages < 0, advantages * cfg.neg_adv_scale, advantages)
-    return ppo_loss(logprob * scale, minibatch["old_logprob"] * scale, advantages, entropy=entropy,
-                    clip=cfg.clip,
-                    dual_clip=cfg.dual_clip if cfg.use_critic else None,
-                    value_clip=cfg.value_clip if cfg.use_critic else None, vf_coef=cfg.vf_coef,
-                    ent_coef=cfg.ent_coef, kl_coef=cfg.kl_coef, **critic)
+    return ppo_loss(
+        logprob * scale,
+        minibatch["old_logprob"] * scale,
+        advantages,
+        entropy=entropy,
+        clip=cfg.clip,
+        dual_clip=cfg.dual_clip if cfg.use_critic else None,
+        value_clip=cfg.value_clip if cfg.use_critic else None,
+        vf_coef=cfg.vf_coef,
+        ent_coef=cfg.ent_coef,
+        kl_coef=cfg.kl_coef,
+        **critic,
+    )

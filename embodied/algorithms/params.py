@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 
-def split_parameters(module: torch.nn.Module, freeze_prefix: bool = False
-                     ) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+def split_parameters(
+    module: torch.nn.Module, freeze_prefix: bool = False
+) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
     """``(actor, critic)`` parameters: the critic is the policy's value head (``value_mlp``), or the
     separate critic (``critic.*``, see :mod:`embodied.algorithms.critic`) when the module has one; the
     value head then takes no part and stops requiring gradients. With ``freeze_prefix`` the

@@ -24,11 +24,22 @@ class PPOStats:
     log_ratio_max: float = 0.0
 
 
-def ppo_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, *,
-             values: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
-             returns: torch.Tensor | None = None, entropy: torch.Tensor | None = None, clip: float,
-             dual_clip: float | None, value_clip: float | None, vf_coef: float, ent_coef: float,
-             kl_coef: float) -> tuple[torch.Tensor, PPOStats]:
+def ppo_loss(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    old_values: torch.Tensor | None = None,
+    returns: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    clip: float,
+    dual_clip: float | None,
+    value_clip: float | None,
+    vf_coef: float,
+    ent_coef: float,
+    kl_coef: float,
+) -> tuple[torch.Tensor, PPOStats]:
     """Scalar PPO loss over a batch ``[B]`` and its diagnostics.
 
     ``values``/``old_values``/``returns`` are omitted for critic-free algorithms (GRPO).
@@ -64,5 +75,11 @@ def ppo_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch
     with torch.no_grad():
         clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
         log_ratio_max = log_ratio.abs().max() if log_ratio.numel() else torch.zeros(())
-    return total, PPOStats(float(policy_loss.detach()), float(value_loss.detach()), float(ent.detach()),
-                           float(clip_fraction), float(approx_kl.detach()), float(log_ratio_max))
+    return total, PPOStats(
+        float(policy_loss.detach()),
+        float(value_loss.detach()),
+        float(ent.detach()),
+        float(clip_fraction),
+        float(approx_kl.detach()),
+        float(log_ratio_max),
+    )

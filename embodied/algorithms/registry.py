@@ -14,17 +14,21 @@ class AlgoSpec(NamedTuple):
     critic: bool  # True: PPO with a value function; False: group-relative advantages, no critic
 
 
-ALGORITHMS: Registry[AlgoSpec] = Registry("algo", {
-    "flow_sde": AlgoSpec("flow", "sde", True),
-    "flow_sde_full": AlgoSpec("flow", "sde_full", True),
-    "flow_noise": AlgoSpec("flow", "noise", True),
-    "ppo": AlgoSpec("autoregressive", None, True),
-    "grpo": AlgoSpec("autoregressive", None, False),
-    "flow_grpo": AlgoSpec("flow", "sde", False),
-    "flow_fpo": AlgoSpec("flow", "fpo", False),
-    "flow_dsrl": AlgoSpec("flow", "steer", True),
-    "flow_dsrl_grpo": AlgoSpec("flow", "steer", False),
-}, sort=True)
+ALGORITHMS: Registry[AlgoSpec] = Registry(
+    "algo",
+    {
+        "flow_sde": AlgoSpec("flow", "sde", True),
+        "flow_sde_full": AlgoSpec("flow", "sde_full", True),
+        "flow_noise": AlgoSpec("flow", "noise", True),
+        "ppo": AlgoSpec("autoregressive", None, True),
+        "grpo": AlgoSpec("autoregressive", None, False),
+        "flow_grpo": AlgoSpec("flow", "sde", False),
+        "flow_fpo": AlgoSpec("flow", "fpo", False),
+        "flow_dsrl": AlgoSpec("flow", "steer", True),
+        "flow_dsrl_grpo": AlgoSpec("flow", "steer", False),
+    },
+    sort=True,
+)
 
 #: the critic-free ones: group-relative advantages (whole episodes from shared initial states)
 GROUP_ALGORITHMS = tuple(name for name, spec in ALGORITHMS.items() if not spec.critic)

@@ -64,8 +64,9 @@ class Rollout:
         in a window where a failing one ends one)."""
         seen: set[int] = set()
         returns, lengths, successes = [], [], []
-        for env, ret, length, ok in zip(self.episode_envs, self.episode_returns, self.episode_lengths,
-                                        self.episode_success):
+        for env, ret, length, ok in zip(
+            self.episode_envs, self.episode_returns, self.episode_lengths, self.episode_success
+        ):
             if env not in seen:
                 seen.add(env)
                 returns.append(ret)
@@ -76,17 +77,27 @@ class Rollout:
     def policy_obs(self, flat_index: torch.Tensor) -> dict[str, Any]:
         """Observations of flattened ``T * N`` entries, as the policy reads them."""
         time_left = self.time_left.flatten(0, 1)[flat_index] if self.time_left is not None else None
-        return indexed_inputs(self.rgb.flatten(0, 1)[flat_index], self.state.flatten(0, 1)[flat_index],
-                              self.task_id.flatten(0, 1)[flat_index], self.instructions, time_left=time_left)
+        return indexed_inputs(
+            self.rgb.flatten(0, 1)[flat_index],
+            self.state.flatten(0, 1)[flat_index],
+            self.task_id.flatten(0, 1)[flat_index],
+            self.instructions,
+            time_left=time_left,
+        )
 
     def flat_extras(self, flat_index: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: v.flatten(0, 1)[flat_index] for k, v in self.extras.items()}
 
 
 @torch.no_grad()
-def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chunks: int,
-                   generator: torch.Generator | None = None, critic: CriticInputs | None = None
-                   ) -> tuple[Rollout, dict[str, torch.Tensor]]:
+def collect_chunks(
+    env: Any,
+    policy: Any,
+    obs: dict[str, torch.Tensor],
+    num_chunks: int,
+    generator: torch.Generator | None = None,
+    critic: CriticInputs | None = None,
+) -> tuple[Rollout, dict[str, torch.Tensor]]:
     """Run ``num_chunks`` chunks in every env from ``obs``; returns the rollout and the next obs.
 
     With ``critic`` the values come from that separate critic (its clock is advanced here, so pass
@@ -165,10 +176,20 @@ def collect_chunks(env: Any, policy: Any, obs: dict[str, torch.Tensor], num_chun
     t_infer += time.perf_counter() - t0
     stacked_extras = {k: torch.stack([e[k] for e in extras]) for k in extras[0]}
     rollout = Rollout(
-        rgb=torch.stack(rgb).cpu(), state=torch.stack(state).cpu(), task_id=torch.stack(task_id).cpu(),
-        extras=stacked_extras, **{k: torch.stack(v) for k, v in cols.items()}, last_value=last_value,
-        instructions=instructions, env_steps=env_steps, episode_returns=returns, episode_lengths=lengths,
-        episode_success=successes, episode_envs=ended_envs, timing={"inference_s": t_infer, "sim_s": t_sim},
-        critic_obs=torch.stack(critic_obs) if critic_obs else None, time_left=torch.stack(tlefts),
+        rgb=torch.stack(rgb).cpu(),
+        state=torch.stack(state).cpu(),
+        task_id=torch.stack(task_id).cpu(),
+        extras=stacked_extras,
+        **{k: torch.stack(v) for k, v in cols.items()},
+        last_value=last_value,
+        instructions=instructions,
+        env_steps=env_steps,
+        episode_returns=returns,
+        episode_lengths=lengths,
+        episode_success=successes,
+        episode_envs=ended_envs,
+        timing={"inference_s": t_infer, "sim_s": t_sim},
+        critic_obs=torch.stack(critic_obs) if critic_obs else None,
+        time_left=torch.stack(tlefts),
     )
     return rollout, obs

@@ -62,10 +62,16 @@ def gradient_noise_scale(cosine: float, minibatch: int) -> float:
     return minibatch * (1.0 - cosine) / cosine if cosine > 0 else float("inf")
 
 
-def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, epochs: int,
-               minibatch_size: int | None, target_kl: float | None = None,
-               generator: torch.Generator | None = None,
-               undo: Callable[[], None] | None = None) -> dict[str, float]:
+def run_epochs(
+    step: Callable[[torch.Tensor], dict[str, float]],
+    total: int,
+    *,
+    epochs: int,
+    minibatch_size: int | None,
+    target_kl: float | None = None,
+    generator: torch.Generator | None = None,
+    undo: Callable[[], None] | None = None,
+) -> dict[str, float]:
     """Call ``step(rows)`` once per minibatch: ``epochs`` passes, each over a fresh permutation of the
     ``total`` rows cut evenly (:func:`embodied.algorithms.batch.minibatch_indices`). ``step`` takes one
     gradient step and returns that minibatch's statistics (:data:`STAT_KEYS`, ``approx_kl``
@@ -103,6 +109,10 @@ def run_epochs(step: Callable[[torch.Tensor], dict[str, float]], total: int, *, 
     out["clip_fraction_first"] = float(per[0]["clip_fraction"]) if per else 0.0
     first_two_disjoint = len(per) > 1 and minibatches_per_epoch(total, minibatch_size) > 1
     out["grad_cos_first"] = float(per[1].get("grad_cos", np.nan)) if first_two_disjoint else float("nan")
-    out.update(minibatches=float(len(per)), epochs_run=float(epochs_run), kl_stop=float(stop),
-               kl_rollback=float(stop and undo is not None))
+    out.update(
+        minibatches=float(len(per)),
+        epochs_run=float(epochs_run),
+        kl_stop=float(stop),
+        kl_rollback=float(stop and undo is not None),
+    )
     return out

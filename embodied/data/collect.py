@@ -37,8 +37,10 @@ class CollectResult:
 def check_action_noise(action_noise: float) -> None:
     """Raise ``ValueError`` unless ``action_noise`` is a usable DART noise std (actions lie in [-1, 1])."""
     if not 0.0 <= action_noise <= 1.0:
-        raise ValueError(f"action_noise={action_noise}: a std in action units (actions lie in [-1, 1]), "
-                         "0 <= action_noise <= 1 (0.1 keeps the experts reliable)")
+        raise ValueError(
+            f"action_noise={action_noise}: a std in action units (actions lie in [-1, 1]), "
+            "0 <= action_noise <= 1 (0.1 keeps the experts reliable)"
+        )
 
 
 def collect_suite(
@@ -90,13 +92,22 @@ def collect_suite(
         # a suite with few training states (real LIBERO: 25) gives several demonstrations per state only
         # with DART noise: the experts and the physics are deterministic, so repeats would be copies
         if episodes_per_task > available and action_noise == 0:
-            raise ValueError(f"episodes_per_task={episodes_per_task}: {suite} has {available} training states per "
-                             "task (the rest of its 50 are held out), one noiseless demonstration each; set "
-                             "action_noise > 0 (e.g. 0.1) for several per state, each with other noise")
+            raise ValueError(
+                f"episodes_per_task={episodes_per_task}: {suite} has {available} training states per "
+                "task (the rest of its 50 are held out), one noiseless demonstration each; set "
+                "action_noise > 0 (e.g. 0.1) for several per state, each with other noise"
+            )
         max_attempts = min(max_attempts, available * -(-episodes_per_task // available))
     n = max(1, min(num_envs, episodes_per_task * len(ids)))
-    env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(cameras),
-                    image_size=image_size, num_threads=num_threads)
+    env = sims.make(
+        sims.suites.backend(suite),
+        suite=suite,
+        num_envs=n,
+        seed=seed,
+        cameras=tuple(cameras),
+        image_size=image_size,
+        num_threads=num_threads,
+    )
     try:
         expert = sims.suites.expert(suite, num_envs=n, gain=expert_gain, env=env)
         if hasattr(expert, "check_tasks"):
@@ -106,12 +117,22 @@ def collect_suite(
         raise
     privileged_dim = env.observation_spec["privileged"].shape[0] if "privileged" in env.observation_spec else 0
     writer = DatasetWriter(
-        out, fps=env.control_hz, cameras=cameras, image_size=image_size,
-        state_names=getattr(env, "state_names", STATE_NAMES), action_names=getattr(env, "action_names", ACTION_NAMES),
+        out,
+        fps=env.control_hz,
+        cameras=cameras,
+        image_size=image_size,
+        state_names=getattr(env, "state_names", STATE_NAMES),
+        action_names=getattr(env, "action_names", ACTION_NAMES),
         privileged_dim=privileged_dim,
-        extra_info={"suite": suite, "task_names": [s.name for s in specs], "control_hz": env.control_hz,
-                    "action_mode": env.action_mode, "init_ids_from": sims.suites.training_init_id(suite, 0),
-                    "expert_gain": expert_gain, "action_noise": action_noise},
+        extra_info={
+            "suite": suite,
+            "task_names": [s.name for s in specs],
+            "control_hz": env.control_hz,
+            "action_mode": env.action_mode,
+            "init_ids_from": sims.suites.training_init_id(suite, 0),
+            "expert_gain": expert_gain,
+            "action_noise": action_noise,
+        },
     )
     noise_gen = torch.Generator().manual_seed(seed)
     bounds = (env.action_spec.low, env.action_spec.high)
@@ -164,8 +185,9 @@ def collect_suite(
                     for i in np.flatnonzero(active):
                         b = buffers[i]
                         b["state"].append(obs["state"][i].numpy())
-                        b["privileged"].append(obs["privileged"][i].numpy() if privileged_dim
-                                               else np.zeros(0, np.float32))
+                        b["privileged"].append(
+                            obs["privileged"][i].numpy() if privileged_dim else np.zeros(0, np.float32)
+                        )
                         b["action"].append(actions[i].numpy())
                         b["reward"].append(float(reward[i]))
                         b["done"].append(bool(done[i]))
@@ -177,18 +199,34 @@ def collect_suite(
                         b = buffers[i]
                         ok = any(b["success"])
                         stats[t]["successes"] += int(ok)
-                        summary = {"task": t, "name": specs[t].name, "init_id": init_id, "success": ok,
-                                   "length": len(b["action"]), "diverged": bool(info["diverged"][i])}
+                        summary = {
+                            "task": t,
+                            "name": specs[t].name,
+                            "init_id": init_id,
+                            "success": ok,
+                            "length": len(b["action"]),
+                            "diverged": bool(info["diverged"][i]),
+                        }
                         if (ok or keep_failures) and stats[t]["kept"] < episodes_per_task:
-                            writer.add_episode(Episode(
-                                task_index=t, instruction=specs[t].instruction,
-                                state=np.stack(b["state"]), privileged=np.stack(b["privileged"]),
-                                action=np.stack(b["action"]), reward=np.asarray(b["reward"]),
-                                done=np.asarray(b["done"]), success=np.asarray(b["success"]),
-                                rgb=np.stack(b["rgb"]) if b["rgb"] else None,
-                                meta={"suite": suite, "suite_task_index": t, "task_name": specs[t].name,
-                                      "init_id": init_id},
-                            ))
+                            writer.add_episode(
+                                Episode(
+                                    task_index=t,
+                                    instruction=specs[t].instruction,
+                                    state=np.stack(b["state"]),
+                                    privileged=np.stack(b["privileged"]),
+                                    action=np.stack(b["action"]),
+                                    reward=np.asarray(b["reward"]),
+                                    done=np.asarray(b["done"]),
+                                    success=np.asarray(b["success"]),
+                                    rgb=np.stack(b["rgb"]) if b["rgb"] else None,
+                                    meta={
+                                        "suite": suite,
+                                        "suite_task_index": t,
+                                        "task_name": specs[t].name,
+                                        "init_id": init_id,
+                                    },
+                                )
+                            )
                             stats[t]["kept"] += 1
                             bar.update(1)
                         if on_episode is not None:
@@ -200,10 +238,17 @@ def collect_suite(
         env.close()
         root = writer.close()
     tasks = [
-        {"suite": suite, "task": t, "name": specs[t].name, "instruction": specs[t].instruction,
-         "episodes": stats[t]["kept"], "attempts": stats[t]["attempts"],
-         "success_rate": stats[t]["successes"] / max(stats[t]["attempts"], 1)}
+        {
+            "suite": suite,
+            "task": t,
+            "name": specs[t].name,
+            "instruction": specs[t].instruction,
+            "episodes": stats[t]["kept"],
+            "attempts": stats[t]["attempts"],
+            "success_rate": stats[t]["successes"] / max(stats[t]["attempts"], 1),
+        }
         for t in ids
     ]
-    return CollectResult(suite, tasks, writer.num_episodes, len(writer._rows["index"]),
-                         time.perf_counter() - start, root)
+    return CollectResult(
+        suite, tasks, writer.num_episodes, len(writer._rows["index"]), time.perf_counter() - start, root
+    )

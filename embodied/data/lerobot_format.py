@@ -92,9 +92,19 @@ QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)  # LeRobot's DEFAULT_QUANTILES, stats
 QUANTILE_KEYS = tuple(f"q{int(q * 100):02d}" for q in QUANTILES)
 QUANTILE_BINS = 5000  # LeRobot's RunningQuantileStats
 # the columns of LeRobot's meta/episodes rows besides videos/* and stats/*: an Episode's meta may not use them
-RESERVED_EPISODE_KEYS = frozenset({"episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
-                                   "dataset_from_index", "dataset_to_index", "meta/episodes/chunk_index",
-                                   "meta/episodes/file_index"})
+RESERVED_EPISODE_KEYS = frozenset(
+    {
+        "episode_index",
+        "tasks",
+        "length",
+        "data/chunk_index",
+        "data/file_index",
+        "dataset_from_index",
+        "dataset_to_index",
+        "meta/episodes/chunk_index",
+        "meta/episodes/file_index",
+    }
+)
 
 
 def video_key(camera: str) -> str:
@@ -145,8 +155,11 @@ def _histogram_quantiles(a: np.ndarray) -> dict[str, np.ndarray]:
                 value = edges[-1]
             else:
                 before, inside = cumsum[idx - 1], cumsum[idx] - cumsum[idx - 1]
-                value = edges[idx] if inside == 0 else \
-                    edges[idx] + (target - before) / inside * (edges[idx + 1] - edges[idx])
+                value = (
+                    edges[idx]
+                    if inside == 0
+                    else edges[idx] + (target - before) / inside * (edges[idx + 1] - edges[idx])
+                )
             out[key][i] = value
     return out
 
@@ -160,8 +173,13 @@ def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     a = np.asarray(values)
     a = a.reshape(len(a), -1)
     exact = a.astype(np.float64)
-    stats = {"min": exact.min(0), "max": exact.max(0), "mean": exact.mean(0), "std": exact.std(0),
-             "count": np.array([len(a)])}
+    stats = {
+        "min": exact.min(0),
+        "max": exact.max(0),
+        "mean": exact.mean(0),
+        "std": exact.std(0),
+        "count": np.array([len(a)]),
+    }
     if len(a) >= 2:
         stats.update(_histogram_quantiles(a.astype(np.result_type(a.dtype, np.float32))))
     else:
@@ -179,8 +197,9 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     if max(h, w) >= 300:
         step = int(w / 150) if w > h else int(h / 150)
         imgs = imgs[:, ::step, ::step]
-    stats = {k: v if k == "count" else v.reshape(3, 1, 1) / 255.0
-             for k, v in feature_stats(imgs.reshape(-1, 3)).items()}
+    stats = {
+        k: v if k == "count" else v.reshape(3, 1, 1) / 255.0 for k, v in feature_stats(imgs.reshape(-1, 3)).items()
+    }
     stats["count"] = np.array([len(idx)])
     return stats
 
@@ -197,8 +216,13 @@ def aggregate_stats(per_episode: Sequence[dict[str, dict[str, np.ndarray]]]) -> 
         w = counts.reshape(counts.shape + (1,) * (means.ndim - counts.ndim)).astype(np.float64)
         mean = (means * w).sum(0) / total
         var = ((np.stack([p["std"] for p in parts]) ** 2 + (means - mean) ** 2) * w).sum(0) / total
-        agg = {"min": np.stack([p["min"] for p in parts]).min(0), "max": np.stack([p["max"] for p in parts]).max(0),
-               "mean": mean, "std": np.sqrt(var), "count": total}
+        agg = {
+            "min": np.stack([p["min"] for p in parts]).min(0),
+            "max": np.stack([p["max"] for p in parts]).max(0),
+            "mean": mean,
+            "std": np.sqrt(var),
+            "count": total,
+        }
         for q in QUANTILE_KEYS:
             if all(q in p for p in parts):
                 agg[q] = (np.stack([p[q] for p in parts]) * w).sum(0) / total
@@ -251,10 +275,20 @@ class DatasetWriter:
     ``"hevc"`` (lossless, the default where an encoder exists) or ``"ffv1"`` (see the module docstring).
     """
 
-    def __init__(self, root: str | os.PathLike, *, fps: float, cameras: Sequence[str], image_size: int,
-                 state_names: Sequence[str], action_names: Sequence[str], privileged_dim: int,
-                 robot_type: str = "panda", extra_info: dict[str, Any] | None = None,
-                 video_codec: str | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        fps: float,
+        cameras: Sequence[str],
+        image_size: int,
+        state_names: Sequence[str],
+        action_names: Sequence[str],
+        privileged_dim: int,
+        robot_type: str = "panda",
+        extra_info: dict[str, Any] | None = None,
+        video_codec: str | None = None,
+    ):
         self.root = Path(root)
         if (self.root / "meta" / "info.json").exists():
             raise FileExistsError(f"{self.root} already holds a dataset: choose a new out=... folder")
@@ -269,25 +303,45 @@ class DatasetWriter:
         if video_codec is None:
             video_codec = VIDEO_CODEC
             if self.cameras and hevc_backend() is None:
-                warnings.warn("no libx265 encoder here (install PyAV or imageio-ffmpeg): the dataset's videos are "
-                              "FFV1, lossless, but LeRobot's delete_episodes/split_dataset refuse to re-encode FFV1",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    "no libx265 encoder here (install PyAV or imageio-ffmpeg): the dataset's videos are "
+                    "FFV1, lossless, but LeRobot's delete_episodes/split_dataset refuse to re-encode FFV1",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 video_codec = "ffv1"
         if video_codec not in ("hevc", "ffv1"):
             raise ValueError(f"video_codec={video_codec!r}: datasets store lossless video, 'hevc' or 'ffv1'")
         self.video_codec = video_codec
         self._tasks: dict[str, int] = {}
-        self._rows: dict[str, list] = {k: [] for k in (
-            "observation.state", "observation.privileged", "action", "next.reward", "next.done",
-            "next.success", "timestamp", "frame_index", "episode_index", "index", "task_index")}
+        self._rows: dict[str, list] = {
+            k: []
+            for k in (
+                "observation.state",
+                "observation.privileged",
+                "action",
+                "next.reward",
+                "next.done",
+                "next.success",
+                "timestamp",
+                "frame_index",
+                "episode_index",
+                "index",
+                "task_index",
+            )
+        }
         self._episodes: list[dict[str, Any]] = []
         self._extras: list[dict[str, Any]] = []
         self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
         self._frames_written = 0
-        self._videos = {c: VideoWriter(self.root / VIDEO_PATH.format(video_key=video_key(c), chunk_index=0,
-                                                                      file_index=0), fps=self.fps,
-                                       codec=self.video_codec)
-                        for c in self.cameras}
+        self._videos = {
+            c: VideoWriter(
+                self.root / VIDEO_PATH.format(video_key=video_key(c), chunk_index=0, file_index=0),
+                fps=self.fps,
+                codec=self.video_codec,
+            )
+            for c in self.cameras
+        }
 
     def task_index(self, instruction: str) -> int:
         return self._tasks.setdefault(instruction, len(self._tasks))
@@ -307,10 +361,16 @@ class DatasetWriter:
         if self.cameras:
             if ep.rgb is None:
                 raise ValueError("this dataset records cameras: the episode needs rgb frames")
-            if ep.rgb.dtype != np.uint8 or ep.rgb.ndim != 5 or ep.rgb.shape[:2] != (t, len(self.cameras)) \
-                    or ep.rgb.shape[-1] != 3:
-                raise ValueError(f"episode rgb is {ep.rgb.dtype} {list(ep.rgb.shape)}, this dataset records uint8 "
-                                 f"[{t}, {len(self.cameras)}, H, W, 3] (steps, cameras {self.cameras})")
+            if (
+                ep.rgb.dtype != np.uint8
+                or ep.rgb.ndim != 5
+                or ep.rgb.shape[:2] != (t, len(self.cameras))
+                or ep.rgb.shape[-1] != 3
+            ):
+                raise ValueError(
+                    f"episode rgb is {ep.rgb.dtype} {list(ep.rgb.shape)}, this dataset records uint8 "
+                    f"[{t}, {len(self.cameras)}, H, W, 3] (steps, cameras {self.cameras})"
+                )
         e = len(self._episodes)
         start = len(self._rows["index"])
         task_index = self.task_index(ep.instruction)
@@ -359,8 +419,9 @@ class DatasetWriter:
         record["meta/episodes/file_index"] = 0
         self._episodes.append(record)
         self._episode_stats.append(stats)
-        self._extras.append({"episode_index": e, "success": bool(ep.success.any()), "task_index": task_index,
-                             **ep.meta})
+        self._extras.append(
+            {"episode_index": e, "success": bool(ep.success.any()), "task_index": task_index, **ep.meta}
+        )
         return e
 
     # ------------------------------------------------------------------ finalisation
@@ -381,15 +442,32 @@ class DatasetWriter:
         _, codec, pix_fmt = CODECS[self.video_codec]
         for cam in self.cameras:
             # what LeRobot's get_video_info records: the stream, then the encoder's settings
-            info: dict[str, Any] = {"video.height": self.image_size, "video.width": self.image_size,
-                                    "video.codec": codec, "video.pix_fmt": pix_fmt, "video.fps": self.fps,
-                                    "video.channels": 3, "has_audio": False}
+            info: dict[str, Any] = {
+                "video.height": self.image_size,
+                "video.width": self.image_size,
+                "video.codec": codec,
+                "video.pix_fmt": pix_fmt,
+                "video.fps": self.fps,
+                "video.channels": 3,
+                "has_audio": False,
+            }
             if self.video_codec == "hevc":
-                info.update({"video.g": HEVC_GOP, "video.crf": None, "video.preset": None, "video.fast_decode": 0,
-                             "video.extra_options": {"x265-params": HEVC_X265_PARAMS}})
+                info.update(
+                    {
+                        "video.g": HEVC_GOP,
+                        "video.crf": None,
+                        "video.preset": None,
+                        "video.fast_decode": 0,
+                        "video.extra_options": {"x265-params": HEVC_X265_PARAMS},
+                    }
+                )
             info["is_depth_map"] = False
-            feats[video_key(cam)] = {"dtype": "video", "shape": [self.image_size, self.image_size, 3],
-                                     "names": ["height", "width", "channels"], "info": info}
+            feats[video_key(cam)] = {
+                "dtype": "video",
+                "shape": [self.image_size, self.image_size, 3],
+                "names": ["height", "width", "channels"],
+                "info": info,
+            }
         return feats
 
     def _data_table(self) -> pa.Table:
@@ -399,23 +477,26 @@ class DatasetWriter:
             flat = np.asarray(self._rows[key], np.float32).reshape(-1)
             return pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), dim)
 
-        return pa.table({
-            "observation.state": vectors("observation.state", len(self.state_names)),
-            "observation.privileged": vectors("observation.privileged", self.privileged_dim),
-            "action": vectors("action", len(self.action_names)),
-            "next.reward": pa.array(self._rows["next.reward"], pa.float32()),
-            "next.done": pa.array(self._rows["next.done"], pa.bool_()),
-            "next.success": pa.array(self._rows["next.success"], pa.bool_()),
-            "timestamp": pa.array(self._rows["timestamp"], pa.float32()),
-            "frame_index": pa.array(self._rows["frame_index"], pa.int64()),
-            "episode_index": pa.array(self._rows["episode_index"], pa.int64()),
-            "index": pa.array(self._rows["index"], pa.int64()),
-            "task_index": pa.array(self._rows["task_index"], pa.int64()),
-        })
+        return pa.table(
+            {
+                "observation.state": vectors("observation.state", len(self.state_names)),
+                "observation.privileged": vectors("observation.privileged", self.privileged_dim),
+                "action": vectors("action", len(self.action_names)),
+                "next.reward": pa.array(self._rows["next.reward"], pa.float32()),
+                "next.done": pa.array(self._rows["next.done"], pa.bool_()),
+                "next.success": pa.array(self._rows["next.success"], pa.bool_()),
+                "timestamp": pa.array(self._rows["timestamp"], pa.float32()),
+                "frame_index": pa.array(self._rows["frame_index"], pa.int64()),
+                "episode_index": pa.array(self._rows["episode_index"], pa.int64()),
+                "index": pa.array(self._rows["index"], pa.int64()),
+                "task_index": pa.array(self._rows["task_index"], pa.int64()),
+            }
+        )
 
     def _episodes_table(self) -> pa.Table:
         """The episode rows with the types LeRobot's own rows get (``pa.Table.from_pydict`` of python
         values): int64, double, list<string> and stats as (nested) lists of double, count list<int64>."""
+
         def arrow_type(key: str, value: Any) -> pa.DataType:
             if key == "tasks":
                 return pa.list_(pa.string())
@@ -448,11 +529,13 @@ class DatasetWriter:
         frame = pd.DataFrame({"task_index": [i for _, i in tasks]}, index=pd.Index([t for t, _ in tasks], name="task"))
         _write_table(pa.Table.from_pandas(frame), self.root / "meta" / "tasks.parquet")
         stats = aggregate_stats(self._episode_stats) if self._episode_stats else {}
-        write_json(self.root / "meta" / "stats.json",
-                   {k: {s: v.tolist() for s, v in d.items()} for k, d in stats.items()})
+        write_json(
+            self.root / "meta" / "stats.json", {k: {s: v.tolist() for s, v in d.items()} for k, d in stats.items()}
+        )
         (self.root / EXTRA_EPISODES_FILE).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.root / EXTRA_EPISODES_FILE,
-                     "".join(json.dumps(row, default=_jsonable) + "\n" for row in self._extras))
+        write_atomic(
+            self.root / EXTRA_EPISODES_FILE, "".join(json.dumps(row, default=_jsonable) + "\n" for row in self._extras)
+        )
         write_json(self.root / EXTRA_INFO_FILE, self.extra_info)
         info = {
             "codebase_version": CODEBASE_VERSION,
@@ -483,6 +566,7 @@ def _write_table(table: pa.Table, path: Path) -> None:
 
 def _parquet_files(folder: Path) -> list[Path]:
     """``chunk-XXX/file-YYY.parquet`` files under ``folder`` in (chunk, file) order."""
+
     def order(p: Path) -> tuple[int, ...]:
         return tuple(int(n) for n in re.findall(r"\d+", p.relative_to(folder).as_posix()))
 
@@ -511,8 +595,9 @@ class Dataset:
         self.root = Path(root)
         info_path = self.root / "meta" / "info.json"
         if not info_path.is_file():
-            raise FileNotFoundError(f"no dataset at {self.root}: meta/info.json is missing "
-                                    "(was the collection finished?)")
+            raise FileNotFoundError(
+                f"no dataset at {self.root}: meta/info.json is missing (was the collection finished?)"
+            )
         self.info = json.loads(info_path.read_text())
         if not str(self.info.get("codebase_version", "")).startswith("v3"):
             raise ValueError(f"{self.root} is a LeRobot dataset {self.info.get('codebase_version')}, expected v3.x")
@@ -520,8 +605,9 @@ class Dataset:
             self.info["embodied"] = json.loads((self.root / EXTRA_INFO_FILE).read_text())
         self.fps = float(self.info["fps"])
         self.features = self.info["features"]
-        self.cameras = [k.removeprefix("observation.images.") for k, f in self.features.items()
-                        if f["dtype"] == "video"]
+        self.cameras = [
+            k.removeprefix("observation.images.") for k, f in self.features.items() if f["dtype"] == "video"
+        ]
         tasks = pq.read_table(self.root / "meta" / "tasks.parquet").to_pydict()
         self.tasks = dict(zip(tasks["task_index"], tasks["task"]))
         self.stats = json.loads((self.root / "meta" / "stats.json").read_text())
@@ -616,17 +702,24 @@ class Dataset:
         for name, col in self._columns.items():
             out[name] = col[lo:hi].astype(np.float32) if col.ndim == 2 else col[lo:hi]
         if images and self.cameras:
-            frames = [self._decode(self._video_path(cam, ep),
-                                   int(round(ep[f"videos/{video_key(cam)}/from_timestamp"] * self.fps)), hi - lo)
-                      for cam in self.cameras]
+            frames = [
+                self._decode(
+                    self._video_path(cam, ep),
+                    int(round(ep[f"videos/{video_key(cam)}/from_timestamp"] * self.fps)),
+                    hi - lo,
+                )
+                for cam in self.cameras
+            ]
             out["rgb"] = np.stack(frames, axis=1)
         return out
 
     def _video_path(self, camera: str, ep: dict[str, Any]) -> Path:
         key = video_key(camera)
         return self.root / self.info["video_path"].format(
-            video_key=key, chunk_index=ep.get(f"videos/{key}/chunk_index", 0),
-            file_index=ep.get(f"videos/{key}/file_index", 0))
+            video_key=key,
+            chunk_index=ep.get(f"videos/{key}/chunk_index", 0),
+            file_index=ep.get(f"videos/{key}/file_index", 0),
+        )
 
     def _decode(self, path: Path, first: int, count: int) -> np.ndarray:
         """Frames ``first .. first + count - 1`` of a video file, read forward from the file's start or
@@ -646,8 +739,10 @@ class Dataset:
 
         def failure(at: int) -> ValueError:
             if at == 0:
-                return ValueError(f"OpenCV decodes no frame of {path} ({video_codec(path)} video): its FFmpeg "
-                                  "lacks the decoder, or the file is damaged")
+                return ValueError(
+                    f"OpenCV decodes no frame of {path} ({video_codec(path)} video): its FFmpeg "
+                    "lacks the decoder, or the file is damaged"
+                )
             return ValueError(f"{path} ends at frame {at}, before frame {first + count - 1}: the video is truncated")
 
         while cursor[1] < first:

@@ -48,8 +48,15 @@ class DemoTensors:
         return obs, self.actions[self.chunk_index[idx]]
 
 
-def load_demonstrations(root: str, *, chunk_size: int, image_size: int, cameras: Sequence[str] | None = None,
-                        episodes: Sequence[int] | None = None, state_obs: str = "proprio") -> DemoTensors:
+def load_demonstrations(
+    root: str,
+    *,
+    chunk_size: int,
+    image_size: int,
+    cameras: Sequence[str] | None = None,
+    episodes: Sequence[int] | None = None,
+    state_obs: str = "proprio",
+) -> DemoTensors:
     """Decode a v3.0 dataset into :class:`DemoTensors` (images resized to ``image_size``).
 
     ``state_obs``: ``proprio`` (the recorded ``observation.state``) or ``privileged`` (that state
@@ -76,12 +83,18 @@ def load_demonstrations(root: str, *, chunk_size: int, image_size: int, cameras:
         else:
             views = ep["rgb"][:, [ds.cameras.index(c) for c in cams]]  # [T, V, H, W, 3]
         if cams and views.shape[2] != image_size:
-            views = np.stack([[cv2.resize(v, (image_size, image_size), interpolation=cv2.INTER_AREA) for v in step]
-                              for step in views])
+            views = np.stack(
+                [
+                    [cv2.resize(v, (image_size, image_size), interpolation=cv2.INTER_AREA) for v in step]
+                    for step in views
+                ]
+            )
         rgb.append(views)
         if state_obs == "privileged":
             if "observation.privileged" not in ep:
-                raise ValueError(f"state_obs='privileged' but the dataset at {root} has no observation.privileged column")
+                raise ValueError(
+                    f"state_obs='privileged' but the dataset at {root} has no observation.privileged column"
+                )
             state.append(np.concatenate([ep["observation.state"], ep["observation.privileged"]], axis=1))
         else:
             state.append(ep["observation.state"])

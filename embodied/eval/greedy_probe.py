@@ -30,9 +30,19 @@ def probe_first_state(suite: str, init_pool: str) -> int:
     return 0 if init_pool == "protocol" else sims.suites.training_init_id(suite, 0)
 
 
-def score_greedy(bundle: str | Path, *, suite: str, tasks: Sequence[int], states: int, first_state: int,
-                 num_envs: int, image_size: int, seed: int, workers: int = 1,
-                 env_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def score_greedy(
+    bundle: str | Path,
+    *,
+    suite: str,
+    tasks: Sequence[int],
+    states: int,
+    first_state: int,
+    num_envs: int,
+    image_size: int,
+    seed: int,
+    workers: int = 1,
+    env_options: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Greedy episodes of the policy ``bundle`` on ``states`` initial states per task from
     ``first_state`` (the tasks' own step limits, one attempt); returns their records as dicts
     (:class:`embodied.eval.harness.EpisodeRecord`). ``workers > 1`` shares the waves among processes."""
@@ -42,18 +52,38 @@ def score_greedy(bundle: str | Path, *, suite: str, tasks: Sequence[int], states
 
     records: list[dict[str, Any]] = []
     if workers > 1:
-        spec = WorkerSpec(suite=suite, tasks=list(tasks), episodes=states, num_envs=num_envs, image_size=image_size,
-                          seed=seed, attempts=1, first_state=first_state, latency=LatencyConfig(),
-                          checkpoint=str(bundle), threads=default_threads(workers),
-                          env_options=dict(env_options or {}))
+        spec = WorkerSpec(
+            suite=suite,
+            tasks=list(tasks),
+            episodes=states,
+            num_envs=num_envs,
+            image_size=image_size,
+            seed=seed,
+            attempts=1,
+            first_state=first_state,
+            latency=LatencyConfig(),
+            checkpoint=str(bundle),
+            threads=default_threads(workers),
+            env_options=dict(env_options or {}),
+        )
         run_suite_parallel(spec, workers, on_episode=lambda rec: records.append(dict(rec.__dict__)))
     else:
         import policies
 
         policy = policies.load(bundle)
-        run_suite(PolicyAgent(policy, "greedy"), suite, tasks=list(tasks), episodes=states, num_envs=num_envs,
-                  image_size=image_size, seed=seed, first_state=first_state, check=policy.check_env,
-                  on_episode=lambda rec: records.append(dict(rec.__dict__)), env_options=env_options)
+        run_suite(
+            PolicyAgent(policy, "greedy"),
+            suite,
+            tasks=list(tasks),
+            episodes=states,
+            num_envs=num_envs,
+            image_size=image_size,
+            seed=seed,
+            first_state=first_state,
+            check=policy.check_env,
+            on_episode=lambda rec: records.append(dict(rec.__dict__)),
+            env_options=env_options,
+        )
     return records
 
 
@@ -64,8 +94,10 @@ def log_probe(out: Path, iteration: int, records: Sequence[dict[str, Any]]) -> d
         for rec in records:
             f.write(json.dumps({"iteration": iteration, **rec}) + "\n")
     rates = [np.mean([r["success"] for r in records if r["task"] == t]) for t in sorted({r["task"] for r in records})]
-    return {"greedy_success_rate": float(np.mean(rates)) if rates else float("nan"),
-            "greedy_episodes": float(len(records))}
+    return {
+        "greedy_success_rate": float(np.mean(rates)) if rates else float("nan"),
+        "greedy_episodes": float(len(records)),
+    }
 
 
 def read_probes(out: Path) -> dict[int, list[dict[str, Any]]]:

@@ -63,12 +63,12 @@ class PolicyAgent:
         with torch.no_grad():
             return self.policy.sample(batch, mode=self.mode, generator=self._gen).actions.cpu()
 
-    def act_rtc(self, obs: dict[str, torch.Tensor], env: Any, prev: torch.Tensor, prev_valid: torch.Tensor,
-                frozen: int) -> torch.Tensor:
+    def act_rtc(
+        self, obs: dict[str, torch.Tensor], env: Any, prev: torch.Tensor, prev_valid: torch.Tensor, frozen: int
+    ) -> torch.Tensor:
         """Real-time chunking: a chunk that continues ``prev`` ``[N, L, A]`` (flow policies)."""
         batch = env_inputs(obs, task_instructions(env))
-        return rtc_sample(self.policy, batch, prev, prev_valid, frozen, beta=self.rtc_beta,
-                          generator=self._gen).cpu()
+        return rtc_sample(self.policy, batch, prev, prev_valid, frozen, beta=self.rtc_beta, generator=self._gen).cpu()
 
     def episode_done(self, mask: np.ndarray) -> None:
         pass
@@ -140,22 +140,31 @@ def work_list(tasks: Sequence[int], episodes: int, first_state: int = 0) -> list
     return [(t, i) for t in tasks for i in range(first_state, first_state + episodes)]
 
 
-def plan_waves(suite: str, tasks: Sequence[int], episodes: int, num_envs: int, first_state: int, attempts: int,
-               done: Iterable[EpisodeRecord] = ()) -> tuple[int, list[list[tuple[int, int]]],
-                                                           dict[tuple[int, int], set[tuple[int, int]]],
-                                                           list[tuple[int, int]]]:
+def plan_waves(
+    suite: str,
+    tasks: Sequence[int],
+    episodes: int,
+    num_envs: int,
+    first_state: int,
+    attempts: int,
+    done: Iterable[EpisodeRecord] = (),
+) -> tuple[int, list[list[tuple[int, int]]], dict[tuple[int, int], set[tuple[int, int]]], list[tuple[int, int]]]:
     """``(envs per wave, waves, recorded, todo)`` of one suite: the waves' ``(task, init_id)`` lists,
     the episodes ``done`` holds per ``(attempt, wave)``, and the ``(attempt, wave)`` pairs still to run
     (a wave counts as done only when all its episodes are recorded)."""
     work = work_list(tasks, episodes, first_state)
     n = max(1, min(num_envs, len(work)))
-    waves = [work[w:w + n] for w in range(0, len(work), n)]
+    waves = [work[w : w + n] for w in range(0, len(work), n)]
     recorded: dict[tuple[int, int], set[tuple[int, int]]] = {}
     for r in done:
         if r.suite == suite:
             recorded.setdefault((r.attempt, r.wave), set()).add((r.task, r.init_id))
-    todo = [(a, w) for a in range(attempts) for w, items in enumerate(waves)
-            if not set(items) <= recorded.get((a, w), set())]
+    todo = [
+        (a, w)
+        for a in range(attempts)
+        for w, items in enumerate(waves)
+        if not set(items) <= recorded.get((a, w), set())
+    ]
     return n, waves, recorded, todo
 
 
@@ -176,14 +185,29 @@ def load_records(path: Path) -> list[EpisodeRecord]:
 FrameSink = Callable[[str, int, int, list[np.ndarray], bool, int], "bool | None"]
 
 
-def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, num_envs: int, image_size: int,
-              seed: int, latency: LatencyConfig | None = None, done: Iterable[EpisodeRecord] = (),
-              on_episode: Callable[[EpisodeRecord], None] | None = None, record_frames: bool = False,
-              on_frames: FrameSink | None = None, progress: Any = None,
-              check: Callable[[Any], None] | None = None,
-              should_stop: Callable[[], bool] | None = None, attempts: int = 1,
-              first_state: int = 0, shard: tuple[int, int] = (0, 1), max_steps: int | None = None,
-              env_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_suite(
+    agent: Agent,
+    suite: str,
+    *,
+    tasks: Sequence[int],
+    episodes: int,
+    num_envs: int,
+    image_size: int,
+    seed: int,
+    latency: LatencyConfig | None = None,
+    done: Iterable[EpisodeRecord] = (),
+    on_episode: Callable[[EpisodeRecord], None] | None = None,
+    record_frames: bool = False,
+    on_frames: FrameSink | None = None,
+    progress: Any = None,
+    check: Callable[[Any], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    attempts: int = 1,
+    first_state: int = 0,
+    shard: tuple[int, int] = (0, 1),
+    max_steps: int | None = None,
+    env_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
     Args:
@@ -221,8 +245,17 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}, "latency_samples": {}}
     limit = {} if max_steps is None else {"max_steps": int(max_steps)}
-    env = sims.make(sims.suites.backend(suite), suite=suite, num_envs=n, seed=seed, cameras=tuple(agent.cameras),
-                    image_size=image_size, state_obs=agent.state_obs, **limit, **(env_options or {}))
+    env = sims.make(
+        sims.suites.backend(suite),
+        suite=suite,
+        num_envs=n,
+        seed=seed,
+        cameras=tuple(agent.cameras),
+        image_size=image_size,
+        state_obs=agent.state_obs,
+        **limit,
+        **(env_options or {}),
+    )
     if latency.mode == "aware":  # sets latency.max_delay
         policy = getattr(agent, "policy", None)
         policy_state = policy.config.state_dim if policy is not None else env.observation_spec["state"].shape[0]
@@ -255,8 +288,9 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                     raise KeyboardInterrupt
                 action, from_chunk = executor.next_action(obs, env, agent)
                 # pixels only for the steps whose observation is read: the next chunk request, or a video
-                obs, _, _, _, info = env.step(action, active=torch.as_tensor(active),
-                                              render=filming or executor.reads_observation())
+                obs, _, _, _, info = env.step(
+                    action, active=torch.as_tensor(active), render=filming or executor.reads_observation()
+                )
                 env_steps += int(active.sum())
                 held += int((~from_chunk.numpy() & active).sum())
                 ended = info["done"].numpy() & active
@@ -266,8 +300,17 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                         frames[j].append(_frame(env, info["final_obs"], j))
                 for j in np.flatnonzero(ended):
                     t, init_id = wave[j]
-                    rec = EpisodeRecord(suite, t, specs[t].name, init_id, w, bool(success[j]),
-                                        int(info["episode"]["length"][j]), bool(info["diverged"][j]), attempt)
+                    rec = EpisodeRecord(
+                        suite,
+                        t,
+                        specs[t].name,
+                        init_id,
+                        w,
+                        bool(success[j]),
+                        int(info["episode"]["length"][j]),
+                        bool(info["diverged"][j]),
+                        attempt,
+                    )
                     if on_episode is not None and (t, init_id) not in recorded.get((attempt, w), set()):
                         on_episode(rec)
                     if filming and on_frames is not None:
@@ -283,11 +326,17 @@ def run_suite(agent: Agent, suite: str, *, tasks: Sequence[int], episodes: int, 
                 active &= ~ended
     finally:
         env.close()
-    return {"env_steps": env_steps, "seconds": time.perf_counter() - start,
-            # every wave resets the executor's request counter; its timing samples hold them all
-            "latency": {"held_steps": held, "requests": len(executor.stats.samples.get("inference", [])),
-                        **executor.stats.summary()},
-            "latency_samples": executor.stats.samples}
+    return {
+        "env_steps": env_steps,
+        "seconds": time.perf_counter() - start,
+        # every wave resets the executor's request counter; its timing samples hold them all
+        "latency": {
+            "held_steps": held,
+            "requests": len(executor.stats.samples.get("inference", [])),
+            **executor.stats.summary(),
+        },
+        "latency_samples": executor.stats.samples,
+    }
 
 
 def _frame(env: Any, obs: dict[str, torch.Tensor], j: int) -> np.ndarray:
@@ -307,8 +356,10 @@ def aware_view(env: Any, policy_state_dim: int, chunk_size: int, latency: Latenc
     s, a = int(env.observation_spec["state"].shape[0]), int(env.action_spec.shape[0])
     max_delay = max_delay_of(policy_state_dim, s, a)
     if max_delay is None:
-        raise ValueError(f"execution=aware needs a policy trained with latency-aware RL (state of {s} + "
-                         f"max_delay * {a} + 1 dims); this policy reads {policy_state_dim}")
+        raise ValueError(
+            f"execution=aware needs a policy trained with latency-aware RL (state of {s} + "
+            f"max_delay * {a} + 1 dims); this policy reads {policy_state_dim}"
+        )
     if latency.max_delay is None:
         latency.max_delay = max_delay
     if latency.delay > latency.max_delay:

@@ -77,13 +77,27 @@ def _worker(index: int, count: int, spec: WorkerSpec, out: Any, stop: Any) -> No
             out.put(("frames", (suite, task, init_id, frames, success, length)))
             return filmed < spec.video_max
 
-        stats = run_suite(agent, spec.suite, tasks=spec.tasks, episodes=spec.episodes, num_envs=spec.num_envs,
-                          image_size=spec.image_size, seed=spec.seed, latency=spec.latency,
-                          done=[EpisodeRecord(**r) for r in spec.done],
-                          on_episode=lambda rec: out.put(("episode", rec.__dict__)),
-                          record_frames=spec.videos != "none", on_frames=film, check=check,
-                          should_stop=stop.is_set, attempts=spec.attempts, first_state=spec.first_state,
-                          shard=(index, count), max_steps=spec.max_steps, env_options=spec.env_options)
+        stats = run_suite(
+            agent,
+            spec.suite,
+            tasks=spec.tasks,
+            episodes=spec.episodes,
+            num_envs=spec.num_envs,
+            image_size=spec.image_size,
+            seed=spec.seed,
+            latency=spec.latency,
+            done=[EpisodeRecord(**r) for r in spec.done],
+            on_episode=lambda rec: out.put(("episode", rec.__dict__)),
+            record_frames=spec.videos != "none",
+            on_frames=film,
+            check=check,
+            should_stop=stop.is_set,
+            attempts=spec.attempts,
+            first_state=spec.first_state,
+            shard=(index, count),
+            max_steps=spec.max_steps,
+            env_options=spec.env_options,
+        )
         out.put(("done", stats))
     except KeyboardInterrupt:
         out.put(("stopped", None))
@@ -97,9 +111,15 @@ def _worker(index: int, count: int, spec: WorkerSpec, out: Any, stop: Any) -> No
             out.put(("error", (RuntimeError(f"{type(err).__name__}: {err}"), traceback.format_exc())))
 
 
-def run_suite_parallel(spec: WorkerSpec, workers: int, *, on_episode: Callable[[EpisodeRecord], None],
-                       on_frames: FrameSink | None = None, progress: Any = None,
-                       should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+def run_suite_parallel(
+    spec: WorkerSpec,
+    workers: int,
+    *,
+    on_episode: Callable[[EpisodeRecord], None],
+    on_frames: FrameSink | None = None,
+    progress: Any = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """Run one suite's remaining waves in ``workers`` processes. Returns what ``run_suite`` does
     (``env_steps``, ``seconds``: this call's wall time, ``latency``: pooled over the workers).
 
@@ -111,8 +131,10 @@ def run_suite_parallel(spec: WorkerSpec, workers: int, *, on_episode: Callable[[
 
     ctx = mp.get_context("spawn")  # a fresh interpreter: no forked OpenGL, thread pools or Ray state
     out, stop = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_worker, args=(i, workers, spec, out, stop), daemon=True,
-                         name=f"embodied-eval-worker-{i}") for i in range(workers)]
+    procs = [
+        ctx.Process(target=_worker, args=(i, workers, spec, out, stop), daemon=True, name=f"embodied-eval-worker-{i}")
+        for i in range(workers)
+    ]
     start = time.perf_counter()
     for p in procs:
         p.start()
@@ -131,7 +153,8 @@ def run_suite_parallel(spec: WorkerSpec, workers: int, *, on_episode: Callable[[
                 if dead and out.empty():
                     raise RuntimeError(
                         f"eval worker {dead[0].name} died with exit code {dead[0].exitcode} (killed for memory?); "
-                        "the finished episodes are kept: run the same command to resume") from None
+                        "the finished episodes are kept: run the same command to resume"
+                    ) from None
                 continue
             if kind == "episode":
                 on_episode(EpisodeRecord(**payload))
@@ -160,8 +183,11 @@ def run_suite_parallel(spec: WorkerSpec, workers: int, *, on_episode: Callable[[
         raise err from RuntimeError(f"in an eval worker:\n{tb}")
     if stopped:
         raise KeyboardInterrupt
-    return {"env_steps": sum(p["env_steps"] for p in finished), "seconds": time.perf_counter() - start,
-            "latency": pooled_latency(finished)}
+    return {
+        "env_steps": sum(p["env_steps"] for p in finished),
+        "seconds": time.perf_counter() - start,
+        "latency": pooled_latency(finished),
+    }
 
 
 def pooled_latency(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -175,8 +201,11 @@ def pooled_latency(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for stage, values in p.get("latency_samples", {}).items():
             for v in values:
                 stats.record(stage, v)
-    return {"held_steps": sum(p["latency"]["held_steps"] for p in parts),
-            "requests": sum(p["latency"]["requests"] for p in parts), **stats.summary()}
+    return {
+        "held_steps": sum(p["latency"]["held_steps"] for p in parts),
+        "requests": sum(p["latency"]["requests"] for p in parts),
+        **stats.summary(),
+    }
 
 
 def default_threads(workers: int) -> int:

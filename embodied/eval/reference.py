@@ -50,8 +50,10 @@ def check_config(cfg: Any) -> None:
 
     suites = ([cfg.suite] if cfg.suite else []) + [s for s in cfg.suites if s != cfg.suite]
     if len(suites) != 1:
-        raise ReferenceEvalError("simulator=robosuite evaluates one suite per run: give suite=libero_spatial (or "
-                                 "another of " + ", ".join(libero.suite_names()[:5]) + ", or a LIBERO-PRO variant)")
+        raise ReferenceEvalError(
+            "simulator=robosuite evaluates one suite per run: give suite=libero_spatial (or "
+            "another of " + ", ".join(libero.suite_names()[:5]) + ", or a LIBERO-PRO variant)"
+        )
     try:
         libero.base_suite(suites[0])
     except ValueError as err:
@@ -60,13 +62,17 @@ def check_config(cfg: Any) -> None:
         if getattr(cfg, key) != default:
             raise ReferenceEvalError(f"{key}={getattr(cfg, key)} is not available with simulator=robosuite ({why})")
     if (cfg.checkpoint is None) == (cfg.server is None):
-        raise ReferenceEvalError("give exactly one of checkpoint=PATH (served here by embodied-serve) or "
-                                 "server=HOST:PORT (an openpi-compatible policy server already running)")
+        raise ReferenceEvalError(
+            "give exactly one of checkpoint=PATH (served here by embodied-serve) or "
+            "server=HOST:PORT (an openpi-compatible policy server already running)"
+        )
     if cfg.policy is not None:
         raise ReferenceEvalError("policy=expert runs our suites' scripted experts; LIBERO's reference env has none")
     if not 1 <= cfg.episodes or cfg.first_state < 0 or cfg.first_state + cfg.episodes > libero.NUM_STATES:
-        raise ReferenceEvalError(f"first_state + episodes must stay within LIBERO's {libero.NUM_STATES} initial "
-                                 f"states per task: {libero.INIT_IDS} (a LIBERO-PRO variant: 0..49)")
+        raise ReferenceEvalError(
+            f"first_state + episodes must stay within LIBERO's {libero.NUM_STATES} initial "
+            f"states per task: {libero.INIT_IDS} (a LIBERO-PRO variant: 0..49)"
+        )
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise ReferenceEvalError(f"max_steps must be >= 1, got {cfg.max_steps}")
     if cfg.image_size < 16:
@@ -83,8 +89,10 @@ def _wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout_s: float
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ReferenceEvalError(f"embodied-serve exited with status {proc.returncode} before it was ready: "
-                                     + log.read_text()[-1500:].strip())
+            raise ReferenceEvalError(
+                f"embodied-serve exited with status {proc.returncode} before it was ready: "
+                + log.read_text()[-1500:].strip()
+            )
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
                 if resp.status == 200:
@@ -100,8 +108,15 @@ def start_server(checkpoint: str, *, port: int, device: str, seed: int, log: Pat
     exe = Path(sys.executable).parent / "embodied-serve"
     if not exe.is_file():
         raise ReferenceEvalError(f"{exe} is missing: install the project (bash scripts/setup.sh)")
-    args = [str(exe), f"checkpoint={checkpoint}", "host=127.0.0.1", f"port={port}", f"device={device}",
-            f"seed={seed}", f"hydra.run.dir={log.parent / 'serve'}"]
+    args = [
+        str(exe),
+        f"checkpoint={checkpoint}",
+        "host=127.0.0.1",
+        f"port={port}",
+        f"device={device}",
+        f"seed={seed}",
+        f"hydra.run.dir={log.parent / 'serve'}",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     _wait_healthy(port, proc, log)
@@ -120,9 +135,26 @@ def _stop(proc: subprocess.Popen | None) -> None:
 
 
 def client_args(cfg: Any, suite: str, host: str, port: int, out: Path) -> list[str]:
-    args = ["--host", host, "--port", str(port), "--suite", suite, "--episodes", str(cfg.episodes),
-            "--first-state", str(cfg.first_state), "--image-size", str(cfg.image_size), "--videos", cfg.videos,
-            "--video-max", str(cfg.video_max), "--out", str(out)]
+    args = [
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--suite",
+        suite,
+        "--episodes",
+        str(cfg.episodes),
+        "--first-state",
+        str(cfg.first_state),
+        "--image-size",
+        str(cfg.image_size),
+        "--videos",
+        cfg.videos,
+        "--video-max",
+        str(cfg.video_max),
+        "--out",
+        str(out),
+    ]
     if cfg.tasks is not None:
         args += ["--tasks", *map(str, cfg.tasks)]
     if cfg.max_steps is not None:
@@ -140,8 +172,9 @@ def run_client(args: list[str], on_line: Callable[[str], None], log: Path) -> in
 
     argv, env = reference_command("client", args)
     with log.open("a") as f:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, start_new_session=True
+        )
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -172,17 +205,25 @@ def encode_videos(out: Path, suite: str, language: dict[int, str], fps: float = 
         rel.parent.mkdir(parents=True, exist_ok=True)
         with VideoWriter(rel, fps=fps) as writer:
             for step in range(len(views[0])):
-                writer.write(annotate_frame([v[step] for v in views],
-                                            [language.get(int(task), ""), f"{suite} task {int(task)} init {int(init_id)} "
-                                             f"step {step}/{len(views[0])} {'success' if verdict == 'ok' else ''}"]))
+                writer.write(
+                    annotate_frame(
+                        [v[step] for v in views],
+                        [
+                            language.get(int(task), ""),
+                            f"{suite} task {int(task)} init {int(init_id)} "
+                            f"step {step}/{len(views[0])} {'success' if verdict == 'ok' else ''}",
+                        ],
+                    )
+                )
         path.unlink()
     for folder in (out / "frames" / suite, out / "frames"):
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 
 
-def run_reference(cfg: Any, out: Path, agent_info: dict[str, Any], identity_check: Callable[[], None],
-                  progress: Any) -> dict[str, Any]:
+def run_reference(
+    cfg: Any, out: Path, agent_info: dict[str, Any], identity_check: Callable[[], None], progress: Any
+) -> dict[str, Any]:
     """Evaluate on the reference simulator; returns the results dict (the caller writes the outputs)."""
     import sims.libero as libero
     from embodied.eval.harness import load_records
@@ -201,8 +242,7 @@ def run_reference(cfg: Any, out: Path, agent_info: dict[str, Any], identity_chec
     try:
         if cfg.checkpoint is not None:
             port = free_port()
-            server = start_server(cfg.checkpoint, port=port, device=cfg.device, seed=cfg.seed,
-                                  log=out / "serve.log")
+            server = start_server(cfg.checkpoint, port=port, device=cfg.device, seed=cfg.seed, log=out / "serve.log")
 
         def on_line(line: str) -> None:
             if line.startswith("[libero] task") and progress is not None:
@@ -213,8 +253,10 @@ def run_reference(cfg: Any, out: Path, agent_info: dict[str, Any], identity_chec
         code = run_client(client_args(cfg, suite, host, port, out), on_line, out / "client.log")
         if code != 0:
             tail = (out / "client.log").read_text()[-2000:].strip()
-            raise ReferenceEvalError(f"the reference LIBERO client failed (status {code}): {tail.splitlines()[-1] if tail else ''}"
-                                     f" (full log: {out / 'client.log'})")
+            raise ReferenceEvalError(
+                f"the reference LIBERO client failed (status {code}): {tail.splitlines()[-1] if tail else ''}"
+                f" (full log: {out / 'client.log'})"
+            )
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -231,14 +273,16 @@ def run_reference(cfg: Any, out: Path, agent_info: dict[str, Any], identity_chec
         "suites": aggregate(records, [suite], {suite: tasks}, names),
         "agent": agent_info,
         "simulator": "robosuite",
-        "protocol": (f"Protocol: real LIBERO in its reference simulator (robosuite, `.venv-libero`): "
-                     f"{cfg.episodes} initial states per task from state {cfg.first_state} (0..49 official, 50..99 "
-                     f"sampled by LIBERO's placement initializer), one episode each, "
-                     f"env seed {libero.SEED}, {libero.NUM_WAIT_STEPS} wait steps, at most "
-                     f"{cfg.max_steps or libero.max_steps(suite)} policy steps, images {cfg.image_size} px rotated "
-                     f"by 180 degrees, 8-D state, a new chunk every "
-                     f"{cfg.action_steps or 'chunk'}{' actions' if cfg.action_steps else ''}; "
-                     f"policy from {cfg.server or 'embodied-serve'}."),
+        "protocol": (
+            f"Protocol: real LIBERO in its reference simulator (robosuite, `.venv-libero`): "
+            f"{cfg.episodes} initial states per task from state {cfg.first_state} (0..49 official, 50..99 "
+            f"sampled by LIBERO's placement initializer), one episode each, "
+            f"env seed {libero.SEED}, {libero.NUM_WAIT_STEPS} wait steps, at most "
+            f"{cfg.max_steps or libero.max_steps(suite)} policy steps, images {cfg.image_size} px rotated "
+            f"by 180 degrees, 8-D state, a new chunk every "
+            f"{cfg.action_steps or 'chunk'}{' actions' if cfg.action_steps else ''}; "
+            f"policy from {cfg.server or 'embodied-serve'}."
+        ),
         "config": {k: v for k, v in cfg.__dict__.items()} | {"suites": [suite]},
         "device": cfg.device,
         "wall_s": round(time.perf_counter() - start, 1),

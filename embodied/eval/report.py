@@ -14,8 +14,9 @@ from embodied.eval.stats import difference_interval, paired_difference_interval,
 from embodied.runs import cpu_summary
 
 
-def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of: dict[str, list[int]],
-              names: dict[str, list[str]]) -> dict[str, Any]:
+def aggregate(
+    records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of: dict[str, list[int]], names: dict[str, list[str]]
+) -> dict[str, Any]:
     """Per suite and task: success rate, 95% Wilson interval, lengths, failures by init id (the
     protocol's episodes: attempt 0). Where states were attempted several times (``attempts=K``), also
     ``pass_at_k [K]``: the chance that one of k attempts at a state succeeds, k = 1..K, averaged over
@@ -37,25 +38,38 @@ def aggregate(records: Iterable[EpisodeRecord], suites: Sequence[str], tasks_of:
             eps = sorted(by_task.get((suite, t), []), key=lambda r: r.init_id)
             k, n = sum(r.success for r in eps), len(eps)
             lo, hi = wilson_interval(k, n)
-            rows.append({
-                "task": t, "name": names[suite][t], "episodes": n, "successes": k,
-                "success_rate": k / n if n else 0.0, "ci95": [round(lo, 4), round(hi, 4)],
-                "mean_length": float(np.mean([r.length for r in eps])) if eps else 0.0,
-                "failures": [r.init_id for r in eps if not r.success],
-                "diverged": sum(r.diverged for r in eps),
-                "state_successes": [[i, sum(s), len(s)] for i, s in sorted(by_state.get((suite, t), {}).items())],
-            })
+            rows.append(
+                {
+                    "task": t,
+                    "name": names[suite][t],
+                    "episodes": n,
+                    "successes": k,
+                    "success_rate": k / n if n else 0.0,
+                    "ci95": [round(lo, 4), round(hi, 4)],
+                    "mean_length": float(np.mean([r.length for r in eps])) if eps else 0.0,
+                    "failures": [r.init_id for r in eps if not r.success],
+                    "diverged": sum(r.diverged for r in eps),
+                    "state_successes": [[i, sum(s), len(s)] for i, s in sorted(by_state.get((suite, t), {}).items())],
+                }
+            )
             if attempts > 1:
                 rows[-1]["pass_at_k"] = _pass_curve(by_state.get((suite, t), {}), attempts)
         k_all = sum(r["successes"] for r in rows)
         n_all = sum(r["episodes"] for r in rows)
         lo, hi = wilson_interval(k_all, n_all)
-        out[suite] = {"success_rate": float(np.mean([r["success_rate"] for r in rows])) if rows else 0.0,
-                      "episodes": n_all, "ci95": [round(lo, 4), round(hi, 4)], "tasks": rows}
+        out[suite] = {
+            "success_rate": float(np.mean([r["success_rate"] for r in rows])) if rows else 0.0,
+            "episodes": n_all,
+            "ci95": [round(lo, 4), round(hi, 4)],
+            "tasks": rows,
+        }
         if attempts > 1:
             curves = [r["pass_at_k"] for r in rows if r["pass_at_k"]]
-            out[suite]["pass_at_k"] = ([round(float(np.mean([c[k] for c in curves if len(c) > k])), 4)
-                                        for k in range(max(map(len, curves)))] if curves else [])
+            out[suite]["pass_at_k"] = (
+                [round(float(np.mean([c[k] for c in curves if len(c) > k])), 4) for k in range(max(map(len, curves)))]
+                if curves
+                else []
+            )
     return out
 
 
@@ -91,15 +105,26 @@ def compare(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]
                 continue
             k_old = o.get("successes", round(o["success_rate"] * o["episodes"]))
             d, lo, hi = difference_interval(r["successes"], r["episodes"], k_old, o["episodes"])
-            rows.append({"task": r["task"], "name": r["name"], "now": r["success_rate"], "before": o["success_rate"],
-                         "difference": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)],
-                         "significant": lo > 0 or hi < 0})
+            rows.append(
+                {
+                    "task": r["task"],
+                    "name": r["name"],
+                    "now": r["success_rate"],
+                    "before": o["success_rate"],
+                    "difference": round(d, 4),
+                    "ci95": [round(lo, 4), round(hi, 4)],
+                    "significant": lo > 0 or hi < 0,
+                }
+            )
             now_rates, before_rates = _paired_rates(r.get("state_successes"), o.get("state_successes"))
             if now_rates:
                 rows[-1]["paired"] = _paired_summary(now_rates, before_rates)
                 now_all += now_rates
                 before_all += before_rates
-        out[suite] = {"tasks": rows, "mean_difference": float(np.mean([r["difference"] for r in rows])) if rows else 0.0}
+        out[suite] = {
+            "tasks": rows,
+            "mean_difference": float(np.mean([r["difference"] for r in rows])) if rows else 0.0,
+        }
         if now_all:
             out[suite]["paired"] = _paired_summary(now_all, before_all)
     return out
@@ -116,26 +141,57 @@ def _paired_rates(now: list[list[int]] | None, before: list[list[int]] | None) -
 
 def _paired_summary(now: list[float], before: list[float]) -> dict[str, Any]:
     d, lo, hi = paired_difference_interval(now, before)
-    return {"difference": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)], "states": len(now),
-            "now": round(float(np.mean(now)), 4), "before": round(float(np.mean(before)), 4),
-            "significant": lo > 0 or hi < 0}
+    return {
+        "difference": round(d, 4),
+        "ci95": [round(lo, 4), round(hi, 4)],
+        "states": len(now),
+        "now": round(float(np.mean(now)), 4),
+        "before": round(float(np.mean(before)), 4),
+        "significant": lo > 0 or hi < 0,
+    }
 
 
 def paired_text(p: dict[str, Any], before: str = "", now: str = "") -> str:
     """One line of a paired comparison (``compare``'s ``paired``): both rates, the difference and its interval."""
-    return (f"{before}{p['before']:.1%} -> {now}{p['now']:.1%}: {p['difference']:+.1%}, 95% interval "
-            f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]" + (" - the interval excludes 0" if p["significant"] else ""))
+    return (
+        f"{before}{p['before']:.1%} -> {now}{p['now']:.1%}: {p['difference']:+.1%}, 95% interval "
+        f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]" + (" - the interval excludes 0" if p["significant"] else "")
+    )
 
 
 def write_csv(path: Path, suites: dict[str, Any]) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["suite", "task", "name", "episodes", "successes", "success_rate", "ci95_low", "ci95_high",
-                    "mean_length", "failures"])
+        w.writerow(
+            [
+                "suite",
+                "task",
+                "name",
+                "episodes",
+                "successes",
+                "success_rate",
+                "ci95_low",
+                "ci95_high",
+                "mean_length",
+                "failures",
+            ]
+        )
         for suite, res in suites.items():
             for r in res["tasks"]:
-                w.writerow([suite, r["task"], r["name"], r["episodes"], r["successes"], f"{r['success_rate']:.4f}",
-                            r["ci95"][0], r["ci95"][1], f"{r['mean_length']:.1f}", " ".join(map(str, r["failures"]))])
+                w.writerow(
+                    [
+                        suite,
+                        r["task"],
+                        r["name"],
+                        r["episodes"],
+                        r["successes"],
+                        f"{r['success_rate']:.4f}",
+                        r["ci95"][0],
+                        r["ci95"][1],
+                        f"{r['mean_length']:.1f}",
+                        " ".join(map(str, r["failures"])),
+                    ]
+                )
 
 
 def plot_suite(path: Path, suite: str, res: dict[str, Any], title: str) -> None:
@@ -176,54 +232,88 @@ def markdown(results: dict[str, Any]) -> str:
         f"{cfg.get('delay', 0)} control steps ({cfg.get('delay_source', 'steps')}), "
         f"{cfg['num_envs']} parallel envs, seed {cfg['seed']}."
         + (f" Episodes cut at {cfg['max_steps']} steps: not the protocol's limit." if cfg.get("max_steps") else "")
-        + (" Visual meshes drawn as the scenes have them (meshes=full)." if cfg.get("meshes") == "full" else ""))
+        + (" Visual meshes drawn as the scenes have them (meshes=full)." if cfg.get("meshes") == "full" else "")
+    )
     lines += [protocol, f"Wall time {results['wall_s']:.1f} s, {results['env_steps_per_s']:.1f} env-steps/s.", ""]
     for suite, lat in (results.get("latency") or {}).items():
         inf = lat.get("inference")
         if inf:
-            lines += [f"Latency ({suite}): {lat['requests']} chunk requests, inference p50 {inf['p50'] * 1e3:.1f} ms, "
-                      f"p95 {inf['p95'] * 1e3:.1f} ms, max {inf['max'] * 1e3:.1f} ms; {lat['held_steps']} env-steps "
-                      "spent holding still (no action queued).", ""]
+            lines += [
+                f"Latency ({suite}): {lat['requests']} chunk requests, inference p50 {inf['p50'] * 1e3:.1f} ms, "
+                f"p95 {inf['p95'] * 1e3:.1f} ms, max {inf['max'] * 1e3:.1f} ms; {lat['held_steps']} env-steps "
+                "spent holding still (no action queued).",
+                "",
+            ]
     if results.get("interrupted"):
-        lines += ["**Interrupted**: the numbers cover the episodes finished so far; run the same command to resume.", ""]
+        lines += [
+            "**Interrupted**: the numbers cover the episodes finished so far; run the same command to resume.",
+            "",
+        ]
     for suite, res in results["suites"].items():
-        lines += [f"## {suite}: {res['success_rate']:.1%} (episodes {res['episodes']}, pooled 95% CI "
-                  f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])", "",
-                  f"![{suite}](plots/{suite}.png)", "",
-                  "| task | name | success | 95% CI | mean length | failed init ids |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"## {suite}: {res['success_rate']:.1%} (episodes {res['episodes']}, pooled 95% CI "
+            f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])",
+            "",
+            f"![{suite}](plots/{suite}.png)",
+            "",
+            "| task | name | success | 95% CI | mean length | failed init ids |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in res["tasks"]:
             fails = " ".join(map(str, r["failures"][:20])) + (" ..." if len(r["failures"]) > 20 else "")
-            lines.append(f"| {r['task']} | {r['name']} | {r['success_rate']:.0%} ({r['successes']}/{r['episodes']}) | "
-                         f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['mean_length']:.0f} | {fails} |")
+            lines.append(
+                f"| {r['task']} | {r['name']} | {r['success_rate']:.0%} ({r['successes']}/{r['episodes']}) | "
+                f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['mean_length']:.0f} | {fails} |"
+            )
         lines.append("")
         if res.get("pass_at_k"):
             curve = ", ".join(f"pass@{k + 1} {p:.0%}" for k, p in enumerate(res["pass_at_k"]))
-            lines += [f"Attempts per initial state: {cfg.get('attempts', len(res['pass_at_k']))} (other sampling noise each; the table is "
-                      f"attempt 0, the protocol's): {curve}.", ""]
+            lines += [
+                f"Attempts per initial state: {cfg.get('attempts', len(res['pass_at_k']))} (other sampling noise each; the table is "
+                f"attempt 0, the protocol's): {curve}.",
+                "",
+            ]
         cmp = results.get("comparison", {}).get(suite)
         if cmp:
-            lines += [f"### {suite}: change against {results['compare_with']} (mean {cmp['mean_difference']:+.1%})", "",
-                      "| task | before | now | difference | 95% CI | paired over states, all attempts | 95% CI |",
-                      "|---|---|---|---|---|---|---|"]
+            lines += [
+                f"### {suite}: change against {results['compare_with']} (mean {cmp['mean_difference']:+.1%})",
+                "",
+                "| task | before | now | difference | 95% CI | paired over states, all attempts | 95% CI |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for r in cmp["tasks"]:
                 mark = " *" if r["significant"] else ""
                 p = r.get("paired")
-                paired = (f"{p['before']:.0%} -> {p['now']:.0%}: {p['difference']:+.1%}{' *' if p['significant'] else ''} | "
-                          f"[{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]" if p else "- | -")
-                lines.append(f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%}{mark} | "
-                             f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] | {paired} |")
-            lines += ["", "\\* the interval excludes 0. Difference and 95% CI: the protocol's episodes (Newcombe); "
-                      "paired: the mean over the initial states both runs played of the change in each state's "
-                      "success rate over its attempts, with a normal interval from the states' spread.", ""]
+                paired = (
+                    f"{p['before']:.0%} -> {p['now']:.0%}: {p['difference']:+.1%}{' *' if p['significant'] else ''} | "
+                    f"[{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]"
+                    if p
+                    else "- | -"
+                )
+                lines.append(
+                    f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%}{mark} | "
+                    f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] | {paired} |"
+                )
+            lines += [
+                "",
+                "\\* the interval excludes 0. Difference and 95% CI: the protocol's episodes (Newcombe); "
+                "paired: the mean over the initial states both runs played of the change in each state's "
+                "success rate over its attempts, with a normal interval from the states' spread.",
+                "",
+            ]
             if cmp.get("paired"):
                 lines += [f"Paired over {cmp['paired']['states']} states: {paired_text(cmp['paired'])}.", ""]
     if results.get("videos"):
         lines += ["## Videos", ""] + [f"- [{v}]({v})" for v in results["videos"]] + [""]
     m = results["machine"]
-    lines += ["## Reproducibility", "",
-              f"- agent: {results['agent']['label']}; checkpoint sha256 {results['agent'].get('sha256', '-')}",
-              f"- device {results['device']}; python {m['python']}, torch {m['torch']}, mujoco {m['mujoco']}, "
-              f"numpy {m['numpy']}; {m['platform']}, {cpu_summary(m)}", ""]
+    lines += [
+        "## Reproducibility",
+        "",
+        f"- agent: {results['agent']['label']}; checkpoint sha256 {results['agent'].get('sha256', '-')}",
+        f"- device {results['device']}; python {m['python']}, torch {m['torch']}, mujoco {m['mujoco']}, "
+        f"numpy {m['numpy']}; {m['platform']}, {cpu_summary(m)}",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -33,8 +33,9 @@ def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, floa
     return d, max(-1.0, low), min(1.0, high)
 
 
-def paired_difference_interval(now: Sequence[float], before: Sequence[float],
-                               z: float = 1.959963984540054) -> tuple[float, float, float]:
+def paired_difference_interval(
+    now: Sequence[float], before: Sequence[float], z: float = 1.959963984540054
+) -> tuple[float, float, float]:
     """Mean of ``now[i] - before[i]`` over paired units (two policies' success rates on the same initial
     states, each over its attempts there) with a 95% normal interval from the spread of the
     differences (its standard error over the units; apt from ~30 units on).

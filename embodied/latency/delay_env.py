@@ -39,8 +39,11 @@ class DelayedChunkEnv:
         self.committed = torch.zeros(self.n, max(self.max_delay, 1), self.a)
         spec = env.observation_spec["state"]
         self.observation_spec = dict(env.observation_spec)
-        self.observation_spec["state"] = Spec((augmented_state_dim(spec.shape[0], self.a, self.max_delay),),
-                                              spec.dtype, doc="state + committed actions + d / max_delay")
+        self.observation_spec["state"] = Spec(
+            (augmented_state_dim(spec.shape[0], self.a, self.max_delay),),
+            spec.dtype,
+            doc="state + committed actions + d / max_delay",
+        )
 
     def __getattr__(self, name: str) -> Any:  # num_envs, device, tasks, control_hz, cameras, action_spec, ...
         return getattr(self.env, name)
@@ -72,9 +75,11 @@ class DelayedChunkEnv:
         from_committed = i < d
         c_idx = i.clamp(max=self.committed.shape[1] - 1).expand(self.n, -1)
         n_idx = (i - d).clamp(min=0)
-        plan = torch.where(from_committed[..., None],
-                           torch.gather(self.committed, 1, c_idx[..., None].expand(-1, -1, self.a)),
-                           torch.gather(acts, 1, n_idx[..., None].expand(-1, -1, self.a)))
+        plan = torch.where(
+            from_committed[..., None],
+            torch.gather(self.committed, 1, c_idx[..., None].expand(-1, -1, self.a)),
+            torch.gather(acts, 1, n_idx[..., None].expand(-1, -1, self.a)),
+        )
         res = step_chunk(self.env, plan.to(self.env.device))
         # the new chunk's last d actions are committed for the next step: index H - d + j
         j = torch.arange(self.committed.shape[1])[None, :]
@@ -83,8 +88,17 @@ class DelayedChunkEnv:
         final_obs = self._augment(res.final_obs)  # the committed actions at the episode's end
         done = res.done.cpu()
         self._new_episodes(done)
-        return ChunkResult(self._augment(res.obs), res.reward, res.terminated, res.truncated, res.step_done,
-                           res.executed, res.success, final_obs, res.episode)
+        return ChunkResult(
+            self._augment(res.obs),
+            res.reward,
+            res.terminated,
+            res.truncated,
+            res.step_done,
+            res.executed,
+            res.success,
+            final_obs,
+            res.episode,
+        )
 
     def close(self) -> None:
         self.env.close()

@@ -80,14 +80,17 @@ class LatencyConfig:
         if self.delay < 0:
             raise ValueError(f"delay must be >= 0 control steps, got {self.delay}")
         if self.mode in ("async", "rtc", "aware") and self.delay >= chunk_size:
-            raise ValueError(f"{self.mode} execution needs delay < chunk size: a chunk of {chunk_size} actions is "
-                             f"all in the past after a delay of {self.delay} steps; use a policy with longer chunks")
+            raise ValueError(
+                f"{self.mode} execution needs delay < chunk size: a chunk of {chunk_size} actions is "
+                f"all in the past after a delay of {self.delay} steps; use a policy with longer chunks"
+            )
         if self.mode == "aware" and self.max_delay is not None and self.delay > self.max_delay:
             raise ValueError(f"delay {self.delay} exceeds the policy's max_delay {self.max_delay}")
         if self.action_steps is not None:
             if self.mode != "sync":
-                raise ValueError(f"action_steps applies to sync execution; {self.mode} decides when to replan "
-                                 "from threshold / delay")
+                raise ValueError(
+                    f"action_steps applies to sync execution; {self.mode} decides when to replan from threshold / delay"
+                )
             if not 1 <= self.action_steps <= chunk_size:
                 raise ValueError(f"action_steps must be in 1..{chunk_size} (the chunk size), got {self.action_steps}")
         if self.action_offset:
@@ -95,8 +98,10 @@ class LatencyConfig:
                 raise ValueError(f"action_offset applies to sync execution, not {self.mode}")
             steps = self.action_steps or chunk_size - self.action_offset
             if self.action_offset < 0 or self.action_offset + steps > chunk_size:
-                raise ValueError(f"action_offset {self.action_offset} + action_steps {steps} must fit in the chunk "
-                                 f"of {chunk_size} actions")
+                raise ValueError(
+                    f"action_offset {self.action_offset} + action_steps {steps} must fit in the chunk "
+                    f"of {chunk_size} actions"
+                )
         if self.threshold is not None and not 0 <= self.threshold < chunk_size:
             raise ValueError(f"threshold must be in 0..{chunk_size - 1}, got {self.threshold}")
 
@@ -164,8 +169,9 @@ class ChunkExecutor:
             chunk = agent.act_rtc(obs, env, prev, valid, d)
         elif mode == "aware":
             aug = dict(obs)
-            aug["state"] = augment_state(obs["state"], self.committed(max(self.max_delay, 1)),
-                                         torch.full((self.n,), d), self.max_delay)
+            aug["state"] = augment_state(
+                obs["state"], self.committed(max(self.max_delay, 1)), torch.full((self.n,), d), self.max_delay
+            )
             chunk = agent.act(aug, env)
         else:
             chunk = agent.act(obs, env)
@@ -173,8 +179,9 @@ class ChunkExecutor:
         self.stats.record("inference", seconds)
         self.requests += 1
         if tuple(chunk.shape) != (self.n, self.h, self.a):
-            raise ValueError(f"the agent returned a chunk of shape {tuple(chunk.shape)}, expected "
-                             f"[{self.n}, {self.h}, {self.a}]")
+            raise ValueError(
+                f"the agent returned a chunk of shape {tuple(chunk.shape)}, expected [{self.n}, {self.h}, {self.a}]"
+            )
         return chunk.detach().float().cpu(), seconds
 
     def _arrive(self) -> None:
@@ -188,8 +195,9 @@ class ChunkExecutor:
         steps whose observation must be rendered. A chunk in flight whose arrival step has come is
         queued first (as that call would), so the answer is exact."""
         self._arrive()
-        return self.pending is None and wants_chunk(self.cfg.mode, int(self.queue.remaining().max()), self.cfg.delay,
-                                                    self.threshold)
+        return self.pending is None and wants_chunk(
+            self.cfg.mode, int(self.queue.remaining().max()), self.cfg.delay, self.threshold
+        )
 
     def next_action(self, obs: dict[str, Any], env: Any, agent: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The action ``[N, A]`` for the current step and whether it came from a chunk ``[N]``
@@ -202,7 +210,7 @@ class ChunkExecutor:
             start = chunk_start(self.cfg.mode, t, d)
             if self.cfg.action_steps is not None or self.cfg.action_offset:
                 first = self.cfg.action_offset
-                chunk = chunk[:, first:first + (self.cfg.action_steps or self.h - first)]
+                chunk = chunk[:, first : first + (self.cfg.action_steps or self.h - first)]
             if d == 0:
                 self.queue.push(chunk, start)
             else:

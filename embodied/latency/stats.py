@@ -39,8 +39,13 @@ class LatencyStats:
         out = {}
         for stage, values in self.samples.items():
             v = np.asarray(values)
-            out[stage] = {"count": int(v.size), "mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
-                          "p95": float(np.percentile(v, 95)), "max": float(v.max())}
+            out[stage] = {
+                "count": int(v.size),
+                "mean": float(v.mean()),
+                "p50": float(np.percentile(v, 50)),
+                "p95": float(np.percentile(v, 95)),
+                "max": float(v.max()),
+            }
         return out
 
     def delay(self, control_hz: float, stage: str = "inference", quantile: float = 95.0) -> int:

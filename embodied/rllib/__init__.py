@@ -20,14 +20,35 @@ from embodied.rllib.module import PolicyRLModule, module_config
 
 #: fields of :class:`ChunkRLConfig` that :func:`build_algorithm` accepts in ``rl`` (``loss``: a
 #: :class:`embodied.algorithms.loss.LossConfig`)
-RL_FIELDS = ("lr", "critic_lr", "loss", "freeze_prefix", "critic_warmup", "num_epochs", "minibatch_size", "target_kl",
-             "kl_rollback", "grad_clip", "overlap")
+RL_FIELDS = (
+    "lr",
+    "critic_lr",
+    "loss",
+    "freeze_prefix",
+    "critic_warmup",
+    "num_epochs",
+    "minibatch_size",
+    "target_kl",
+    "kl_rollback",
+    "grad_clip",
+    "overlap",
+)
 
 
-def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[str, Any], rl: dict[str, Any],
-                    num_env_runners: int = 0, num_learners: int = 0, num_gpus_per_learner: float = 0.0,
-                    num_gpus_per_env_runner: float = 0.0, seed: int = 0,
-                    critic: dict[str, Any] | None = None, runner_restart_timeout_s: float = 600.0) -> ChunkRL:
+def build_algorithm(
+    policy: Any,
+    *,
+    instructions: list[str],
+    env_config: dict[str, Any],
+    rl: dict[str, Any],
+    num_env_runners: int = 0,
+    num_learners: int = 0,
+    num_gpus_per_learner: float = 0.0,
+    num_gpus_per_env_runner: float = 0.0,
+    seed: int = 0,
+    critic: dict[str, Any] | None = None,
+    runner_restart_timeout_s: float = 600.0,
+) -> ChunkRL:
     """A :class:`ChunkRL` whose learner starts from ``policy``'s weights.
 
     ``num_env_runners=0`` samples in this process (``env_config["num_envs"]`` envs); ``K > 0`` starts
@@ -54,21 +75,35 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     config = (
         ChunkRLConfig()
         .framework("torch")
-        .environment(observation_space=obs_space, action_space=act_space, env_config=env_config,
-                     disable_env_checking=True)
-        .env_runners(env_runner_cls=VecEnvRunner, num_env_runners=num_env_runners,
-                     create_local_env_runner=num_env_runners == 0, num_cpus_per_env_runner=1,
-                     num_gpus_per_env_runner=num_gpus_per_env_runner,
-                     num_envs_per_env_runner=int(env_config["num_envs"]))
+        .environment(
+            observation_space=obs_space, action_space=act_space, env_config=env_config, disable_env_checking=True
+        )
+        .env_runners(
+            env_runner_cls=VecEnvRunner,
+            num_env_runners=num_env_runners,
+            create_local_env_runner=num_env_runners == 0,
+            num_cpus_per_env_runner=1,
+            num_gpus_per_env_runner=num_gpus_per_env_runner,
+            num_envs_per_env_runner=int(env_config["num_envs"]),
+        )
         # restarts by Ray (the actors' max_restarts); never carry on without a runner: its envs' share
         # of every iteration would be missing. Errors inside sample() come back as values
         # (VecEnvRunner.sample_checked), so the delay before an erroring actor exits only holds other calls.
-        .fault_tolerance(restart_failed_env_runners=True, ignore_env_runner_failures=False,
-                         max_num_env_runner_restarts=1000, delay_between_env_runner_restarts_s=5.0)
+        .fault_tolerance(
+            restart_failed_env_runners=True,
+            ignore_env_runner_failures=False,
+            max_num_env_runner_restarts=1000,
+            delay_between_env_runner_restarts_s=5.0,
+        )
         .learners(num_learners=num_learners, num_gpus_per_learner=num_gpus_per_learner)
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=PolicyRLModule, observation_space=obs_space,
-                                               action_space=act_space,
-                                               model_config=module_config(policy, instructions, critic)))
+        .rl_module(
+            rl_module_spec=RLModuleSpec(
+                module_class=PolicyRLModule,
+                observation_space=obs_space,
+                action_space=act_space,
+                model_config=module_config(policy, instructions, critic),
+            )
+        )
         .debugging(seed=seed, log_level="WARN")
     )
     for key, value in rl.items():
@@ -81,5 +116,15 @@ def build_algorithm(policy: Any, *, instructions: list[str], env_config: dict[st
     return algo
 
 
-__all__ = ["ChunkPPOLearner", "ChunkRL", "ChunkRLConfig", "PolicyRLModule", "RL_FIELDS", "VecEnvRunner",
-           "build_algorithm", "chunk_spaces", "make_env_config", "module_config"]
+__all__ = [
+    "ChunkPPOLearner",
+    "ChunkRL",
+    "ChunkRLConfig",
+    "PolicyRLModule",
+    "RL_FIELDS",
+    "VecEnvRunner",
+    "build_algorithm",
+    "chunk_spaces",
+    "make_env_config",
+    "module_config",
+]

@@ -89,8 +89,11 @@ class ChunkRLConfig(AlgorithmConfig):
 
 def where_this_runs(*_: Any) -> dict[str, Any]:
     """The Ray node (id and IP address) and process of the caller."""
-    return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-            "pid": os.getpid()}
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "ip": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+    }
 
 
 class ChunkRL(Algorithm):
@@ -126,8 +129,13 @@ class ChunkRL(Algorithm):
             if self._runner_weights is None:
                 self._weights_dirty = True
                 self._sync_weights()
-            return RemoteSample(self.env_runner_group, iteration, self._runner_weights, self._runner_nodes,
-                                float(self.config.runner_restart_timeout_s)).start()
+            return RemoteSample(
+                self.env_runner_group,
+                iteration,
+                self._runner_weights,
+                self._runner_nodes,
+                float(self.config.runner_restart_timeout_s),
+            ).start()
         runner = self.env_runner_group.local_env_runner
         if self.config.overlap:
             if self._pool is None:
@@ -168,8 +176,7 @@ class ChunkRL(Algorithm):
             runners = self._runner_places()
         else:
             runners = [where_this_runs()]
-        return {"driver": where_this_runs(), "env_runners": runners,
-                "learners": self._on_learners(where_this_runs)}
+        return {"driver": where_this_runs(), "env_runners": runners, "learners": self._on_learners(where_this_runs)}
 
     def _runner_places(self) -> list[dict[str, Any]]:
         places = self.env_runner_group.foreach_env_runner(runner_place, local_env_runner=False)
@@ -225,15 +232,25 @@ class ChunkRL(Algorithm):
                 mb[ROW] = rows_idx  # the learner keeps each row's frozen prefix tokens by it
                 self.learner_group.update(
                     batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(mb)}, env_steps=len(rows_idx)),
-                    timesteps=steps, num_epochs=1, minibatch_size=None, shuffle_batch_per_epoch=False)
+                    timesteps=steps,
+                    num_epochs=1,
+                    minibatch_size=None,
+                    shuffle_batch_per_epoch=False,
+                )
                 return self._on_learners(lambda learner: learner.pop_stats())[0]
 
             def undo() -> None:
                 self._on_learners(lambda learner: learner.undo_actor_steps())
 
-            stats = run_epochs(step, rows, epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
-                               target_kl=self.config.target_kl, generator=torch.Generator().manual_seed(seed),
-                               undo=undo if rollback else None)
+            stats = run_epochs(
+                step,
+                rows,
+                epochs=self.config.num_epochs,
+                minibatch_size=self.config.minibatch_size,
+                target_kl=self.config.target_kl,
+                generator=torch.Generator().manual_seed(seed),
+                undo=undo if rollback else None,
+            )
             self._on_learners(lambda learner: learner.keep_prefix_tokens(False))  # the batch's tokens go
             self._weights_dirty = True
             if not frozen and self.config.lr > 0:
@@ -256,19 +273,33 @@ class ChunkRL(Algorithm):
             "policy_lag": float(trained_by - sampled_by),
             "advantage_std": raw_adv_std,  # before normalisation: ~0 means the normalised advantages are noise
             "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
-            if self.config.loss.use_critic and rows else 0.0,
+            if self.config.loss.use_critic and rows
+            else 0.0,
             "sim_s": float(sum(r["sim_s"] for r in results)),
             "inference_s": float(sum(r["inference_s"] for r in results)),
             "sample_s": float(max(r["sample_s"] for r in results)),
-            "learn_s": learn_s, "wait_s": wait_s,
+            "learn_s": learn_s,
+            "wait_s": wait_s,
             "iteration_s": time.perf_counter() - t0,
             # env runners lost while sampling this batch and brought back, and the seconds they were away
             "runner_restarts": float(len(self._iteration_recoveries)),
             "recovery_s": float(sum(r.wait_s for r in self._iteration_recoveries)),
         }
-        for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "minibatches",
-                    "approx_kl_first", "clip_fraction_first", "approx_kl_max", "log_ratio_max", "epochs_run",
-                    "kl_stop", "kl_rollback"):
+        for key in (
+            "policy_loss",
+            "value_loss",
+            "entropy",
+            "clip_fraction",
+            "approx_kl",
+            "minibatches",
+            "approx_kl_first",
+            "clip_fraction_first",
+            "approx_kl_max",
+            "log_ratio_max",
+            "epochs_run",
+            "kl_stop",
+            "kl_rollback",
+        ):
             out[key] = float(stats.get(key, 0.0))
         # the cosine between the first two minibatches' actor gradients: how much of a step is signal
         out["grad_cos_first"] = float(stats.get("grad_cos_first", float("nan")))

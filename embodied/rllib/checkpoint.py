@@ -74,8 +74,9 @@ def save_checkpoint(out: Path, algo: Any, policy: Any, *, iteration: int, env_st
         shutil.rmtree(tmp)
     policy.load_state_dict(algo.policy_state())
     policies.save(policy, tmp / "policy", extra={"iteration": iteration, "env_steps": env_steps, "algo": algo_name})
-    save_train_state(tmp / "train_state", optimizer_states=algo.optimizer_states(), step=iteration,
-                     extra={"env_steps": env_steps})
+    save_train_state(
+        tmp / "train_state", optimizer_states=algo.optimizer_states(), step=iteration, extra={"env_steps": env_steps}
+    )
     critic = algo.critic_state()
     if critic:
         from safetensors.torch import save_file

@@ -41,14 +41,29 @@ from embodied.algorithms.rollout import collect_chunks
 INIT_POOLS = ("random", "protocol")
 
 
-def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: int, chunks_per_iter: int,
-                    reward_type: str = "sparse", max_steps: int | None = None, algo: str = "ppo",
-                    group_size: int = 2, gamma: float = 0.99, lam: float = 0.95,
-                    latency_delays: list[int] | None = None, backend: str | None = None,
-                    truncation: str = "bootstrap", inference_device: str = "cpu",
-                    init_states: int | None = None, grpo_weighting: str = "chunk",
-                    grpo_keep: str = "success", grpo_std_norm: bool = True,
-                    init_pool: str = "random") -> dict[str, Any]:
+def make_env_config(
+    *,
+    suite: str,
+    tasks: list[int],
+    num_envs: int,
+    image_size: int,
+    chunks_per_iter: int,
+    reward_type: str = "sparse",
+    max_steps: int | None = None,
+    algo: str = "ppo",
+    group_size: int = 2,
+    gamma: float = 0.99,
+    lam: float = 0.95,
+    latency_delays: list[int] | None = None,
+    backend: str | None = None,
+    truncation: str = "bootstrap",
+    inference_device: str = "cpu",
+    init_states: int | None = None,
+    grpo_weighting: str = "chunk",
+    grpo_keep: str = "success",
+    grpo_std_norm: bool = True,
+    init_pool: str = "random",
+) -> dict[str, Any]:
     """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
     GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration).
     ``inference_device="cuda"`` samples the chunks on the runner's GPU when it sees one."""
@@ -56,12 +71,29 @@ def make_env_config(*, suite: str, tasks: list[int], num_envs: int, image_size: 
         raise ValueError(f"env runner algo must be ppo or grpo, got {algo!r}")
     if init_pool not in INIT_POOLS:
         raise ValueError(f"init_pool must be one of {INIT_POOLS}, got {init_pool!r}")
-    return dict(suite=suite, tasks=list(tasks), num_envs=num_envs, image_size=image_size, reward_type=reward_type,
-                chunks_per_iter=chunks_per_iter, max_steps=max_steps, algo=algo, group_size=group_size, gamma=gamma,
-                lam=lam, torch_threads=1, latency_delays=list(latency_delays) if latency_delays else None,
-                backend=backend, truncation=truncation, inference_device=inference_device,
-                init_states=init_states, grpo_weighting=grpo_weighting, grpo_keep=grpo_keep,
-                grpo_std_norm=grpo_std_norm, init_pool=init_pool)
+    return dict(
+        suite=suite,
+        tasks=list(tasks),
+        num_envs=num_envs,
+        image_size=image_size,
+        reward_type=reward_type,
+        chunks_per_iter=chunks_per_iter,
+        max_steps=max_steps,
+        algo=algo,
+        group_size=group_size,
+        gamma=gamma,
+        lam=lam,
+        torch_threads=1,
+        latency_delays=list(latency_delays) if latency_delays else None,
+        backend=backend,
+        truncation=truncation,
+        inference_device=inference_device,
+        init_states=init_states,
+        grpo_weighting=grpo_weighting,
+        grpo_keep=grpo_keep,
+        grpo_std_norm=grpo_std_norm,
+        init_pool=init_pool,
+    )
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -77,9 +109,16 @@ def runner_envs(env_config: dict[str, Any], worker_index: int) -> tuple[int, int
     return max(worker_index - 1, 0) * n, n
 
 
-def group_initial_states(iteration: int, total_groups: int, first_group: int, num_groups: int,
-                         tasks: list[int], pool: int | None = None, protocol: bool = False, suite: str = "spatial"
-                         ) -> tuple[list[int], list[int]]:
+def group_initial_states(
+    iteration: int,
+    total_groups: int,
+    first_group: int,
+    num_groups: int,
+    tasks: list[int],
+    pool: int | None = None,
+    protocol: bool = False,
+    suite: str = "spatial",
+) -> tuple[list[int], list[int]]:
     """``(task ids, init ids)`` of a runner's ``num_groups`` GRPO groups in ``iteration``.
 
     Group ``i`` (counted over all runners and iterations) runs task ``tasks[i % T]``; its initial
@@ -132,23 +171,33 @@ class VecEnvRunner(EnvRunner):
             self.env.close()
         first, n = runner_envs(ec, self.worker_index or 0)
         self.first_env = first
-        self.env = sims.make(ec.get("backend") or sims.suites.backend(ec["suite"]), suite=ec["suite"], num_envs=n, seed=int(ec["seed"]) + 7919 * first,
-                             cameras=tuple(self.module.policy.config.cameras), image_size=int(ec["image_size"]),
-                             reward_type=ec.get("reward_type", "sparse"), num_threads=ec.get("num_threads") or None,
-                             max_steps=ec.get("max_steps"),
-                             state_obs=self.module.policy.config.state_obs)
+        self.env = sims.make(
+            ec.get("backend") or sims.suites.backend(ec["suite"]),
+            suite=ec["suite"],
+            num_envs=n,
+            seed=int(ec["seed"]) + 7919 * first,
+            cameras=tuple(self.module.policy.config.cameras),
+            image_size=int(ec["image_size"]),
+            reward_type=ec.get("reward_type", "sparse"),
+            num_threads=ec.get("num_threads") or None,
+            max_steps=ec.get("max_steps"),
+            state_obs=self.module.policy.config.state_obs,
+        )
         if ec.get("latency_delays"):
             from embodied.latency.delay_env import DelayedChunkEnv
 
-            self.env = DelayedChunkEnv(self.env, self.module.policy.chunk_size, ec["latency_delays"],
-                                       seed=int(ec["seed"]) + first)
+            self.env = DelayedChunkEnv(
+                self.env, self.module.policy.chunk_size, ec["latency_delays"], seed=int(ec["seed"]) + first
+            )
         self.module.policy.check_env(self.env)
         if ec.get("init_pool", "random") == "protocol" and ec["algo"] != "grpo":  # grpo sets each group's state
             from sims.protocol import NUM_INIT_STATES
 
             if not hasattr(self.env, "set_init_pool"):
-                raise ValueError(f"init_pool=protocol needs a backend with fixed initial states ({type(self.env).__name__} "
-                                 "has none): use init_pool=random")
+                raise ValueError(
+                    f"init_pool=protocol needs a backend with fixed initial states ({type(self.env).__name__} "
+                    "has none): use init_pool=random"
+                )
             self.env.set_init_pool(range(NUM_INIT_STATES))
         self.obs = None
         self.critic_inputs = None
@@ -158,8 +207,12 @@ class VecEnvRunner(EnvRunner):
 
     def make_module(self) -> None:
         spec = self.config.rl_module_spec
-        self.module = spec.module_class(observation_space=spec.observation_space, action_space=spec.action_space,
-                                        inference_only=False, model_config=spec.model_config)
+        self.module = spec.module_class(
+            observation_space=spec.observation_space,
+            action_space=spec.action_space,
+            inference_only=False,
+            model_config=spec.model_config,
+        )
         if self.config.env_config.get("inference_device") == "cuda" and torch.cuda.is_available():
             self.module.to("cuda")  # weights arrive as CPU arrays and are copied in; batches leave on the CPU
         self.module.eval()
@@ -173,12 +226,21 @@ class VecEnvRunner(EnvRunner):
             g = int(ec["group_size"])
             total_groups = int(ec["num_envs_total"]) // g
             first_group = self.first_env // g
-            task_ids, init_ids = group_initial_states(iteration, total_groups, first_group, n // g, tasks,
-                                                      ec["init_states"], ec.get("init_pool") == "protocol",
-                                                      suite=ec["suite"])
+            task_ids, init_ids = group_initial_states(
+                iteration,
+                total_groups,
+                first_group,
+                n // g,
+                tasks,
+                ec["init_states"],
+                ec.get("init_pool") == "protocol",
+                suite=ec["suite"],
+            )
             return self.env.reset(task_ids=np.repeat(task_ids, g).tolist(), init_ids=np.repeat(init_ids, g).tolist())
-        return self.env.reset(seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
-                              task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)])
+        return self.env.reset(
+            seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
+            task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)],
+        )
 
     def sample(self, iteration: int = 0, **kwargs: Any) -> dict[str, Any]:
         """One rollout of ``chunks_per_iter`` chunks per env as a training batch plus episode stats.
@@ -195,24 +257,40 @@ class VecEnvRunner(EnvRunner):
             if self.critic_inputs is not None:
                 self.critic_inputs.clock.reset()
         gen = torch.Generator().manual_seed(int(ec["seed"]) * 1_000_003 + 9973 * (self.worker_index or 0) + iteration)
-        rollout, self.obs = collect_chunks(self.env, self.module.policy, self.obs, int(ec["chunks_per_iter"]),
-                                           generator=gen, critic=self.critic_inputs)
+        rollout, self.obs = collect_chunks(
+            self.env, self.module.policy, self.obs, int(ec["chunks_per_iter"]), generator=gen, critic=self.critic_inputs
+        )
         info: dict[str, float] = {}
         if ec["algo"] == "grpo":
-            batch, info = grpo_batch(rollout, int(ec["group_size"]), str(ec["grpo_weighting"]),
-                                     str(ec["grpo_keep"]), bool(ec["grpo_std_norm"]))
+            batch, info = grpo_batch(
+                rollout,
+                int(ec["group_size"]),
+                str(ec["grpo_weighting"]),
+                str(ec["grpo_keep"]),
+                bool(ec["grpo_std_norm"]),
+            )
         else:
-            batch = ppo_batch(rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False,
-                              truncation=str(ec["truncation"]))
+            batch = ppo_batch(
+                rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False, truncation=str(ec["truncation"])
+            )
         self.num_env_steps_sampled_lifetime += rollout.env_steps
         # GRPO trains on each env's first episode: its statistics are those episodes' (PPO's, every ended one)
-        returns, lengths, success = (rollout.first_episodes() if ec["algo"] == "grpo" else
-                                     (rollout.episode_returns, rollout.episode_lengths, rollout.episode_success))
+        returns, lengths, success = (
+            rollout.first_episodes()
+            if ec["algo"] == "grpo"
+            else (rollout.episode_returns, rollout.episode_lengths, rollout.episode_success)
+        )
         return {
-            "batch": batch, "env_steps": rollout.env_steps, "episode_returns": returns,
-            "episode_lengths": lengths, "episode_success": success,
-            "sim_s": rollout.timing["sim_s"], "inference_s": rollout.timing["inference_s"],
-            "sample_s": time.perf_counter() - start, "worker_index": self.worker_index or 0, **info,
+            "batch": batch,
+            "env_steps": rollout.env_steps,
+            "episode_returns": returns,
+            "episode_lengths": lengths,
+            "episode_success": success,
+            "sim_s": rollout.timing["sim_s"],
+            "inference_s": rollout.timing["inference_s"],
+            "sample_s": time.perf_counter() - start,
+            "worker_index": self.worker_index or 0,
+            **info,
         }
 
     def sample_checked(self, iteration: int, weights_version: int) -> dict[str, Any]:
@@ -248,8 +326,10 @@ class VecEnvRunner(EnvRunner):
         self.weights_version = version
 
     def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict[str, Any]:
-        return {COMPONENT_RL_MODULE: {DEFAULT_MODULE_ID: self.module.get_state()},
-                NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
+        return {
+            COMPONENT_RL_MODULE: {DEFAULT_MODULE_ID: self.module.get_state()},
+            NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         if COMPONENT_RL_MODULE in state:

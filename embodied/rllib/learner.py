@@ -49,16 +49,25 @@ class ChunkPPOLearner(TorchLearner):
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         actor, critic = split_parameters(self._module[module_id], freeze_prefix=config.freeze_prefix)
         self._actor_refs.update(dict.fromkeys(self.get_param_ref(p) for p in actor))
-        self.register_optimizer(module_id=module_id, optimizer_name="actor",
-                                optimizer=torch.optim.AdamW(actor, weight_decay=0.0), params=actor,
-                                lr_or_lr_schedule=config.lr)
+        self.register_optimizer(
+            module_id=module_id,
+            optimizer_name="actor",
+            optimizer=torch.optim.AdamW(actor, weight_decay=0.0),
+            params=actor,
+            lr_or_lr_schedule=config.lr,
+        )
         if critic and config.loss.use_critic:
-            self.register_optimizer(module_id=module_id, optimizer_name="critic",
-                                    optimizer=torch.optim.AdamW(critic, weight_decay=0.0), params=critic,
-                                    lr_or_lr_schedule=config.critic_lr)
+            self.register_optimizer(
+                module_id=module_id,
+                optimizer_name="critic",
+                optimizer=torch.optim.AdamW(critic, weight_decay=0.0),
+                params=critic,
+                lr_or_lr_schedule=config.critic_lr,
+            )
 
-    def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict[str, Any],
-                                fwd_out: dict[str, torch.Tensor]) -> torch.Tensor:
+    def compute_loss_for_module(
+        self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
         loss, st = chunk_ppo_loss(fwd_out["logprob"], fwd_out["entropy"], fwd_out["value"], batch, config.loss)
         for k in STAT_KEYS + MAX_KEYS:
             self._stats[k].append(getattr(st, k))
@@ -87,8 +96,14 @@ class ChunkPPOLearner(TorchLearner):
         if self._grad_compared or not any(grads.get(ref) is not None for ref in self._actor_refs):
             return
         # a parameter the loss did not reach (no gradient) counts as zeros, so both vectors line up
-        flat = torch.cat([grads[ref].detach().flatten() if grads.get(ref) is not None
-                          else self._params[ref].new_zeros(self._params[ref].numel()) for ref in self._actor_refs])
+        flat = torch.cat(
+            [
+                grads[ref].detach().flatten()
+                if grads.get(ref) is not None
+                else self._params[ref].new_zeros(self._params[ref].numel())
+                for ref in self._actor_refs
+            ]
+        )
         if self._first_grad is None:
             self._first_grad = flat
             return

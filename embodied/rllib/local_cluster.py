@@ -53,8 +53,9 @@ class LocalCluster:
 
 
 @contextmanager
-def local_cluster(folder: Path, *, head_cpus: int, worker_cpus: int,
-                  system_config: dict[str, Any] | None = None) -> Iterator[LocalCluster]:
+def local_cluster(
+    folder: Path, *, head_cpus: int, worker_cpus: int, system_config: dict[str, Any] | None = None
+) -> Iterator[LocalCluster]:
     """A head with ``head_cpus`` CPUs and a worker node with ``worker_cpus``, no dashboard, Ray's
     files in ``folder``; shut down on exit. ``system_config``: Ray's internal settings for the
     cluster (e.g. ``health_check_period_ms``, as ``RAY_<name>=...`` before ``ray start --head``)."""

@@ -20,8 +20,13 @@ from embodied.algorithms.loss import policy_extras, policy_obs
 def module_config(policy: Any, instructions: list[str], critic: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``model_config`` that rebuilds ``policy``'s architecture in another process; ``critic``
     (``{"kind": "privileged", "input_dim", "hidden"}``) adds a separate critic (:mod:`embodied.algorithms.critic`)."""
-    return {"family": policy.family, "policy_config": policy.config.to_dict(),
-            "stats": policy.processor.stats, "instructions": list(instructions), "critic": critic}
+    return {
+        "family": policy.family,
+        "policy_config": policy.config.to_dict(),
+        "stats": policy.processor.stats,
+        "instructions": list(instructions),
+        "critic": critic,
+    }
 
 
 def build_policy(model_config: dict[str, Any]) -> Any:
@@ -76,8 +81,7 @@ class PolicyRLModule(TorchRLModule):
 
     def _sample(self, batch: dict[str, Any], mode: str) -> dict[str, Any]:
         sample = self.policy.sample(policy_obs(batch, self.instructions), mode=mode)
-        value = self.critic(batch["critic_obs"]) if self.critic is not None and "critic_obs" in batch \
-            else sample.value
+        value = self.critic(batch["critic_obs"]) if self.critic is not None and "critic_obs" in batch else sample.value
         out = {"actions": sample.actions, "action_logp": sample.logprob, "vf_preds": value}
         out.update({"x." + k: v for k, v in sample.extras.items()})
         return out

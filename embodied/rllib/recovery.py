@@ -64,8 +64,12 @@ def runner_place(runner: Any) -> dict[str, Any]:
     """Where an env runner runs: its ``worker_index``, Ray node id, IP and pid."""
     import os
 
-    return {"worker_index": runner.worker_index or 0, "node_id": ray.get_runtime_context().get_node_id(),
-            "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+    return {
+        "worker_index": runner.worker_index or 0,
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "ip": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+    }
 
 
 def send_weights(group: Any, weights: Weights, ids: list[int] | None = None) -> list[dict[str, Any]]:
@@ -88,8 +92,7 @@ def dead_nodes() -> set[str]:
 class RemoteSample:
     """Every remote env runner's share of ``iteration``: :meth:`start`, then :meth:`collect`."""
 
-    def __init__(self, group: Any, iteration: int, weights: Weights, nodes: dict[int, str],
-                 restart_timeout_s: float):
+    def __init__(self, group: Any, iteration: int, weights: Weights, nodes: dict[int, str], restart_timeout_s: float):
         self.group = group
         self.iteration = iteration
         self.weights = weights
@@ -128,20 +131,26 @@ class RemoteSample:
         for i in ids:
             self.tries[i] += 1
             if self.tries[i] > MAX_TRIES:
-                raise RunnerLostError(f"env runner {i} was lost {MAX_TRIES} times while sampling iteration "
-                                      f"{self.iteration + 1}: see the Ray logs (the run's ray/ folder, or "
-                                      "/tmp/ray/session_latest/logs on a cluster) for why it keeps dying")
-            self.group.foreach_env_runner_async("sample_checked", tag=self.tag, remote_worker_ids=[i],
-                                                kwargs={"iteration": self.iteration,
-                                                        "weights_version": self.weights.version})
+                raise RunnerLostError(
+                    f"env runner {i} was lost {MAX_TRIES} times while sampling iteration "
+                    f"{self.iteration + 1}: see the Ray logs (the run's ray/ folder, or "
+                    "/tmp/ray/session_latest/logs on a cluster) for why it keeps dying"
+                )
+            self.group.foreach_env_runner_async(
+                "sample_checked",
+                tag=self.tag,
+                remote_worker_ids=[i],
+                kwargs={"iteration": self.iteration, "weights_version": self.weights.version},
+            )
             self.asked[i] = time.time()
 
     def _answer(self, worker: int, value: dict[str, Any]) -> None:
         self.asked.pop(worker, None)
         self.dead_since.pop(worker, None)
         if "error" in value:
-            raise RunnerLostError(f"env runner {worker} failed while sampling iteration {self.iteration + 1}:\n"
-                                  f"{value['error']}")
+            raise RunnerLostError(
+                f"env runner {worker} failed while sampling iteration {self.iteration + 1}:\n{value['error']}"
+            )
         if value.get("stale_weights"):  # restarted by Ray since the driver last sent weights
             self.lost[worker] = (time.time(), "stale")
             self._restore([worker])
@@ -176,10 +185,19 @@ class RemoteSample:
             if i not in places:  # lost again, or slow to take the weights: the next look retries
                 continue
             since, cause = self.lost.pop(i)
-            self.recoveries.append(Recovery(iteration=self.iteration, worker_index=i, cause=cause,
-                                            lost_node_id=self.nodes.get(i, ""), node_id=places[i]["node_id"],
-                                            ip=places[i]["ip"], lost_at=since, back_at=time.time(),
-                                            weights_version=self.weights.version))
+            self.recoveries.append(
+                Recovery(
+                    iteration=self.iteration,
+                    worker_index=i,
+                    cause=cause,
+                    lost_node_id=self.nodes.get(i, ""),
+                    node_id=places[i]["node_id"],
+                    ip=places[i]["ip"],
+                    lost_at=since,
+                    back_at=time.time(),
+                    weights_version=self.weights.version,
+                )
+            )
             self.nodes[i] = places[i]["node_id"]
             self._ask([i])
 
@@ -198,17 +216,21 @@ class RemoteSample:
                     raise RunnerLostError(self._not_back(i, now - since))
 
     def _not_back(self, worker: int, waited: float) -> str:
-        return (f"env runner {worker} has not come back {waited:.0f} s after it was lost (iteration "
-                f"{self.iteration + 1}): Ray restarts it on a node with a free CPU (each env runner takes 1) and "
-                "none has one. Add a node (`ray start --address=HEAD:6379` on another machine), or stop and "
-                "continue with fewer runners (resume=true runtime.num_env_runners=N); "
-                "runtime.runner_restart_timeout_s sets this wait")
+        return (
+            f"env runner {worker} has not come back {waited:.0f} s after it was lost (iteration "
+            f"{self.iteration + 1}): Ray restarts it on a node with a free CPU (each env runner takes 1) and "
+            "none has one. Add a node (`ray start --address=HEAD:6379` on another machine), or stop and "
+            "continue with fewer runners (resume=true runtime.num_env_runners=N); "
+            "runtime.runner_restart_timeout_s sets this wait"
+        )
 
 
 def describe_recovery(r: Recovery) -> str:
     """One line on a recovered env runner."""
     moved = "" if r.node_id == r.lost_node_id else f" (was on {r.lost_node_id[:8] or 'an unknown node'})"
     why = "its request failed" if r.cause == "lost" else "Ray had restarted it"
-    return (f"env runner {r.worker_index} lost in iteration {r.iteration + 1} ({why}); back on "
-            f"{r.ip}/{r.node_id[:8]}{moved} after {r.wait_s:.1f} s with weights version {r.weights_version}, "
-            "sampling its share again")
+    return (
+        f"env runner {r.worker_index} lost in iteration {r.iteration + 1} ({why}); back on "
+        f"{r.ip}/{r.node_id[:8]}{moved} after {r.wait_s:.1f} s with weights version {r.weights_version}, "
+        "sampling its share again"
+    )

@@ -36,8 +36,14 @@ def start_ray(runtime: RayRuntime, out: Path) -> bool:
         return True
     ray_dir = short_ray_dir(out / "ray")
     num_cpus = runtime.num_cpus or runtime.num_env_runners + runtime.num_learners + 1
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(ray_dir), log_to_driver=False,
-             runtime_env={"env_vars": env_vars}, configure_logging=False)
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        _temp_dir=str(ray_dir),
+        log_to_driver=False,
+        runtime_env={"env_vars": env_vars},
+        configure_logging=False,
+    )
     return True
 
 
@@ -63,10 +69,12 @@ def check_gpus(runtime: RayRuntime, gpus_per_learner: float) -> None:
     need = gpus_per_learner * max(runtime.num_learners, 1) + runtime.num_gpus_per_env_runner * runtime.num_env_runners
     have = float(ray.cluster_resources().get("GPU", 0.0))
     if need > have + 1e-9:
-        raise GPUShortageError(f"the run asks for {need:g} GPUs (learners {gpus_per_learner:g} x "
-                               f"{max(runtime.num_learners, 1)}, env runners {runtime.num_gpus_per_env_runner:g} x "
-                               f"{runtime.num_env_runners}) but the Ray cluster has {have:g}: lower "
-                               "runtime.num_gpus_per_learner / runtime.num_gpus_per_env_runner, or use device=cpu")
+        raise GPUShortageError(
+            f"the run asks for {need:g} GPUs (learners {gpus_per_learner:g} x "
+            f"{max(runtime.num_learners, 1)}, env runners {runtime.num_gpus_per_env_runner:g} x "
+            f"{runtime.num_env_runners}) but the Ray cluster has {have:g}: lower "
+            "runtime.num_gpus_per_learner / runtime.num_gpus_per_env_runner, or use device=cpu"
+        )
 
 
 def describe_placement(placement: dict[str, Any]) -> str:
@@ -77,6 +85,8 @@ def describe_placement(placement: dict[str, Any]) -> str:
 
     parts = placement["env_runners"] + placement["learners"] + [placement["driver"]]
     nodes = {p["node_id"] for p in parts}
-    return (f"placement on {len(nodes)} Ray node(s): env runners on "
-            f"{', '.join(node(w) for w in placement['env_runners'])}; learners on "
-            f"{', '.join(node(w) for w in placement['learners'])}; driver on {node(placement['driver'])}")
+    return (
+        f"placement on {len(nodes)} Ray node(s): env runners on "
+        f"{', '.join(node(w) for w in placement['env_runners'])}; learners on "
+        f"{', '.join(node(w) for w in placement['learners'])}; driver on {node(placement['driver'])}"
+    )

@@ -48,13 +48,27 @@ def run(cfg: CollectConfig) -> dict[str, Any]:
         raise ValueError(f"unknown suite {cfg.suite!r}; choose one of {choices}")
     out = prepare_run_dir(cfg.out)
     result = collect_suite(
-        cfg.suite, out, episodes_per_task=cfg.episodes_per_task, task_ids=cfg.tasks, num_envs=cfg.num_envs,
-        cameras=cfg.cameras, image_size=cfg.image_size, keep_failures=cfg.keep_failures, seed=cfg.seed,
-        num_threads=cfg.num_threads or None, expert_gain=cfg.expert_gain,
+        cfg.suite,
+        out,
+        episodes_per_task=cfg.episodes_per_task,
+        task_ids=cfg.tasks,
+        num_envs=cfg.num_envs,
+        cameras=cfg.cameras,
+        image_size=cfg.image_size,
+        keep_failures=cfg.keep_failures,
+        seed=cfg.seed,
+        num_threads=cfg.num_threads or None,
+        expert_gain=cfg.expert_gain,
         action_noise=cfg.action_noise,
     )
-    summary = {"suite": cfg.suite, "episodes": result.episodes, "frames": result.frames,
-               "wall_s": round(result.wall_s, 2), "tasks": result.tasks, "machine": machine_info()}
+    summary = {
+        "suite": cfg.suite,
+        "episodes": result.episodes,
+        "frames": result.frames,
+        "wall_s": round(result.wall_s, 2),
+        "tasks": result.tasks,
+        "machine": machine_info(),
+    }
     write_json(out / "summary.json", summary)
     return summary
 
@@ -71,8 +85,10 @@ def main(cfg: Any) -> None:
     low = [t for t in summary["tasks"] if t["episodes"] < config.episodes_per_task]
     print(f"wrote {summary['episodes']} episodes ({summary['frames']} frames) to {config.out}")
     for t in low:
-        print(f"warning: task {t['task']} {t['name']} kept {t['episodes']} episodes "
-              f"(expert success {t['success_rate']:.0%})")
+        print(
+            f"warning: task {t['task']} {t['name']} kept {t['episodes']} episodes "
+            f"(expert success {t['success_rate']:.0%})"
+        )
 
 
 if __name__ == "__main__":

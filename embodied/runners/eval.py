@@ -74,7 +74,9 @@ class EvalConfig:
     merge: str = "replace"  # async: new chunk vs queued actions: replace | keep | blend
     rtc_beta: float = 5.0  # rtc: bound on the guidance weight
     action_steps: Optional[int] = None  # sync: execute the first k actions of each chunk, then replan (default: all)
-    action_offset: int = 0  # sync: skip the first j actions of each chunk (diagnostic: naive async's skip without delay)
+    action_offset: int = (
+        0  # sync: skip the first j actions of each chunk (diagnostic: naive async's skip without delay)
+    )
     videos: str = "failures"  # failures | all | none
     video_max: int = 10  # videos per suite at most
     compare: Optional[str] = None  # a previous run folder or results.json to compare with
@@ -107,8 +109,10 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
     unknown = [s for s in suites if s not in sims.suites.env_names()]
     libero = [s for s in unknown if s in sims.libero.suite_names()]
     if libero:
-        raise EvalError(f"{libero[0]} is a LIBERO-PRO variant: add simulator=robosuite (LIBERO's own env in "
-                        ".venv-libero); our batched simulator runs " + str(sims.suites.env_names()))
+        raise EvalError(
+            f"{libero[0]} is a LIBERO-PRO variant: add simulator=robosuite (LIBERO's own env in "
+            ".venv-libero); our batched simulator runs " + str(sims.suites.env_names())
+        )
     if unknown:
         raise EvalError(f"unknown suite(s) {unknown}; choose from {sims.suites.env_names()}")
     if not 1 <= cfg.episodes <= sims.suites.NUM_INIT_STATES:
@@ -117,8 +121,10 @@ def _resolve(cfg: EvalConfig) -> tuple[list[str], dict[str, list[int]], dict[str
         raise EvalError(f"first_state must be >= 0 (the first initial state of each task), got {cfg.first_state}")
     real = [s for s in suites if sims.suites.is_libero(s)]
     if real and cfg.first_state + cfg.episodes > sims.libero.NUM_STATES:
-        raise EvalError(f"first_state + episodes must stay within real LIBERO's {sims.libero.NUM_STATES} init "
-                        f"states per task ({sims.libero.INIT_IDS}), got {cfg.first_state} + {cfg.episodes}")
+        raise EvalError(
+            f"first_state + episodes must stay within real LIBERO's {sims.libero.NUM_STATES} init "
+            f"states per task ({sims.libero.INIT_IDS}), got {cfg.first_state} + {cfg.episodes}"
+        )
     if cfg.attempts < 1:
         raise EvalError(f"attempts must be >= 1 (episodes per initial state), got {cfg.attempts}")
     if cfg.workers < 1:
@@ -148,9 +154,16 @@ def _latency_config(cfg: EvalConfig) -> Any:
     ``max_delay``, so every suite gets its own)."""
     from embodied.latency import LatencyConfig
 
-    return LatencyConfig(mode=cfg.execution, delay=cfg.delay, delay_source=cfg.delay_source, threshold=cfg.threshold,
-                         merge=cfg.merge, rtc_beta=cfg.rtc_beta, action_steps=cfg.action_steps,
-                         action_offset=cfg.action_offset)
+    return LatencyConfig(
+        mode=cfg.execution,
+        delay=cfg.delay,
+        delay_source=cfg.delay_source,
+        threshold=cfg.threshold,
+        merge=cfg.merge,
+        rtc_beta=cfg.rtc_beta,
+        action_steps=cfg.action_steps,
+        action_offset=cfg.action_offset,
+    )
 
 
 def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
@@ -164,8 +177,9 @@ def _check_latency(cfg: EvalConfig, policy: Any, suite: str) -> None:
         if cfg.execution == "rtc" and policy.family != "flow":
             raise ValueError(f"execution=rtc inpaints flow chunks; this is a {policy.family} policy (use async)")
         if cfg.execution == "aware":
-            with sims.make(sims.suites.backend(suite), suite=suite, num_envs=1, cameras=(),
-                           state_obs=policy.config.state_obs) as env:
+            with sims.make(
+                sims.suites.backend(suite), suite=suite, num_envs=1, cameras=(), state_obs=policy.config.state_obs
+            ) as env:
                 aware_view(env, policy.config.state_dim, policy.chunk_size, lat)
     except ValueError as err:
         raise EvalError(str(err)) from None
@@ -209,8 +223,10 @@ def _check_identity(out: Path, identity: dict[str, Any]) -> None:
         current = json.loads(json.dumps(identity))
         if not same_config(stored, current, EvalConfig):
             diff = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
-            raise EvalError(f"{out} holds an evaluation with a different configuration ({', '.join(diff)}): "
-                            "choose a new out=..., or repeat the original command to resume it")
+            raise EvalError(
+                f"{out} holds an evaluation with a different configuration ({', '.join(diff)}): "
+                "choose a new out=..., or repeat the original command to resume it"
+            )
     else:
         write_json(cfg_path, identity)
 
@@ -246,18 +262,25 @@ def _run_reference(cfg: EvalConfig) -> dict[str, Any]:
         policy = policies.load(ckpt, device="cpu")
         c = policy.config
         if c.state_dim != 8 or c.action_dim != 7:
-            raise EvalError(f"{ckpt} reads a {c.state_dim}-D state and acts in {c.action_dim} dimensions; LIBERO's "
-                            "protocol gives the 8-D state (eef position, axis-angle, gripper) and takes 7-D OSC_POSE "
-                            "actions: evaluate a policy made for LIBERO")
-        agent_info = {"label": f"{policy.family} policy {ckpt}", "family": policy.family, "checkpoint": str(ckpt),
-                      "sha256": sha256_file(ckpt / "model.safetensors"), "config": c.to_dict()}
+            raise EvalError(
+                f"{ckpt} reads a {c.state_dim}-D state and acts in {c.action_dim} dimensions; LIBERO's "
+                "protocol gives the 8-D state (eef position, axis-angle, gripper) and takes 7-D OSC_POSE "
+                "actions: evaluate a policy made for LIBERO"
+            )
+        agent_info = {
+            "label": f"{policy.family} policy {ckpt}",
+            "family": policy.family,
+            "checkpoint": str(ckpt),
+            "sha256": sha256_file(ckpt / "model.safetensors"),
+            "config": c.to_dict(),
+        }
         del policy
     else:
         agent_info = {"label": f"policy server {cfg.server}", "family": "server", "server": cfg.server}
     out = prepare_run_dir(cfg.out)
     identity = {k: v for k, v in asdict(cfg).items() if k not in ("out", "videos", "video_max", "compare", "workers")}
     identity["sha256"] = agent_info.get("sha256")
-    episodes = (len(cfg.tasks) if cfg.tasks is not None else None)
+    episodes = len(cfg.tasks) if cfg.tasks is not None else None
     with tqdm(total=None if episodes is None else episodes * cfg.episodes, desc="eval (robosuite)", unit="ep") as bar:
         try:
             results = run_reference(cfg, out, agent_info, lambda: _check_identity(out, identity), bar)
@@ -284,13 +307,18 @@ def _check_config(cfg: EvalConfig, suites: list[str]) -> dict[str, Any]:
         if ours:
             raise EvalError(f"meshes=full applies to real LIBERO's suites only, not {ours}")
         env_options["render_faces"] = None  # the env's decimation off
-    family = None if cfg.policy is None else (cfg.policy.get("family") if isinstance(cfg.policy, dict)
-                                               else getattr(cfg.policy, "family", None))
+    family = (
+        None
+        if cfg.policy is None
+        else (cfg.policy.get("family") if isinstance(cfg.policy, dict) else getattr(cfg.policy, "family", None))
+    )
     if (cfg.checkpoint is None) == (family is None):
         raise EvalError("give exactly one of checkpoint=PATH (a policy bundle) or policy=expert")
     if family is not None and family != "expert":
-        raise EvalError(f"policy={family}: a model is evaluated from its bundle, checkpoint=PATH; "
-                        "policy=expert runs the scripted experts")
+        raise EvalError(
+            f"policy={family}: a model is evaluated from its bundle, checkpoint=PATH; "
+            "policy=expert runs the scripted experts"
+        )
     return env_options
 
 
@@ -303,13 +331,20 @@ def _load_agent(cfg: EvalConfig, suite: str) -> tuple[Any, dict[str, Any]]:
     else:
         ckpt = Path(cfg.checkpoint)
         policy = policies.load(ckpt, device=cfg.device)
-        info = {"label": f"{policy.family} policy {ckpt}", "family": policy.family, "checkpoint": str(ckpt),
-                "sha256": sha256_file(ckpt / "model.safetensors"), "config": policy.config.to_dict()}
+        info = {
+            "label": f"{policy.family} policy {ckpt}",
+            "family": policy.family,
+            "checkpoint": str(ckpt),
+            "sha256": sha256_file(ckpt / "model.safetensors"),
+            "config": policy.config.to_dict(),
+        }
     _check_latency(cfg, policy, suite)
     if cfg.attempts > 1 and (policy is None or (policy.family == "autoregressive" and cfg.mode == "greedy")):
         what = "the scripted experts are" if policy is None else "a token policy's greedy decoding is"
-        raise EvalError(f"attempts={cfg.attempts}: {what} deterministic, so every attempt repeats the first"
-                        + ("" if policy is None else "; use mode=explore to sample"))
+        raise EvalError(
+            f"attempts={cfg.attempts}: {what} deterministic, so every attempt repeats the first"
+            + ("" if policy is None else "; use mode=explore to sample")
+        )
     return policy, info
 
 
@@ -344,8 +379,15 @@ class _EpisodeLog:
         rel = f"videos/{suite}/{task:02d}_{self.names[suite][task]}_init{init_id:02d}_{'ok' if success else 'fail'}.mp4"
         with VideoWriter(self.out / rel, fps=20.0) as writer:
             for step, views in enumerate(frames):
-                writer.write(annotate_frame(list(views), [instruction, f"{suite} task {task} init {init_id} "
-                                                          f"step {step}/{length} {'success' if success else ''}"]))
+                writer.write(
+                    annotate_frame(
+                        list(views),
+                        [
+                            instruction,
+                            f"{suite} task {task} init {init_id} step {step}/{length} {'success' if success else ''}",
+                        ],
+                    )
+                )
         self.videos.append(rel)
         return self._counts[suite] < cfg.video_max
 
@@ -353,33 +395,71 @@ class _EpisodeLog:
         self._file.close()
 
 
-def _evaluate_suite(cfg: EvalConfig, suite: str, tasks: list[int], policy: Any, env_options: dict[str, Any],
-                    log: _EpisodeLog, bar: Any, stop: _StopOnInterrupt) -> dict[str, Any]:
+def _evaluate_suite(
+    cfg: EvalConfig,
+    suite: str,
+    tasks: list[int],
+    policy: Any,
+    env_options: dict[str, Any],
+    log: _EpisodeLog,
+    bar: Any,
+    stop: _StopOnInterrupt,
+) -> dict[str, Any]:
     """One suite's episodes not in the log yet, in this process or shared out to ``cfg.workers`` processes;
     the harness's stats (env steps, seconds, latency)."""
     from embodied.eval.harness import ExpertAgent, PolicyAgent, plan_waves, run_suite
     from embodied.eval.parallel import WorkerSpec, default_threads, run_suite_parallel
 
     latency = _latency_config(cfg)
-    remaining = len(plan_waves(suite, tasks, cfg.episodes, cfg.num_envs, cfg.first_state, cfg.attempts,
-                               log.records)[3])
+    remaining = len(plan_waves(suite, tasks, cfg.episodes, cfg.num_envs, cfg.first_state, cfg.attempts, log.records)[3])
     workers = min(cfg.workers, remaining)
     if workers > 1:
-        spec = WorkerSpec(suite=suite, tasks=tasks, episodes=cfg.episodes, num_envs=cfg.num_envs,
-                          image_size=cfg.image_size, seed=cfg.seed, attempts=cfg.attempts,
-                          first_state=cfg.first_state, latency=latency, checkpoint=cfg.checkpoint, device=cfg.device,
-                          mode=cfg.mode, rtc_beta=cfg.rtc_beta, videos=cfg.videos, video_max=cfg.video_max,
-                          threads=default_threads(workers), max_steps=cfg.max_steps, env_options=env_options,
-                          done=[r.__dict__ for r in log.records if r.suite == suite])
-        return run_suite_parallel(spec, workers, on_episode=log.record, on_frames=log.film, progress=bar,
-                                  should_stop=stop)
+        spec = WorkerSpec(
+            suite=suite,
+            tasks=tasks,
+            episodes=cfg.episodes,
+            num_envs=cfg.num_envs,
+            image_size=cfg.image_size,
+            seed=cfg.seed,
+            attempts=cfg.attempts,
+            first_state=cfg.first_state,
+            latency=latency,
+            checkpoint=cfg.checkpoint,
+            device=cfg.device,
+            mode=cfg.mode,
+            rtc_beta=cfg.rtc_beta,
+            videos=cfg.videos,
+            video_max=cfg.video_max,
+            threads=default_threads(workers),
+            max_steps=cfg.max_steps,
+            env_options=env_options,
+            done=[r.__dict__ for r in log.records if r.suite == suite],
+        )
+        return run_suite_parallel(
+            spec, workers, on_episode=log.record, on_frames=log.film, progress=bar, should_stop=stop
+        )
     agent = PolicyAgent(policy, cfg.mode, rtc_beta=cfg.rtc_beta) if policy is not None else ExpertAgent(suite)
-    return run_suite(agent, suite, tasks=tasks, episodes=cfg.episodes, num_envs=cfg.num_envs,
-                     image_size=cfg.image_size, seed=cfg.seed, latency=latency, done=log.records[:],
-                     on_episode=log.record, record_frames=cfg.videos != "none", on_frames=log.film, progress=bar,
-                     check=policy.check_env if policy is not None else None, should_stop=stop,
-                     attempts=cfg.attempts, first_state=cfg.first_state, max_steps=cfg.max_steps,
-                     env_options=env_options)
+    return run_suite(
+        agent,
+        suite,
+        tasks=tasks,
+        episodes=cfg.episodes,
+        num_envs=cfg.num_envs,
+        image_size=cfg.image_size,
+        seed=cfg.seed,
+        latency=latency,
+        done=log.records[:],
+        on_episode=log.record,
+        record_frames=cfg.videos != "none",
+        on_frames=log.film,
+        progress=bar,
+        check=policy.check_env if policy is not None else None,
+        should_stop=stop,
+        attempts=cfg.attempts,
+        first_state=cfg.first_state,
+        max_steps=cfg.max_steps,
+        env_options=env_options,
+    )
 
 
 def run(cfg: EvalConfig) -> dict[str, Any]:
@@ -417,10 +497,15 @@ def run(cfg: EvalConfig) -> dict[str, Any]:
         stop.restore()
         log.close()
     results: dict[str, Any] = {
-        "suites": aggregate(log.records, suites, tasks_of, names), "agent": agent_info,
-        "config": {**asdict(cfg), "suites": suites}, "device": cfg.device,
-        "wall_s": round(time.perf_counter() - start, 1), "env_steps": env_steps, "latency": latency_stats,
-        "env_steps_per_s": round(env_steps / seconds, 1) if seconds > 0 else 0.0, "interrupted": interrupted,
+        "suites": aggregate(log.records, suites, tasks_of, names),
+        "agent": agent_info,
+        "config": {**asdict(cfg), "suites": suites},
+        "device": cfg.device,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "env_steps": env_steps,
+        "latency": latency_stats,
+        "env_steps_per_s": round(env_steps / seconds, 1) if seconds > 0 else 0.0,
+        "interrupted": interrupted,
     }
     _write_outputs(out, results, previous)
     return results
@@ -436,13 +521,19 @@ def main(cfg: Any) -> None:
     except (EvalError, CheckpointError, SpecMismatchError, FileNotFoundError) as err:
         raise SystemExit(f"embodied-eval: {err}") from None
     for suite, res in results["suites"].items():
-        print(f"{suite}: {res['success_rate']:.1%} over {res['episodes']} episodes "
-              f"(95% CI [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])"
-              + (f"; pass@1..{len(res['pass_at_k'])}: " + " ".join(f"{p:.0%}" for p in res["pass_at_k"])
-                 if res.get("pass_at_k") else ""))
+        print(
+            f"{suite}: {res['success_rate']:.1%} over {res['episodes']} episodes "
+            f"(95% CI [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}])"
+            + (
+                f"; pass@1..{len(res['pass_at_k'])}: " + " ".join(f"{p:.0%}" for p in res["pass_at_k"])
+                if res.get("pass_at_k")
+                else ""
+            )
+        )
     if results["interrupted"]:
-        print(f"interrupted: finished episodes are kept in {config.out}; run the same command to resume",
-              file=sys.stderr)
+        print(
+            f"interrupted: finished episodes are kept in {config.out}; run the same command to resume", file=sys.stderr
+        )
         raise SystemExit(130)
 
 

@@ -37,13 +37,38 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from embodied.config import hydra_app, register_policy_schemas, store
-from embodied.runners.pipeline_config import (CONTROL_STAGES, STAGES, PipelineConfig, PipelineError,
-                                              PipelineEvalConfig, PipelineRLConfig, PipelineSFTConfig, rl_step_limit)
+from embodied.runners.pipeline_config import (
+    CONTROL_STAGES,
+    STAGES,
+    PipelineConfig,
+    PipelineError,
+    PipelineEvalConfig,
+    PipelineRLConfig,
+    PipelineSFTConfig,
+    rl_step_limit,
+)
 from embodied.runners.pipeline_report import plot_pipeline
-from embodied.runners.pipeline_runs import (CONTROL_COPY_STAGES, INIT_STAGES, MOVED_RL_KEYS, moved_rl_override,
-                                            pipeline_defaults, run_identity, start_from_run, upgrade_config)
-from embodied.runners.pipeline_stages import (PIPELINE_STAGES, plan, rl_against_control, stage_collect, stage_eval, stage_rl, stage_sft,
-                                              task_ids, write_report)
+from embodied.runners.pipeline_runs import (
+    CONTROL_COPY_STAGES,
+    INIT_STAGES,
+    MOVED_RL_KEYS,
+    moved_rl_override,
+    pipeline_defaults,
+    run_identity,
+    start_from_run,
+    upgrade_config,
+)
+from embodied.runners.pipeline_stages import (
+    PIPELINE_STAGES,
+    plan,
+    rl_against_control,
+    stage_collect,
+    stage_eval,
+    stage_rl,
+    stage_sft,
+    task_ids,
+    write_report,
+)
 from embodied.runners.train import runtime_problem
 from embodied.runs import machine_info, prepare_run_dir, same_config, write_json
 
@@ -53,9 +78,9 @@ register_policy_schemas()
 
 def check_config(cfg: PipelineConfig) -> None:
     import sims
-    from embodied.data.collect import check_action_noise
     from embodied.algorithms.batch import TRUNCATION
     from embodied.algorithms.critic import CRITICS
+    from embodied.data.collect import check_action_noise
 
     choices = sims.suites.names() + sims.suites.libero_names()
     if cfg.sim.suite is None or cfg.sim.suite not in choices:
@@ -71,11 +96,15 @@ def check_config(cfg: PipelineConfig) -> None:
         raise PipelineError("video_tasks > 0 needs cameras: set sim.cameras=[agentview,wrist] or video_tasks=0")
     family = cfg.policy.get("family") if isinstance(cfg.policy, dict) else getattr(cfg.policy, "family", None)
     if any(s in cfg.stages for s in ("sft", "rl")) and family != "flow":
-        raise PipelineError(f"the pipeline fine-tunes a flow VLA with Flow-SDE/Flow-Noise: use policy=flow "
-                            f"(got {family}); token VLAs train with embodied-sft + embodied-train algo=ppo|grpo")
+        raise PipelineError(
+            f"the pipeline fine-tunes a flow VLA with Flow-SDE/Flow-Noise: use policy=flow "
+            f"(got {family}); token VLAs train with embodied-sft + embodied-train algo=ppo|grpo"
+        )
     if cfg.rl.algo.name not in ("flow_sde", "flow_sde_full", "flow_noise"):
-        raise PipelineError(f"rl.algo.name={cfg.rl.algo.name!r}: the pipeline's flow VLA trains with "
-                            "algo@rl.algo=flow_sde, flow_sde_full or flow_noise")
+        raise PipelineError(
+            f"rl.algo.name={cfg.rl.algo.name!r}: the pipeline's flow VLA trains with "
+            "algo@rl.algo=flow_sde, flow_sde_full or flow_noise"
+        )
     if cfg.continue_rl and not cfg.init_from:
         raise PipelineError("continue_rl=true carries another run's RL on: name that run with init_from=RUN")
     if cfg.eval.attempts < 1:
@@ -91,18 +120,23 @@ def check_config(cfg: PipelineConfig) -> None:
     if cfg.eval.workers < 1:
         raise PipelineError(f"eval.workers={cfg.eval.workers} must be >= 1 (processes sharing the evaluation)")
     if cfg.eval.heldout_episodes < 0:
-        raise PipelineError(f"eval.heldout_episodes={cfg.eval.heldout_episodes} must be >= 0 (0: no held-out "
-                            "evaluation)")
+        raise PipelineError(
+            f"eval.heldout_episodes={cfg.eval.heldout_episodes} must be >= 0 (0: no held-out evaluation)"
+        )
     runtime = cfg.rl.runtime
     problem = runtime_problem(runtime, "rl.runtime")
     if problem:
         raise PipelineError(problem)
     if runtime.num_env_runners and cfg.rl.num_envs % runtime.num_env_runners:
-        raise PipelineError(f"rl.num_envs={cfg.rl.num_envs} is split evenly between rl.runtime.num_env_runners="
-                            f"{runtime.num_env_runners}: choose a runner count that divides it")
+        raise PipelineError(
+            f"rl.num_envs={cfg.rl.num_envs} is split evenly between rl.runtime.num_env_runners="
+            f"{runtime.num_env_runners}: choose a runner count that divides it"
+        )
     if not 0 <= cfg.rl.algo.critic_warmup < cfg.rl.iterations:
-        raise PipelineError(f"rl.algo.critic_warmup={cfg.rl.algo.critic_warmup} must lie in 0..rl.iterations-1 "
-                            f"({cfg.rl.iterations - 1}): the actor learns after the warm-up")
+        raise PipelineError(
+            f"rl.algo.critic_warmup={cfg.rl.algo.critic_warmup} must lie in 0..rl.iterations-1 "
+            f"({cfg.rl.iterations - 1}): the actor learns after the warm-up"
+        )
     task_ids(cfg)
 
 
@@ -152,15 +186,24 @@ def open_run(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
             raise PipelineError(f"init_from={cfg.init_from} is this run's own folder: name another run")
         results = {"config": config, **start_from_run(source, out, config, cfg.continue_rl)}
         rl_from = results["init_from"].get("rl_from_iteration")
-        print(f"[pipeline] {', '.join(results['stages_done'])}: copied from {source}"
-              + (f"; RL carried on from its iteration {rl_from}" if rl_from is not None else ""), flush=True)
+        print(
+            f"[pipeline] {', '.join(results['stages_done'])}: copied from {source}"
+            + (f"; RL carried on from its iteration {rl_from}" if rl_from is not None else ""),
+            flush=True,
+        )
         write_json(path, results)  # a run killed from here on resumes instead of copying again
     done = results.get("stages_done", [])
     stored = results.get("config")
-    if done and not same_config(run_identity(upgrade_config(stored)) if stored else None, run_identity(config),
-                                PipelineConfig, pipeline_defaults(config)):
-        raise PipelineError(f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
-                            "repeat the original command to resume it")
+    if done and not same_config(
+        run_identity(upgrade_config(stored)) if stored else None,
+        run_identity(config),
+        PipelineConfig,
+        pipeline_defaults(config),
+    ):
+        raise PipelineError(
+            f"{out} holds a pipeline run with another configuration: choose a new out=..., or "
+            "repeat the original command to resume it"
+        )
     results.update(config=config, tasks=task_ids(cfg), stages_done=done)
     results.setdefault("stage_seconds", {})
     return results
@@ -168,12 +211,11 @@ def open_run(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
 
 @hydra_app("embodied-pipeline", "pipeline", moved=(MOVED_RL_KEYS, moved_rl_override))
 def main(cfg: Any) -> None:
-    from policies import CheckpointError, SpecMismatchError
+    import torch
 
     from embodied.runners.eval import EvalError
     from embodied.runners.train import TrainError
-
-    import torch
+    from policies import CheckpointError, SpecMismatchError
 
     # one torch thread unless told otherwise: the thread count changes the order of floating-point sums,
     # so the same job on a machine with another number of cores would train another SFT policy
@@ -191,10 +233,14 @@ def main(cfg: Any) -> None:
             parts.append(f"{label} {r['success_rate']:.1%} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
     paired = (results.get("eval_rl", {}).get("comparison") or {}).get("paired")
     if paired:
-        parts.append(f"RL - SFT {paired['difference']:+.1%} [{paired['ci95'][0]:+.3f}, {paired['ci95'][1]:+.3f}] "
-                     f"paired over {paired['states']} states")
-    print(f"{'; '.join(p for p in parts if p)} on {config.sim.suite} {results['tasks']}; "
-          f"report: {Path(config.out) / 'report.md'}")
+        parts.append(
+            f"RL - SFT {paired['difference']:+.1%} [{paired['ci95'][0]:+.3f}, {paired['ci95'][1]:+.3f}] "
+            f"paired over {paired['states']} states"
+        )
+    print(
+        f"{'; '.join(p for p in parts if p)} on {config.sim.suite} {results['tasks']}; "
+        f"report: {Path(config.out) / 'report.md'}"
+    )
 
 
 if __name__ == "__main__":
@@ -202,8 +248,30 @@ if __name__ == "__main__":
 
 
 #: the pipeline's public names, several defined in the modules the stages, the report and the run folders live in
-__all__ = ["CONTROL_COPY_STAGES", "CONTROL_STAGES", "INIT_STAGES", "MOVED_RL_KEYS", "PIPELINE_STAGES", "STAGES",
-           "PipelineConfig", "PipelineError", "PipelineEvalConfig", "PipelineRLConfig", "PipelineSFTConfig",
-           "rl_step_limit", "check_config", "main", "moved_rl_override", "open_run", "plan",
-           "run", "run_identity", "stage_collect", "stage_eval", "stage_rl", "stage_sft", "upgrade_config",
-           "write_report"]
+__all__ = [
+    "CONTROL_COPY_STAGES",
+    "CONTROL_STAGES",
+    "INIT_STAGES",
+    "MOVED_RL_KEYS",
+    "PIPELINE_STAGES",
+    "STAGES",
+    "PipelineConfig",
+    "PipelineError",
+    "PipelineEvalConfig",
+    "PipelineRLConfig",
+    "PipelineSFTConfig",
+    "rl_step_limit",
+    "check_config",
+    "main",
+    "moved_rl_override",
+    "open_run",
+    "plan",
+    "run",
+    "run_identity",
+    "stage_collect",
+    "stage_eval",
+    "stage_rl",
+    "stage_sft",
+    "upgrade_config",
+    "write_report",
+]

@@ -50,7 +50,9 @@ class PipelineRLConfig:
     # runners use both cores of a laptop while the learner waits)
     num_envs: int = TrainConfig.num_envs
     chunks_per_iter: int = TrainConfig.chunks_per_iter  # chunks per env per iteration
-    max_episode_steps: Optional[int] = TrainConfig.max_episode_steps  # training step limit (evaluation keeps the task's)
+    max_episode_steps: Optional[int] = (
+        TrainConfig.max_episode_steps
+    )  # training step limit (evaluation keeps the task's)
     truncation: str = TrainConfig.truncation  # an episode ended by that limit: fail | bootstrap (see embodied-train)
     reward_type: str = TrainConfig.reward_type
     save_every: int = TrainConfig.save_every
@@ -116,7 +118,9 @@ class PipelineConfig:
     seed: int = 0
     episodes_per_task: int = 20  # demonstrations per task
     expert_gain: float = 1.0  # experts command this share of the remaining error per step (<1: smoother chunks)
-    action_noise: float = 0.0  # DART: std of noise on the experts' executed arm actions (their clean action is recorded)
+    action_noise: float = (
+        0.0  # DART: std of noise on the experts' executed arm actions (their clean action is recorded)
+    )
     video_tasks: int = 3  # first demonstration of this many tasks goes into videos/collect.mp4
     sft: PipelineSFTConfig = field(default_factory=PipelineSFTConfig)
     rl: PipelineRLConfig = field(default_factory=PipelineRLConfig)

@@ -18,23 +18,35 @@ def origin_section(results: dict[str, Any]) -> list[str]:
     lines = [f"# Pipeline run: suite `{cfg['sim']['suite']}`, tasks {results.get('tasks')}", ""]
     start = results.get("init_from")
     if start:
-        lines += [f"Stages {', '.join(start['stages'])} were copied from the run `{start['run']}` "
-                  "(`init_from=`: the same configuration except `rl.*`); their figures and times are that run's."]
+        lines += [
+            f"Stages {', '.join(start['stages'])} were copied from the run `{start['run']}` "
+            "(`init_from=`: the same configuration except `rl.*`); their figures and times are that run's."
+        ]
         if start.get("rl_from_iteration") is not None:
-            lines += [f"RL carried that run's RL on from its iteration {start['rl_from_iteration']} "
-                      "(`continue_rl=true`: its checkpoint and metrics, then this run's `rl.*` settings)."]
+            lines += [
+                f"RL carried that run's RL on from its iteration {start['rl_from_iteration']} "
+                "(`continue_rl=true`: its checkpoint and metrics, then this run's `rl.*` settings)."
+            ]
         lines += [""]
     return lines
 
 
 def collect_section(c: dict[str, Any]) -> list[str]:
-    lines = ["## 1. Demonstrations from the scripted experts", "",
-             f"{c['episodes']} episodes, {c['frames']} frames in {c['wall_s']:.1f} s "
-             f"({c['frames_per_s']:.0f} frames/s with rendering), dataset `{c['dataset']}` (LeRobot v3.0 layout). "
-             f"Mean expert success: **{c['expert_success_rate']:.1%}**.", "",
-             "| task | instruction | success | attempts | kept |", "|---|---|---|---|---|"]
-    lines += [f"| {t['task']} {t['name']} | {t['instruction']} | {t['success_rate']:.0%} | {t['attempts']} | "
-              f"{t['episodes']} |" for t in c["tasks"]]
+    lines = [
+        "## 1. Demonstrations from the scripted experts",
+        "",
+        f"{c['episodes']} episodes, {c['frames']} frames in {c['wall_s']:.1f} s "
+        f"({c['frames_per_s']:.0f} frames/s with rendering), dataset `{c['dataset']}` (LeRobot v3.0 layout). "
+        f"Mean expert success: **{c['expert_success_rate']:.1%}**.",
+        "",
+        "| task | instruction | success | attempts | kept |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {t['task']} {t['name']} | {t['instruction']} | {t['success_rate']:.0%} | {t['attempts']} | "
+        f"{t['episodes']} |"
+        for t in c["tasks"]
+    ]
     lines.append("")
     if c["video"]:
         lines += [f"Video: [{c['video']}]({c['video']}) ({c['video_frames']} frames)", ""]
@@ -42,41 +54,63 @@ def collect_section(c: dict[str, Any]) -> list[str]:
 
 
 def sft_section(s: dict[str, Any]) -> list[str]:
-    return ["## 2. Supervised fine-tuning", "",
-            f"{s['family']} VLA ({s['parameters']:,} parameters), {s['steps']} steps on {s['episodes']} "
-            f"demonstrations ({s['samples']} chunks) in {s['train_seconds']:.0f} s, final loss "
-            f"{s['final_loss']:.4f}; bundle `{s['checkpoint']}`.", ""]
+    return [
+        "## 2. Supervised fine-tuning",
+        "",
+        f"{s['family']} VLA ({s['parameters']:,} parameters), {s['steps']} steps on {s['episodes']} "
+        f"demonstrations ({s['samples']} chunks) in {s['train_seconds']:.0f} s, final loss "
+        f"{s['final_loss']:.4f}; bundle `{s['checkpoint']}`.",
+        "",
+    ]
 
 
 def _init_states_text(rl: dict[str, Any], suite: str) -> str:
     if rl.get("init_states") == "protocol":
-        return (" Trained on the evaluation's own 50 initial states per task (rl.init_states=protocol): "
-                "the evaluation below scores states RL has seen.")
+        return (
+            " Trained on the evaluation's own 50 initial states per task (rl.init_states=protocol): "
+            "the evaluation below scores states RL has seen."
+        )
     if suite.startswith("libero_"):
-        return (" Trained on LIBERO's states 25..49 (rl.init_states=random): the protocol's evaluation below "
-                "includes them, the held-out one (states 50..99, sampled by LIBERO's placement initializer) "
-                "does not.")
-    return (" Trained on other initial states than the evaluation's (rl.init_states=random): the "
-            "evaluation below is held out.")
+        return (
+            " Trained on LIBERO's states 25..49 (rl.init_states=random): the protocol's evaluation below "
+            "includes them, the held-out one (states 50..99, sampled by LIBERO's placement initializer) "
+            "does not."
+        )
+    return (
+        " Trained on other initial states than the evaluation's (rl.init_states=random): the "
+        "evaluation below is held out."
+    )
 
 
 def rl_section(rl: dict[str, Any], suite: str) -> list[str]:
     split = rl.get("time_split_s") or {}
-    lines = ["## 3. Online RL", "",
-             f"{rl['algo']} for {rl['iterations']} iterations: {rl['env_steps']:,} env steps in {rl['wall_s']:.0f} s "
-             f"({rl['env_steps_per_s']} env-steps/s in the training loop)."
-             + (f" Time split: the sampler spent {split['sim_s']:.0f} s simulating and {split['inference_s']:.0f} s "
-                f"in inference, the learner {split['learn_s']:.0f} s; the driver waited {split['wait_s']:.0f} s "
-                "for samples (the sampling that learning did not hide)." if split else "")
-             + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`." + _init_states_text(rl, suite), ""]
+    lines = [
+        "## 3. Online RL",
+        "",
+        f"{rl['algo']} for {rl['iterations']} iterations: {rl['env_steps']:,} env steps in {rl['wall_s']:.0f} s "
+        f"({rl['env_steps_per_s']} env-steps/s in the training loop)."
+        + (
+            f" Time split: the sampler spent {split['sim_s']:.0f} s simulating and {split['inference_s']:.0f} s "
+            f"in inference, the learner {split['learn_s']:.0f} s; the driver waited {split['wait_s']:.0f} s "
+            "for samples (the sampling that learning did not hide)."
+            if split
+            else ""
+        )
+        + f" Metrics `{rl['metrics']}`, bundle `{rl['checkpoint']}`."
+        + _init_states_text(rl, suite),
+        "",
+    ]
     u = rl.get("updates") or {}
     if u:
-        lines += [f"Updates (medians over the {u['actor_iterations']} iterations that trained the actor): approx KL "
-                  f"at the first minibatch {u.get('approx_kl_first', 0):.4f} (mean over all "
-                  f"{u.get('approx_kl', 0):.4f}), clip fraction {u.get('clip_fraction_first', 0):.2f} first / "
-                  f"{u.get('clip_fraction', 0):.2f} all, explained variance {u.get('explained_variance', 0):.2f}, "
-                  f"advantage std {u.get('advantage_std', 0):.3f}; largest policy lag {u['policy_lag_max']:.0f}, "
-                  f"{u['kl_stops']} early stops at the KL target.", ""]
+        lines += [
+            f"Updates (medians over the {u['actor_iterations']} iterations that trained the actor): approx KL "
+            f"at the first minibatch {u.get('approx_kl_first', 0):.4f} (mean over all "
+            f"{u.get('approx_kl', 0):.4f}), clip fraction {u.get('clip_fraction_first', 0):.2f} first / "
+            f"{u.get('clip_fraction', 0):.2f} all, explained variance {u.get('explained_variance', 0):.2f}, "
+            f"advantage std {u.get('advantage_std', 0):.3f}; largest policy lag {u['policy_lag_max']:.0f}, "
+            f"{u['kl_stops']} early stops at the KL target.",
+            "",
+        ]
     return lines
 
 
@@ -86,22 +120,41 @@ def protocol_section(results: dict[str, Any]) -> list[str]:
     cfg = results["config"]
     before, after = results.get("eval_sft"), results.get("eval_rl")
     attempts = cfg["eval"].get("attempts", 1)
-    lines = ["## 4. Evaluation on the fixed protocol", "",
-             f"{cfg['eval']['episodes']} fixed initial states per task"
-             + (f", {attempts} episodes each with other sampling noise (the first is the protocol's)"
-                if attempts > 1 else "")
-             + ", greedy policy, the task's own step limit.",
-             "", "![pipeline](plots/pipeline.png)", "",
-             "| policy | success | episodes | 95% CI |", "|---|---|---|---|"]
-    lines += [f"| {label} | **{res['success_rate']:.1%}** | {res['episodes']} | [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] |"
-              for label, res in (("SFT", before), ("SFT + RL", after)) if res]
+    lines = [
+        "## 4. Evaluation on the fixed protocol",
+        "",
+        f"{cfg['eval']['episodes']} fixed initial states per task"
+        + (
+            f", {attempts} episodes each with other sampling noise (the first is the protocol's)"
+            if attempts > 1
+            else ""
+        )
+        + ", greedy policy, the task's own step limit.",
+        "",
+        "![pipeline](plots/pipeline.png)",
+        "",
+        "| policy | success | episodes | 95% CI |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {label} | **{res['success_rate']:.1%}** | {res['episodes']} | [{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] |"
+        for label, res in (("SFT", before), ("SFT + RL", after))
+        if res
+    ]
     lines.append("")
-    curves = [(label, res["pass_at_k"]) for label, res in (("SFT", before), ("SFT + RL", after))
-              if res and res.get("pass_at_k")]
+    curves = [
+        (label, res["pass_at_k"])
+        for label, res in (("SFT", before), ("SFT + RL", after))
+        if res and res.get("pass_at_k")
+    ]
     if curves:
-        lines += ["The table is each state's first episode (the protocol's). Over every attempt, pass@1..K "
-                  "(the chance that one of k attempts at a state succeeds): "
-                  + "; ".join(f"{label} " + ", ".join(f"{p:.0%}" for p in c) for label, c in curves) + ".", ""]
+        lines += [
+            "The table is each state's first episode (the protocol's). Over every attempt, pass@1..K "
+            "(the chance that one of k attempts at a state succeeds): "
+            + "; ".join(f"{label} " + ", ".join(f"{p:.0%}" for p in c) for label, c in curves)
+            + ".",
+            "",
+        ]
     if before and after:
         lines += rl_minus_sft(before, after, attempts)
     return lines + control_lines(results)
@@ -113,22 +166,32 @@ def rl_minus_sft(before: dict[str, Any], after: dict[str, Any], attempts: int) -
     from embodied.eval.stats import difference_interval
 
     d, lo, hi = difference_interval(after["successes"], after["episodes"], before["successes"], before["episodes"])
-    lines = [f"RL - SFT: **{d:+.1%}**, 95% interval [{lo:+.3f}, {hi:+.3f}] (Newcombe)"
-             + (" - the interval excludes 0." if lo > 0 or hi < 0 else "."), ""]
+    lines = [
+        f"RL - SFT: **{d:+.1%}**, 95% interval [{lo:+.3f}, {hi:+.3f}] (Newcombe)"
+        + (" - the interval excludes 0." if lo > 0 or hi < 0 else "."),
+        "",
+    ]
     cmp = after.get("comparison") or {}
     paired = cmp.get("paired")
     if paired:
-        lines += [f"Paired over the {paired['states']} initial states ({attempts} episode"
-                  f"{'s' if attempts > 1 else ''} per state and policy, every attempt counted), RL - SFT: "
-                  f"{paired_text(paired, 'SFT ', 'SFT + RL ')}.", ""]
+        lines += [
+            f"Paired over the {paired['states']} initial states ({attempts} episode"
+            f"{'s' if attempts > 1 else ''} per state and policy, every attempt counted), RL - SFT: "
+            f"{paired_text(paired, 'SFT ', 'SFT + RL ')}.",
+            "",
+        ]
     if cmp.get("tasks"):
-        lines += ["| task | SFT | SFT + RL | difference | 95% CI | paired difference | 95% CI |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "| task | SFT | SFT + RL | difference | 95% CI | paired difference | 95% CI |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in cmp["tasks"]:
             pr = r.get("paired")
             cells = f"{pr['difference']:+.1%} | [{pr['ci95'][0]:+.2f}, {pr['ci95'][1]:+.2f}]" if pr else "- | -"
-            lines.append(f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%} | "
-                         f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] | {cells} |")
+            lines.append(
+                f"| {r['name']} | {r['before']:.0%} | {r['now']:.0%} | {r['difference']:+.0%} | "
+                f"[{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}] | {cells} |"
+            )
         lines.append("")
     return lines
 
@@ -143,15 +206,23 @@ def control_lines(results: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     ran = (results.get("rl_control") or {}).get("iterations")
     if ran is not None and ran != (results.get("rl") or {}).get("iterations"):
-        lines += [f"The control ran {ran} iterations (its actor frozen, the same policy at any count; "
-                  "copied with `continue_rl=true`)."]
-    lines += [f"Frozen-actor control (the same RL run with algo.lr=0): **{control['success_rate']:.1%}** "
-              f"[{control['ci95'][0]:.2f}, {control['ci95'][1]:.2f}]"
-              + (", pass@1..K " + ", ".join(f"{p:.0%}" for p in control["pass_at_k"])
-                 if control.get("pass_at_k") else "") + ".", ""]
+        lines += [
+            f"The control ran {ran} iterations (its actor frozen, the same policy at any count; "
+            "copied with `continue_rl=true`)."
+        ]
+    lines += [
+        f"Frozen-actor control (the same RL run with algo.lr=0): **{control['success_rate']:.1%}** "
+        f"[{control['ci95'][0]:.2f}, {control['ci95'][1]:.2f}]"
+        + (", pass@1..K " + ", ".join(f"{p:.0%}" for p in control["pass_at_k"]) if control.get("pass_at_k") else "")
+        + ".",
+        "",
+    ]
     if vs.get("paired"):
-        lines += [f"Paired over the {vs['paired']['states']} initial states, RL - control: "
-                  f"{paired_text(vs['paired'], 'control ', 'SFT + RL ')}.", ""]
+        lines += [
+            f"Paired over the {vs['paired']['states']} initial states, RL - control: "
+            f"{paired_text(vs['paired'], 'control ', 'SFT + RL ')}.",
+            "",
+        ]
     return lines
 
 
@@ -159,28 +230,47 @@ def heldout_section(results: dict[str, Any]) -> list[str]:
     """Report lines on the held-out states (states neither the demonstrations nor RL started from)."""
     from embodied.eval.report import paired_text
 
-    rows = [(label, results.get(key)) for label, key in (("SFT", "eval_sft_heldout"), ("SFT + RL", "eval_rl_heldout"),
-                                                         ("frozen control", "eval_control_heldout"))]
+    rows = [
+        (label, results.get(key))
+        for label, key in (
+            ("SFT", "eval_sft_heldout"),
+            ("SFT + RL", "eval_rl_heldout"),
+            ("frozen control", "eval_control_heldout"),
+        )
+    ]
     rows = [(label, res) for label, res in rows if res]
     if not rows:
         return []
-    lines = ["### Held-out initial states", "",
-             "The same policies on initial states neither the demonstrations nor RL started from "
-             "(`sims.suites.heldout_states`):", "",
-             "| policy | success | episodes | 95% CI | pass@1..K |", "|---|---|---|---|---|"]
+    lines = [
+        "### Held-out initial states",
+        "",
+        "The same policies on initial states neither the demonstrations nor RL started from "
+        "(`sims.suites.heldout_states`):",
+        "",
+        "| policy | success | episodes | 95% CI | pass@1..K |",
+        "|---|---|---|---|---|",
+    ]
     for label, res in rows:
         passk = ", ".join(f"{p:.0%}" for p in res["pass_at_k"]) if res.get("pass_at_k") else "-"
-        lines.append(f"| {label} | **{res['success_rate']:.1%}** | {res['episodes']} | "
-                     f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] | {passk} |")
+        lines.append(
+            f"| {label} | **{res['success_rate']:.1%}** | {res['episodes']} | "
+            f"[{res['ci95'][0]:.2f}, {res['ci95'][1]:.2f}] | {passk} |"
+        )
     lines.append("")
     paired = ((results.get("eval_rl_heldout") or {}).get("comparison") or {}).get("paired")
     if paired:
-        lines += [f"Paired over the {paired['states']} held-out states, RL - SFT: "
-                  f"{paired_text(paired, 'SFT ', 'SFT + RL ')}.", ""]
+        lines += [
+            f"Paired over the {paired['states']} held-out states, RL - SFT: "
+            f"{paired_text(paired, 'SFT ', 'SFT + RL ')}.",
+            "",
+        ]
     vs = (results.get("rl_vs_control_heldout") or {}).get("paired")
     if vs:
-        lines += [f"Paired over the {vs['states']} held-out states, RL - control: "
-                  f"{paired_text(vs, 'control ', 'SFT + RL ')}.", ""]
+        lines += [
+            f"Paired over the {vs['states']} held-out states, RL - control: "
+            f"{paired_text(vs, 'control ', 'SFT + RL ')}.",
+            "",
+        ]
     return lines
 
 
@@ -193,8 +283,12 @@ def time_section(results: dict[str, Any]) -> list[str]:
     lines = ["## Time", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in results.get("stage_seconds", {}).items()]
     m = results["machine"]
-    return lines + ["", f"Machine: {m['platform']}, {cpu_summary(m)}, torch {m['torch']}, numpy {m.get('numpy')}, "
-                    f"mujoco {m['mujoco']}, GL {m['mujoco_gl']}", ""]
+    return lines + [
+        "",
+        f"Machine: {m['platform']}, {cpu_summary(m)}, torch {m['torch']}, numpy {m.get('numpy')}, "
+        f"mujoco {m['mujoco']}, GL {m['mujoco_gl']}",
+        "",
+    ]
 
 
 def plot_pipeline(results: dict[str, Any], out: Path) -> Path | None:
@@ -218,8 +312,15 @@ def plot_pipeline(results: dict[str, Any], out: Path) -> Path | None:
         rows = res["tasks"]
         rates = np.array([t["success_rate"] for t in rows])
         err = [rates - np.array([t["ci95"][0] for t in rows]), np.array([t["ci95"][1] for t in rows]) - rates]
-        ax.bar(np.arange(len(rows)) + shift, rates, width, yerr=err, capsize=3, color=color,
-               label=f"{label}: {res['success_rate']:.0%}")
+        ax.bar(
+            np.arange(len(rows)) + shift,
+            rates,
+            width,
+            yerr=err,
+            capsize=3,
+            color=color,
+            label=f"{label}: {res['success_rate']:.0%}",
+        )
         ax.set_xticks(np.arange(len(rows)))
         ax.set_xticklabels([t["name"].replace("_", " ")[:22] for t in rows], rotation=15, fontsize=8)
     ax.set_ylim(0, 1.05)
@@ -237,7 +338,7 @@ def plot_pipeline(results: dict[str, Any], out: Path) -> Path | None:
             k = min(10, len(succ))
             smooth = np.convolve(succ, np.ones(k) / k, mode="valid")
             ax.plot(steps, succ, color="#c6dbef", label="per iteration")
-            ax.plot(steps[k - 1:], smooth, color="#08519c", label=f"mean of {k}")
+            ax.plot(steps[k - 1 :], smooth, color="#08519c", label=f"mean of {k}")
             ax.set_xlabel("env steps")
             ax.set_ylabel("training success (exploring)")
             ax.set_ylim(0, 1.05)

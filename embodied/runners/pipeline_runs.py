@@ -13,19 +13,31 @@ from embodied.runners.train import AlgoConfig, RuntimeConfig
 from embodied.runs import config_differences, without_added_defaults
 
 #: the stages ``init_from=`` copies (everything before RL), and the folders each wrote in the run folder
-INIT_STAGES = {"collect": ("data", "videos/collect.mp4"), "sft": ("sft",), "eval_sft": ("eval_sft",),
-               "eval_sft_heldout": ("eval_sft_heldout",)}
+INIT_STAGES = {
+    "collect": ("data", "videos/collect.mp4"),
+    "sft": ("sft",),
+    "eval_sft": ("eval_sft",),
+    "eval_sft_heldout": ("eval_sft_heldout",),
+}
 #: what ``continue_rl=true`` copies besides: the frozen-actor control (its policy and metrics, not its Ray
 #: session) and its evaluations. Its actor never moves (``algo.lr=0``): its policy is the same at any count
-CONTROL_COPY_STAGES = {"rl_control": ("rl_control/checkpoint/policy", "rl_control/metrics.csv", "rl_control/train.json"),
-                       "eval_control": ("eval_control",), "eval_control_heldout": ("eval_control_heldout",)}
+CONTROL_COPY_STAGES = {
+    "rl_control": ("rl_control/checkpoint/policy", "rl_control/metrics.csv", "rl_control/train.json"),
+    "eval_control": ("eval_control",),
+    "eval_control_heldout": ("eval_control_heldout",),
+}
 
 
 #: ``rl.*`` keys of the layout before ``rl.algo`` / ``rl.runtime`` were embodied-train's groups, and where
 #: each went; the old keys still work for one release, with a deprecation message
-MOVED_RL_KEYS = {"rl.lr": "rl.algo.lr", "rl.critic_warmup": "rl.algo.critic_warmup", "rl.critic": "rl.algo.critic",
-                 "rl.overlap": "rl.runtime.overlap", "rl.env_runners": "rl.runtime.num_env_runners",
-                 "rl.algo": "algo@rl.algo"}
+MOVED_RL_KEYS = {
+    "rl.lr": "rl.algo.lr",
+    "rl.critic_warmup": "rl.algo.critic_warmup",
+    "rl.critic": "rl.algo.critic",
+    "rl.overlap": "rl.runtime.overlap",
+    "rl.env_runners": "rl.runtime.num_env_runners",
+    "rl.algo": "algo@rl.algo",
+}
 
 
 def moved_rl_override(key: str, value: str) -> list[str]:
@@ -45,12 +57,16 @@ def upgrade_config(c: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(rl, dict) or isinstance(rl.get("algo"), dict):
         return c
     rl = dict(rl)
-    algo = AlgoConfig(name=rl.pop("algo", AlgoConfig.name), lr=rl.pop("lr", AlgoConfig.lr),
-                      critic_warmup=rl.pop("critic_warmup", AlgoConfig.critic_warmup),
-                      critic=rl.pop("critic", AlgoConfig.critic))
+    algo = AlgoConfig(
+        name=rl.pop("algo", AlgoConfig.name),
+        lr=rl.pop("lr", AlgoConfig.lr),
+        critic_warmup=rl.pop("critic_warmup", AlgoConfig.critic_warmup),
+        critic=rl.pop("critic", AlgoConfig.critic),
+    )
     runners = rl.pop("env_runners", 0)
-    runtime = RuntimeConfig(name="cluster" if runners else "local", num_env_runners=runners,
-                            overlap=rl.pop("overlap", False))
+    runtime = RuntimeConfig(
+        name="cluster" if runners else "local", num_env_runners=runners, overlap=rl.pop("overlap", False)
+    )
     return {**c, "rl": {"algo": asdict(algo), "runtime": asdict(runtime), **rl}}
 
 
@@ -100,8 +116,10 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl:
     mine = without_added_defaults(stored, before_rl(config), pipeline_defaults(config))
     diff = config_differences(stored, mine)
     if diff:
-        raise PipelineError(f"init_from={source}: that run's configuration differs from this one in "
-                            f"{', '.join(diff)}; only rl.*, out and stages may differ")
+        raise PipelineError(
+            f"init_from={source}: that run's configuration differs from this one in "
+            f"{', '.join(diff)}; only rl.*, out and stages may differ"
+        )
     copied = [s for s in INIT_STAGES if s in theirs.get("stages_done", [])]
     if not copied:
         raise PipelineError(f"init_from={source}: that run finished none of {list(INIT_STAGES)}")
@@ -123,8 +141,12 @@ def start_from_run(source: Path, out: Path, config: dict[str, Any], continue_rl:
         shutil.copytree(checkpoint, out / "rl" / "checkpoint")
         shutil.copy2(source / "rl" / "metrics.csv", out / "rl" / "metrics.csv")
     seconds = theirs.get("stage_seconds", {})
-    return {**{s: theirs[s] for s in copied if s in theirs}, "stages_done": copied,
-            "stage_seconds": {s: seconds[s] for s in copied if s in seconds}, "init_from": start}
+    return {
+        **{s: theirs[s] for s in copied if s in theirs},
+        "stages_done": copied,
+        "stage_seconds": {s: seconds[s] for s in copied if s in seconds},
+        "init_from": start,
+    }
 
 
 def _rl_to_continue(source: Path, iterations: int) -> tuple[Path, int]:
@@ -134,10 +156,14 @@ def _rl_to_continue(source: Path, iterations: int) -> tuple[Path, int]:
 
     checkpoint = resumable(source / "rl")
     if checkpoint is None or not (source / "rl" / "metrics.csv").is_file():
-        raise PipelineError(f"init_from={source} continue_rl=true: that run holds no RL checkpoint to carry on "
-                            f"({source / 'rl' / 'checkpoint'})")
+        raise PipelineError(
+            f"init_from={source} continue_rl=true: that run holds no RL checkpoint to carry on "
+            f"({source / 'rl' / 'checkpoint'})"
+        )
     step = saved_step(checkpoint / "train_state")
     if step >= iterations:
-        raise PipelineError(f"init_from={source} continue_rl=true: its RL is at iteration {step} already; "
-                            f"set rl.iterations above {step}")
+        raise PipelineError(
+            f"init_from={source} continue_rl=true: its RL is at iteration {step} already; "
+            f"set rl.iterations above {step}"
+        )
     return checkpoint, step

@@ -19,6 +19,7 @@ from embodied.runners.pipeline_config import CONTROL_STAGES, PipelineConfig, Pip
 from embodied.video import VideoWriter, annotate_frame, count_frames
 from sims.registry import Registry
 
+
 def task_ids(cfg: PipelineConfig) -> list[int]:
     """The run's tasks (``cfg.tasks``, default all of the suite's), checked against the suite."""
     import sims
@@ -105,13 +106,30 @@ def _evaluation(name: str, policy: str, needs: str) -> tuple[Evaluation, Evaluat
     return (Evaluation(name, (needs,), policy=policy), Evaluation(f"{name}_heldout", (needs,), policy=policy, of=name))
 
 
-_SFT_EVAL, _RL_EVAL, _CONTROL_EVAL = (_evaluation("eval_sft", "sft/ckpt", "sft"),
-                                      _evaluation("eval_rl", "rl/checkpoint/policy", "rl"),
-                                      _evaluation("eval_control", "rl_control/checkpoint/policy", "rl_control"))
+_SFT_EVAL, _RL_EVAL, _CONTROL_EVAL = (
+    _evaluation("eval_sft", "sft/ckpt", "sft"),
+    _evaluation("eval_rl", "rl/checkpoint/policy", "rl"),
+    _evaluation("eval_control", "rl_control/checkpoint/policy", "rl_control"),
+)
 #: every stage by name, in report order
-PIPELINE_STAGES: Registry[Stage] = Registry("pipeline stage", {s.name: s for s in (
-    Collect("collect"), SFT("sft", ("collect",)), RL("rl", ("sft",)), RL("rl_control", ("sft",), control=True),
-    _SFT_EVAL[0], _RL_EVAL[0], _CONTROL_EVAL[0], _SFT_EVAL[1], _RL_EVAL[1], _CONTROL_EVAL[1])})
+PIPELINE_STAGES: Registry[Stage] = Registry(
+    "pipeline stage",
+    {
+        s.name: s
+        for s in (
+            Collect("collect"),
+            SFT("sft", ("collect",)),
+            RL("rl", ("sft",)),
+            RL("rl_control", ("sft",), control=True),
+            _SFT_EVAL[0],
+            _RL_EVAL[0],
+            _CONTROL_EVAL[0],
+            _SFT_EVAL[1],
+            _RL_EVAL[1],
+            _CONTROL_EVAL[1],
+        )
+    },
+)
 
 
 def plan(cfg: PipelineConfig) -> list[str]:
@@ -155,9 +173,16 @@ def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         filmed.add(ep["task"])
         instruction = sims.suites.tasks(cfg.sim.suite)[ep["task"]].instruction
         for step, views in enumerate(ep["rgb"]):
-            video.write(annotate_frame(list(views), [
-                instruction, f"task {ep['task']}  init {ep['init_id']}  step {step + 1}/{ep['length']}  "
-                f"success {ep['success'] and step + 1 == ep['length']}"]))
+            video.write(
+                annotate_frame(
+                    list(views),
+                    [
+                        instruction,
+                        f"task {ep['task']}  init {ep['init_id']}  step {step + 1}/{ep['length']}  "
+                        f"success {ep['success'] and step + 1 == ep['length']}",
+                    ],
+                )
+            )
 
     if (out / "data").exists():  # an interrupted collection: start it again
         import shutil
@@ -165,9 +190,17 @@ def stage_collect(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         shutil.rmtree(out / "data")
     try:
         result = collect_suite(
-            cfg.sim.suite, out / "data", episodes_per_task=cfg.episodes_per_task, task_ids=task_ids(cfg),
-            num_envs=cfg.sim.num_envs, cameras=cfg.sim.cameras, image_size=cfg.sim.image_size, seed=cfg.seed,
-            num_threads=cfg.sim.num_threads or None, on_episode=film, expert_gain=cfg.expert_gain,
+            cfg.sim.suite,
+            out / "data",
+            episodes_per_task=cfg.episodes_per_task,
+            task_ids=task_ids(cfg),
+            num_envs=cfg.sim.num_envs,
+            cameras=cfg.sim.cameras,
+            image_size=cfg.sim.image_size,
+            seed=cfg.seed,
+            num_threads=cfg.sim.num_threads or None,
+            on_episode=film,
+            expert_gain=cfg.expert_gain,
             action_noise=cfg.action_noise,
         )
     finally:
@@ -194,16 +227,30 @@ def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
 
     s = cfg.sft
     resume = (out / "sft" / "ckpt" / "config.json").is_file() and (out / "sft" / "train_state").is_dir()
-    summary = sft_train(SFTConfig(data=str(out / "data"), out=str(out / "sft"), policy=cfg.policy, steps=s.steps,
-                                  batch_size=s.batch_size, lr=s.lr, warmup_steps=s.warmup_steps,
-                                  save_every=s.save_every, augment_shift=s.augment_shift, seed=cfg.seed,
-                                  threads=s.threads, resume=resume))
-    return {k: summary[k] for k in ("family", "episodes", "samples", "steps", "final_loss", "train_seconds",
-                                    "parameters")} | {"checkpoint": "sft/ckpt"}
+    summary = sft_train(
+        SFTConfig(
+            data=str(out / "data"),
+            out=str(out / "sft"),
+            policy=cfg.policy,
+            steps=s.steps,
+            batch_size=s.batch_size,
+            lr=s.lr,
+            warmup_steps=s.warmup_steps,
+            save_every=s.save_every,
+            augment_shift=s.augment_shift,
+            seed=cfg.seed,
+            threads=s.threads,
+            resume=resume,
+        )
+    )
+    return {
+        k: summary[k] for k in ("family", "episodes", "samples", "steps", "final_loss", "train_seconds", "parameters")
+    } | {"checkpoint": "sft/ckpt"}
 
 
-def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, compare: Path | None,
-               heldout: bool = False) -> dict[str, Any]:
+def stage_eval(
+    cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, compare: Path | None, heldout: bool = False
+) -> dict[str, Any]:
     """An evaluation stage in ``out/name``: the protocol's states, or with ``heldout`` the suite's held-out
     states (:func:`sims.suites.heldout_states`: from state 50, real LIBERO's the sampled ones), at most
     ``eval.heldout_episodes`` per task."""
@@ -212,19 +259,40 @@ def stage_eval(cfg: PipelineConfig, out: Path, name: str, checkpoint: Path, comp
 
     e = cfg.eval
     first, count = sims.suites.heldout_states(cfg.sim.suite) if heldout else (0, e.episodes)
-    res = run(EvalConfig(out=str(out / name), checkpoint=str(checkpoint), suite=cfg.sim.suite, tasks=task_ids(cfg),
-                         episodes=min(e.heldout_episodes, count) if heldout else e.episodes,
-                         first_state=first,
-                         num_envs=e.num_envs, image_size=cfg.sim.image_size, seed=cfg.seed,
-                         attempts=e.attempts, workers=e.workers,
-                         videos=e.videos, video_max=e.video_max, max_steps=e.max_steps,
-                         compare=str(compare) if compare is not None else None))
+    res = run(
+        EvalConfig(
+            out=str(out / name),
+            checkpoint=str(checkpoint),
+            suite=cfg.sim.suite,
+            tasks=task_ids(cfg),
+            episodes=min(e.heldout_episodes, count) if heldout else e.episodes,
+            first_state=first,
+            num_envs=e.num_envs,
+            image_size=cfg.sim.image_size,
+            seed=cfg.seed,
+            attempts=e.attempts,
+            workers=e.workers,
+            videos=e.videos,
+            video_max=e.video_max,
+            max_steps=e.max_steps,
+            compare=str(compare) if compare is not None else None,
+        )
+    )
     suite = res["suites"][cfg.sim.suite]
     pooled_k = sum(t["successes"] for t in suite["tasks"])
-    return {"success_rate": suite["success_rate"], "episodes": suite["episodes"], "successes": pooled_k,
-            "ci95": suite["ci95"], "tasks": suite["tasks"], "wall_s": res["wall_s"], "env_steps": res["env_steps"],
-            "videos": [f"{name}/{v}" for v in res["videos"]], "report": f"{name}/report.md",
-            "comparison": res.get("comparison", {}).get(cfg.sim.suite), "pass_at_k": suite.get("pass_at_k")}
+    return {
+        "success_rate": suite["success_rate"],
+        "episodes": suite["episodes"],
+        "successes": pooled_k,
+        "ci95": suite["ci95"],
+        "tasks": suite["tasks"],
+        "wall_s": res["wall_s"],
+        "env_steps": res["env_steps"],
+        "videos": [f"{name}/{v}" for v in res["videos"]],
+        "report": f"{name}/report.md",
+        "comparison": res.get("comparison", {}).get(cfg.sim.suite),
+        "pass_at_k": suite.get("pass_at_k"),
+    }
 
 
 def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = False) -> dict[str, Any]:
@@ -238,19 +306,36 @@ def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = F
     r = cfg.rl
     resume = resolve_folder(out / name / "checkpoint") is not None
     algo = replace(r.algo, lr=0.0) if control else r.algo
-    summary = rl_train(TrainConfig(
-        out=str(out / name), init=str(out / "sft" / "ckpt"), algo=algo, runtime=r.runtime,
-        suite=cfg.sim.suite, tasks=task_ids(cfg), num_envs=r.num_envs // max(r.runtime.num_env_runners, 1),
-        image_size=cfg.sim.image_size,
-        iterations=r.iterations, chunks_per_iter=r.chunks_per_iter, max_episode_steps=r.max_episode_steps,
-        truncation=r.truncation, reward_type=r.reward_type, save_every=r.save_every,
-        greedy_every=r.greedy_every, greedy_states=r.greedy_states,
-        seed=cfg.seed if r.seed is None else r.seed, resume=resume,
-        init_pool=r.init_states))
-    return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} \
-        | {"checkpoint": f"{name}/checkpoint/policy", "metrics": f"{name}/metrics.csv", "control": control,
-           "init_states": r.init_states,
-           "updates": update_diagnostics(out / name / "metrics.csv")}
+    summary = rl_train(
+        TrainConfig(
+            out=str(out / name),
+            init=str(out / "sft" / "ckpt"),
+            algo=algo,
+            runtime=r.runtime,
+            suite=cfg.sim.suite,
+            tasks=task_ids(cfg),
+            num_envs=r.num_envs // max(r.runtime.num_env_runners, 1),
+            image_size=cfg.sim.image_size,
+            iterations=r.iterations,
+            chunks_per_iter=r.chunks_per_iter,
+            max_episode_steps=r.max_episode_steps,
+            truncation=r.truncation,
+            reward_type=r.reward_type,
+            save_every=r.save_every,
+            greedy_every=r.greedy_every,
+            greedy_states=r.greedy_states,
+            seed=cfg.seed if r.seed is None else r.seed,
+            resume=resume,
+            init_pool=r.init_states,
+        )
+    )
+    return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} | {
+        "checkpoint": f"{name}/checkpoint/policy",
+        "metrics": f"{name}/metrics.csv",
+        "control": control,
+        "init_states": r.init_states,
+        "updates": update_diagnostics(out / name / "metrics.csv"),
+    }
 
 
 def update_diagnostics(metrics: Path) -> dict[str, float]:
@@ -268,12 +353,24 @@ def update_diagnostics(metrics: Path) -> dict[str, float]:
     def col(key: str) -> list[float]:
         return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
 
-    med = {k: round(float(np.median(col(k))), 4) for k in ("approx_kl_first", "clip_fraction_first", "approx_kl",
-                                                           "clip_fraction", "explained_variance", "advantage_std",
-                                                           "grad_cos_first")
-           if col(k)}
-    return med | {"policy_lag_max": max(col("policy_lag"), default=0.0), "kl_stops": int(sum(col("kl_stop"))),
-                  "actor_iterations": len(rows)}
+    med = {
+        k: round(float(np.median(col(k))), 4)
+        for k in (
+            "approx_kl_first",
+            "clip_fraction_first",
+            "approx_kl",
+            "clip_fraction",
+            "explained_variance",
+            "advantage_std",
+            "grad_cos_first",
+        )
+        if col(k)
+    }
+    return med | {
+        "policy_lag_max": max(col("policy_lag"), default=0.0),
+        "kl_stops": int(sum(col("kl_stop"))),
+        "actor_iterations": len(rows),
+    }
 
 
 def rl_against_control(out: Path, suite: str, heldout: bool = False) -> dict[str, Any] | None:
@@ -290,6 +387,21 @@ def rl_against_control(out: Path, suite: str, heldout: bool = False) -> dict[str
     return compare(json.loads(rl.read_text())["suites"], json.loads(control.read_text())).get(suite)
 
 
-__all__ = ["PIPELINE_STAGES", "Collect", "Evaluation", "PipelineError", "RL", "SFT",
-           "Stage", "plan", "rl_against_control", "stage_collect", "stage_eval", "stage_rl", "stage_sft", "task_ids",
-           "update_diagnostics", "write_report"]
+__all__ = [
+    "PIPELINE_STAGES",
+    "Collect",
+    "Evaluation",
+    "PipelineError",
+    "RL",
+    "SFT",
+    "Stage",
+    "plan",
+    "rl_against_control",
+    "stage_collect",
+    "stage_eval",
+    "stage_rl",
+    "stage_sft",
+    "task_ids",
+    "update_diagnostics",
+    "write_report",
+]

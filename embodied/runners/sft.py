@@ -26,7 +26,6 @@ from embodied.config import hydra_app, policy_overrides, register_policy_schemas
 from embodied.metrics_log import MetricsLog
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
-
 #: the columns of ``metrics.csv``
 METRIC_FIELDS = ["step", "loss", "lr", "seconds"]
 
@@ -102,8 +101,10 @@ def _start_policy(cfg: SFTConfig, out: Path) -> tuple[Any, str, dict[str, Any]]:
         raise FileExistsError(f"{out} already holds a checkpoint: pass resume=true to continue, or a new out=...")
     if cfg.init is not None:
         policy = policies.load(cfg.init, device=cfg.device, cameras=cfg.init_cameras).train()
-        print(f"embodied-sft: starting from {cfg.init} (a {policy.family} policy; the policy group is not used)",
-              flush=True)
+        print(
+            f"embodied-sft: starting from {cfg.init} (a {policy.family} policy; the policy group is not used)",
+            flush=True,
+        )
         return policy, policy.family, policy.config.to_dict()
     return policies.make(family, **overrides).to(cfg.device), family, overrides
 
@@ -119,14 +120,17 @@ def _sized_to_data(cfg: SFTConfig, policy: Any, family: str, overrides: dict[str
     state_obs = policy.config.state_obs
     default_dim = policies.config_class(family)().state_dim
     if cfg.resume or cfg.init is not None or (state_obs != "privileged" and policy.config.state_dim != default_dim):
-        raise ValueError(f"the dataset's state has {width} values (state_obs={state_obs!r}), the policy reads "
-                         f"{policy.config.state_dim}: set policy.state_dim={width} or use a matching dataset")
+        raise ValueError(
+            f"the dataset's state has {width} values (state_obs={state_obs!r}), the policy reads "
+            f"{policy.config.state_dim}: set policy.state_dim={width} or use a matching dataset"
+        )
     print(f"embodied-sft: policy.state_dim={width}, the dataset's state (state_obs={state_obs!r})", flush=True)
     return policies.make(family, **{**overrides, "state_dim": width}).to(cfg.device)
 
 
-def _sft_step(policy: Any, optimizer: torch.optim.Optimizer, demos: Any, gen: torch.Generator, cfg: SFTConfig,
-              step: int) -> float:
+def _sft_step(
+    policy: Any, optimizer: torch.optim.Optimizer, demos: Any, gen: torch.Generator, cfg: SFTConfig, step: int
+) -> float:
     """One optimiser step on a random batch of ``cfg.batch_size`` chunks (random image shifts); its loss."""
     from embodied.data.augment import random_shift
 
@@ -144,12 +148,12 @@ def _sft_step(policy: Any, optimizer: torch.optim.Optimizer, demos: Any, gen: to
     return loss.item()
 
 
-def _fit(cfg: SFTConfig, out: Path, policy: Any, optimizer: torch.optim.Optimizer, demos: Any,
-         start_step: int) -> tuple[int, list[float], float]:
+def _fit(
+    cfg: SFTConfig, out: Path, policy: Any, optimizer: torch.optim.Optimizer, demos: Any, start_step: int
+) -> tuple[int, list[float], float]:
     """Steps ``start_step..cfg.steps`` with the learning-rate schedule, logging every ``cfg.log_every``
     and checkpointing every ``cfg.save_every``; the step reached, the losses and the seconds."""
-    metrics = MetricsLog(out, METRIC_FIELDS, "step", resume_upto=start_step if cfg.resume else None,
-                         tb_prefix="sft")
+    metrics = MetricsLog(out, METRIC_FIELDS, "step", resume_upto=start_step if cfg.resume else None, tb_prefix="sft")
     gen = torch.Generator().manual_seed(cfg.seed + start_step)
     t0 = time.perf_counter()
     losses: list[float] = []
@@ -163,9 +167,15 @@ def _fit(cfg: SFTConfig, out: Path, policy: Any, optimizer: torch.optim.Optimize
                     group["lr"] = lr
                 losses.append(_sft_step(policy, optimizer, demos, gen, cfg, step))
                 if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-                    mean = float(np.mean(losses[-cfg.log_every:]))
-                    metrics.row({"step": step + 1, "loss": f"{mean:.6f}", "lr": f"{lr:.3e}",
-                                 "seconds": f"{time.perf_counter() - t0:.1f}"})
+                    mean = float(np.mean(losses[-cfg.log_every :]))
+                    metrics.row(
+                        {
+                            "step": step + 1,
+                            "loss": f"{mean:.6f}",
+                            "lr": f"{lr:.3e}",
+                            "seconds": f"{time.perf_counter() - t0:.1f}",
+                        }
+                    )
                     metrics.scalars({"loss": mean, "lr": lr}, step + 1)
                     bar.set_postfix(loss=f"{mean:.4f}")
                 if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
@@ -192,8 +202,14 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     policy, family, overrides = _start_policy(cfg, out)
-    demos = load_demonstrations(cfg.data, chunk_size=policy.config.chunk_size, image_size=policy.config.image_size,
-                                cameras=policy.config.cameras, episodes=cfg.episodes, state_obs=policy.config.state_obs)
+    demos = load_demonstrations(
+        cfg.data,
+        chunk_size=policy.config.chunk_size,
+        image_size=policy.config.image_size,
+        cameras=policy.config.cameras,
+        episodes=cfg.episodes,
+        state_obs=policy.config.state_obs,
+    )
     policy = _sized_to_data(cfg, policy, family, overrides, int(demos.state.shape[1]))
     if not cfg.resume:
         policy.processor.set_stats(policy.processor.stats_from_arrays(demos.state.numpy(), demos.actions.numpy()))
@@ -202,17 +218,29 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     step, losses, seconds = _fit(cfg, out, policy, optimizer, demos, start_step)
     _checkpoint(policy, optimizer, step, out, cfg)
     summary = {
-        "family": policy.family, "data": str(cfg.data), "episodes": int(demos.episode.unique().numel()),
-        "samples": len(demos), "steps": step, "final_loss": float(np.mean(losses[-cfg.log_every:])) if losses else None,
-        "train_seconds": round(seconds, 1), "checkpoint": str(out / "ckpt"),
-        "parameters": sum(p.numel() for p in policy.parameters()), "machine": machine_info(),
+        "family": policy.family,
+        "data": str(cfg.data),
+        "episodes": int(demos.episode.unique().numel()),
+        "samples": len(demos),
+        "steps": step,
+        "final_loss": float(np.mean(losses[-cfg.log_every :])) if losses else None,
+        "train_seconds": round(seconds, 1),
+        "checkpoint": str(out / "ckpt"),
+        "parameters": sum(p.numel() for p in policy.parameters()),
+        "machine": machine_info(),
     }
     if cfg.eval.suite:
         from embodied.eval.quick import evaluate_suite
 
-        result = evaluate_suite(policy, cfg.eval.suite, tasks=cfg.eval.tasks,
-                                episodes_per_task=cfg.eval.episodes_per_task, num_envs=cfg.eval.num_envs,
-                                image_size=cfg.eval.image_size or demos.frame_size, seed=cfg.seed)
+        result = evaluate_suite(
+            policy,
+            cfg.eval.suite,
+            tasks=cfg.eval.tasks,
+            episodes_per_task=cfg.eval.episodes_per_task,
+            num_envs=cfg.eval.num_envs,
+            image_size=cfg.eval.image_size or demos.frame_size,
+            seed=cfg.seed,
+        )
         write_json(out / "eval.json", result)
         summary["eval_success_rate"] = result["success_rate"]
     write_json(out / "sft.json", summary)

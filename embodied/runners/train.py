@@ -36,19 +36,51 @@ import numpy as np
 from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
-from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
-from embodied.metrics_log import MetricsLog
 from embodied.algorithms.loss import LossConfig
 from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for, trains
 from embodied.algorithms.update import UpdateConfig
+from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
+from embodied.metrics_log import MetricsLog
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
-METRIC_FIELDS = ["iteration", "env_steps", "episodes", "success_rate", "return", "episode_length", "entropy",
-                 "clip_fraction", "approx_kl", "policy_loss", "value_loss", "explained_variance", "env_steps_per_s",
-                 "sim_s", "inference_s", "learn_s", "wait_s", "iteration_s", "groups_kept", "actor_updated",
-                 "advantage_std", "minibatches", "approx_kl_first", "clip_fraction_first", "epochs_run", "kl_stop",
-                 "policy_lag", "kl_rollback", "approx_kl_max", "log_ratio_max", "grad_cos_first",
-                 "greedy_success_rate", "greedy_episodes", "greedy_s", "runner_restarts", "recovery_s"]
+METRIC_FIELDS = [
+    "iteration",
+    "env_steps",
+    "episodes",
+    "success_rate",
+    "return",
+    "episode_length",
+    "entropy",
+    "clip_fraction",
+    "approx_kl",
+    "policy_loss",
+    "value_loss",
+    "explained_variance",
+    "env_steps_per_s",
+    "sim_s",
+    "inference_s",
+    "learn_s",
+    "wait_s",
+    "iteration_s",
+    "groups_kept",
+    "actor_updated",
+    "advantage_std",
+    "minibatches",
+    "approx_kl_first",
+    "clip_fraction_first",
+    "epochs_run",
+    "kl_stop",
+    "policy_lag",
+    "kl_rollback",
+    "approx_kl_max",
+    "log_ratio_max",
+    "grad_cos_first",
+    "greedy_success_rate",
+    "greedy_episodes",
+    "greedy_s",
+    "runner_restarts",
+    "recovery_s",
+]
 
 
 #: the run folder's record of env runners lost and brought back (one JSON object a line)
@@ -206,15 +238,19 @@ def runtime_problem(r: RuntimeConfig, group: str = "runtime") -> Optional[str]:
     if r.name not in ("local", "cluster"):
         return f"unknown runtime {r.name!r}; choose {group}=local or {group}=cluster"
     if r.name == "local" and (r.num_env_runners or r.num_learners):
-        return (f"{group}=local runs in one process: use {group}=cluster for {group}.num_env_runners/"
-                f"{group}.num_learners > 0")
+        return (
+            f"{group}=local runs in one process: use {group}=cluster for {group}.num_env_runners/"
+            f"{group}.num_learners > 0"
+        )
     if r.name == "cluster" and r.num_env_runners < 1:
         return f"{group}=cluster needs {group}.num_env_runners >= 1"
     if r.learner_threads < 1:
         return f"{group}.learner_threads must be >= 1, got {r.learner_threads}"
     if not r.runner_restart_timeout_s > 0:
-        return (f"{group}.runner_restart_timeout_s must be > 0 (seconds to wait for a lost env runner), got "
-                f"{r.runner_restart_timeout_s}")
+        return (
+            f"{group}.runner_restart_timeout_s must be > 0 (seconds to wait for a lost env runner), got "
+            f"{r.runner_restart_timeout_s}"
+        )
     return None
 
 
@@ -233,54 +269,71 @@ def check_config(cfg: TrainConfig) -> None:
     if a.name not in ALGORITHMS:
         raise TrainError(ALGORITHMS.unknown(a.name))
     if not a.lr >= 0 or (a.critic_lr is not None and not a.critic_lr >= 0):
-        raise TrainError(f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
-                         "(algo.lr=0 keeps the actor frozen: a control run)")
+        raise TrainError(
+            f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
+            "(algo.lr=0 keeps the actor frozen: a control run)"
+        )
     if a.epochs < 1 or (a.minibatch_size is not None and a.minibatch_size < 1):
-        raise TrainError(f"algo.epochs ({a.epochs}) and algo.minibatch_size ({a.minibatch_size}) must be >= 1 "
-                         "(algo.minibatch_size=null: the whole batch per step)")
+        raise TrainError(
+            f"algo.epochs ({a.epochs}) and algo.minibatch_size ({a.minibatch_size}) must be >= 1 "
+            "(algo.minibatch_size=null: the whole batch per step)"
+        )
     if a.target_kl is not None and not a.target_kl > 0:
         raise TrainError(f"algo.target_kl={a.target_kl} must be > 0 (null: no early stop)")
     if not 0.0 <= a.neg_adv_scale <= 1.0:
-        raise TrainError(f"algo.neg_adv_scale={a.neg_adv_scale} must lie in [0, 1] (1: plain objective, "
-                         "0: only positive advantages)")
+        raise TrainError(
+            f"algo.neg_adv_scale={a.neg_adv_scale} must lie in [0, 1] (1: plain objective, 0: only positive advantages)"
+        )
     if ALGORITHMS[a.name].sampler == "fpo" and a.ent_coef:
-        raise TrainError(f"algo={a.name} has no closed-form entropy to reward: set algo.ent_coef=0 "
-                         f"(got {a.ent_coef})")
+        raise TrainError(f"algo={a.name} has no closed-form entropy to reward: set algo.ent_coef=0 (got {a.ent_coef})")
     if a.temperature is not None:
         if ALGORITHMS[a.name].family != "autoregressive":
-            raise TrainError(f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
-                             f"algo={a.name} samples a flow policy: leave it unset")
+            raise TrainError(
+                f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
+                f"algo={a.name} samples a flow policy: leave it unset"
+            )
         if not a.temperature > 0:
             raise TrainError(f"algo.temperature must be > 0, got {a.temperature}")
     if a.sde_steps is not None:
         if ALGORITHMS[a.name].sampler != "sde":
-            raise TrainError(f"algo.sde_steps picks Flow-SDE's stochastic step (algo=flow_sde or flow_grpo); "
-                             f"algo={a.name} samples otherwise: leave it unset")
+            raise TrainError(
+                f"algo.sde_steps picks Flow-SDE's stochastic step (algo=flow_sde or flow_grpo); "
+                f"algo={a.name} samples otherwise: leave it unset"
+            )
         if a.sde_steps < 1:
             raise TrainError(f"algo.sde_steps must be >= 1 (at most the policy's num_steps), got {a.sde_steps}")
     if a.name in GROUP_ALGORITHMS:
-        critic_only = {"algo.critic_lr": a.critic_lr, "algo.value_clip": a.value_clip,
-                       "algo.vf_coef": a.vf_coef or None}
+        critic_only = {
+            "algo.critic_lr": a.critic_lr,
+            "algo.value_clip": a.value_clip,
+            "algo.vf_coef": a.vf_coef or None,
+        }
         bad = [k for k, v in critic_only.items() if v is not None]
         if bad:
-            raise TrainError(f"algo={a.name} has no critic, but {bad} are set: they apply to PPO only "
-                             "(use a PPO algorithm, or set them to null / 0)")
+            raise TrainError(
+                f"algo={a.name} has no critic, but {bad} are set: they apply to PPO only "
+                "(use a PPO algorithm, or set them to null / 0)"
+            )
         if a.critic_warmup:
-            raise TrainError(f"algo={a.name} has no critic to warm up: set algo.critic_warmup=0 "
-                             f"(got {a.critic_warmup})")
+            raise TrainError(
+                f"algo={a.name} has no critic to warm up: set algo.critic_warmup=0 (got {a.critic_warmup})"
+            )
         if a.critic != "policy":
             raise TrainError(f"algo={a.name} has no critic: algo.critic={a.critic} applies to PPO only")
         if a.group_size < 2 or cfg.num_envs % a.group_size:
-            raise TrainError(f"{a.name} needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size "
-                             f"({a.group_size} >= 2)")
+            raise TrainError(
+                f"{a.name} needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size ({a.group_size} >= 2)"
+            )
     if a.grpo_weighting not in GRPO_WEIGHTING:
         raise TrainError(f"algo.grpo_weighting={a.grpo_weighting!r}: choose {' or '.join(GRPO_WEIGHTING)}")
     if a.grpo_keep not in GRPO_KEEP:
         raise TrainError(f"algo.grpo_keep={a.grpo_keep!r}: choose {' or '.join(GRPO_KEEP)}")
     if cfg.init_states is not None:
         if a.name not in GROUP_ALGORITHMS:
-            raise TrainError(f"init_states={cfg.init_states} sets GRPO's group initial states; algo={a.name} "
-                             f"continues episodes across iterations: use one of {list(GROUP_ALGORITHMS)}, or leave it unset")
+            raise TrainError(
+                f"init_states={cfg.init_states} sets GRPO's group initial states; algo={a.name} "
+                f"continues episodes across iterations: use one of {list(GROUP_ALGORITHMS)}, or leave it unset"
+            )
         if cfg.init_states < 1:
             raise TrainError(f"init_states must be >= 1 (states per task), got {cfg.init_states}")
     from embodied.rllib.env_runner import INIT_POOLS
@@ -288,12 +341,15 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.init_pool not in INIT_POOLS:
         raise TrainError(f"init_pool={cfg.init_pool!r}: choose {' or '.join(INIT_POOLS)}")
     if cfg.greedy_every < 0 or cfg.greedy_states < 1:
-        raise TrainError(f"greedy_every ({cfg.greedy_every}) must be >= 0 (0: no greedy probe) and greedy_states "
-                         f"({cfg.greedy_states}) >= 1")
+        raise TrainError(
+            f"greedy_every ({cfg.greedy_every}) must be >= 0 (0: no greedy probe) and greedy_states "
+            f"({cfg.greedy_states}) >= 1"
+        )
     pool = sims.suites.num_training_states(cfg.suite) if cfg.init_pool == "random" else sims.suites.NUM_INIT_STATES
     if cfg.greedy_every and pool is not None and cfg.greedy_states > pool:
-        raise TrainError(f"greedy_states={cfg.greedy_states}: {cfg.suite}'s {cfg.init_pool} pool has {pool} states "
-                         "per task")
+        raise TrainError(
+            f"greedy_states={cfg.greedy_states}: {cfg.suite}'s {cfg.init_pool} pool has {pool} states per task"
+        )
     if a.critic not in CRITICS:
         raise TrainError(f"algo.critic={a.critic!r}: choose one of {', '.join(CRITICS)}")
     if a.critic == "privileged" and (not a.critic_hidden or min(a.critic_hidden) < 1):
@@ -308,8 +364,10 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.suite not in sims.suites.env_names():
         raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.env_names()}")
     if a.critic == "privileged" and sims.suites.is_libero(cfg.suite):
-        raise TrainError(f"algo.critic=privileged reads obs['privileged'], which {cfg.suite} has not (its tasks share "
-                         "no privileged vector): use algo.critic=policy")
+        raise TrainError(
+            f"algo.critic=privileged reads obs['privileged'], which {cfg.suite} has not (its tasks share "
+            "no privileged vector): use algo.critic=policy"
+        )
     n_tasks = len(sims.suites.tasks(cfg.suite))
     if cfg.tasks is not None and any(not 0 <= t < n_tasks for t in cfg.tasks):
         raise TrainError(f"tasks {cfg.tasks} out of range for suite {cfg.suite!r} (0..{n_tasks - 1})")
@@ -322,22 +380,30 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.device not in ("cpu", "cuda"):
         raise TrainError(f"device={cfg.device!r}: choose cpu or cuda")
     if cfg.device == "cpu" and r.num_gpus_per_learner:
-        raise TrainError(f"runtime.num_gpus_per_learner={r.num_gpus_per_learner} gives the learners GPUs: "
-                         "set device=cuda (or num_gpus_per_learner=0)")
+        raise TrainError(
+            f"runtime.num_gpus_per_learner={r.num_gpus_per_learner} gives the learners GPUs: "
+            "set device=cuda (or num_gpus_per_learner=0)"
+        )
     if r.num_gpus_per_learner < 0 or r.num_gpus_per_env_runner < 0:
         raise TrainError("runtime.num_gpus_per_learner and runtime.num_gpus_per_env_runner must be >= 0")
     if r.name == "local" and r.num_gpus_per_env_runner:
-        raise TrainError("runtime.num_gpus_per_env_runner applies to remote env runners (runtime=cluster); "
-                         "runtime=local samples in the driver, which sees the GPUs")
+        raise TrainError(
+            "runtime.num_gpus_per_env_runner applies to remote env runners (runtime=cluster); "
+            "runtime=local samples in the driver, which sees the GPUs"
+        )
     if cfg.device == "cuda" and r.name == "local" and not r.address:
         import torch
 
         if not torch.cuda.is_available():
-            raise TrainError("device=cuda but torch sees no CUDA device here: use device=cpu, or "
-                             "runtime=cluster runtime.address=... to learn on a cluster's GPUs")
+            raise TrainError(
+                "device=cuda but torch sees no CUDA device here: use device=cpu, or "
+                "runtime=cluster runtime.address=... to learn on a cluster's GPUs"
+            )
     if not 0 <= a.critic_warmup < cfg.iterations:
-        raise TrainError(f"algo.critic_warmup={a.critic_warmup} must lie in 0..iterations-1 ({cfg.iterations - 1}): "
-                         "the warm-up iterations update the critic only, the actor learns after them")
+        raise TrainError(
+            f"algo.critic_warmup={a.critic_warmup} must lie in 0..iterations-1 ({cfg.iterations - 1}): "
+            "the warm-up iterations update the critic only, the actor learns after them"
+        )
 
 
 def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
@@ -363,15 +429,18 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
         policy = policies.make(fam, **overrides)
         width = _env_state_width(cfg, policy.config.state_obs)
         if policy.config.state_dim != width:  # a fresh policy is sized by its config, not by the env
-            raise TrainError(f"the new {fam} policy reads a {policy.config.state_dim}-D state (policy.state_dim), "
-                             f"but suite {cfg.suite!r} gives a {width}-D state with "
-                             f"state_obs={policy.config.state_obs!r}: set policy.state_dim={width}")
+            raise TrainError(
+                f"the new {fam} policy reads a {policy.config.state_dim}-D state (policy.state_dim), "
+                f"but suite {cfg.suite!r} gives a {width}-D state with "
+                f"state_obs={policy.config.state_obs!r}: set policy.state_dim={width}"
+            )
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
     if not trains(ALGORITHMS[cfg.algo.name], policy.family):
         fits = ", ".join(algorithms_for(policy.family))
-        raise TrainError(f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: "
-                         f"use one of algo={fits}")
+        raise TrainError(
+            f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: use one of algo={fits}"
+        )
     if sampler == "steer":
         policy.add_steer()  # DSRL: a fresh steering module over the fixed flow (a steered init keeps its own)
     elif sampler is not None:
@@ -380,8 +449,10 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
         policy.config.temperature = float(cfg.algo.temperature)
     if cfg.algo.sde_steps is not None:
         if not hasattr(policy.config, "sde_steps"):
-            raise TrainError(f"algo.sde_steps: the {policy.family} family's Flow-SDE draws its stochastic step from "
-                             "every denoising step; leave it unset")
+            raise TrainError(
+                f"algo.sde_steps: the {policy.family} family's Flow-SDE draws its stochastic step from "
+                "every denoising step; leave it unset"
+            )
         steps = int(policy.config.num_steps)
         if not cfg.algo.sde_steps <= steps:
             raise TrainError(f"algo.sde_steps={cfg.algo.sde_steps} is more than the policy's {steps} denoising steps")
@@ -393,8 +464,7 @@ def _env_state_width(cfg: TrainConfig, state_obs: str) -> int:
     """Width of ``obs["state"]`` of the suite's env with ``state_obs``."""
     import sims
 
-    with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=(),
-                   state_obs=state_obs) as env:
+    with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=(), state_obs=state_obs) as env:
         return int(env.observation_spec["state"].shape[0])
 
 
@@ -407,17 +477,22 @@ def _latency_aware(cfg: TrainConfig, policy: Any) -> Any:
 
     delays = list(cfg.latency_delays or [])
     if min(delays) < 0 or max(delays) >= policy.chunk_size:
-        raise TrainError(f"latency_delays {delays} must lie in 0..{policy.chunk_size - 1} (below the policy's "
-                         f"chunk size {policy.chunk_size}): train a policy with longer chunks for longer delays")
-    with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=(),
-                   state_obs=policy.config.state_obs) as env:
+        raise TrainError(
+            f"latency_delays {delays} must lie in 0..{policy.chunk_size - 1} (below the policy's "
+            f"chunk size {policy.chunk_size}): train a policy with longer chunks for longer delays"
+        )
+    with sims.make(
+        sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=(), state_obs=policy.config.state_obs
+    ) as env:
         s, a = int(env.observation_spec["state"].shape[0]), int(env.action_spec.shape[0])
     wide = augmented_state_dim(s, a, max(delays))
     if policy.config.state_dim == wide:
         return policy
     if policy.config.state_dim != s:
-        raise TrainError(f"latency_delays={delays} needs a policy reading the env's {s}-D state (it is widened to "
-                         f"{wide}) or one already widened to {wide}; this one reads {policy.config.state_dim}")
+        raise TrainError(
+            f"latency_delays={delays} needs a policy reading the env's {s}-D state (it is widened to "
+            f"{wide}) or one already widened to {wide}; this one reads {policy.config.state_dim}"
+        )
     return widen_state_input(policy, wide - s)
 
 
@@ -425,12 +500,17 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
     """Fail before Ray starts if the policy cannot drive the env (action space, cameras, ...) or if
     GRPO's episodes cannot finish inside one iteration; returns the width of a privileged critic's
     input (:func:`embodied.algorithms.critic.critic_input_dim`) for this env."""
+    import sims
     from embodied.algorithms.critic import critic_input_dim
 
-    import sims
-
-    with sims.make(sims.suites.backend(cfg.suite), suite=cfg.suite, num_envs=1, cameras=tuple(policy.config.cameras),
-                   image_size=cfg.image_size, state_obs=policy.config.state_obs) as env:
+    with sims.make(
+        sims.suites.backend(cfg.suite),
+        suite=cfg.suite,
+        num_envs=1,
+        cameras=tuple(policy.config.cameras),
+        image_size=cfg.image_size,
+        state_obs=policy.config.state_obs,
+    ) as env:
         if cfg.latency_delays:
             from embodied.latency.delay_env import DelayedChunkEnv
 
@@ -438,16 +518,20 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
         policy.check_env(env)
         spec = env.observation_spec
         if "privileged" not in spec and cfg.algo.critic == "privileged":
-            raise TrainError(f"algo.critic=privileged needs the env's 'privileged' observation; suite "
-                             f"{cfg.suite!r} has none: use algo.critic=policy")
-        critic_dim = critic_input_dim(int(spec["state"].shape[0]),
-                                      int(spec["privileged"].shape[0]) if "privileged" in spec else 0,
-                                      len(env.tasks))
+            raise TrainError(
+                f"algo.critic=privileged needs the env's 'privileged' observation; suite "
+                f"{cfg.suite!r} has none: use algo.critic=policy"
+            )
+        critic_dim = critic_input_dim(
+            int(spec["state"].shape[0]), int(spec["privileged"].shape[0]) if "privileged" in spec else 0, len(env.tasks)
+        )
     if cfg.algo.name in GROUP_ALGORITHMS:
         longest = cfg.max_episode_steps or max(sims.suites.tasks(cfg.suite)[t].max_steps for t in tasks)
         if cfg.chunks_per_iter * policy.chunk_size < longest:
-            raise TrainError(f"{cfg.algo.name} scores whole episodes: chunks_per_iter * chunk size "
-                             f"({cfg.chunks_per_iter} * {policy.chunk_size}) must cover the step limit ({longest})")
+            raise TrainError(
+                f"{cfg.algo.name} scores whole episodes: chunks_per_iter * chunk size "
+                f"({cfg.chunks_per_iter} * {policy.chunk_size}) must cover the step limit ({longest})"
+            )
     return critic_dim
 
 
@@ -466,11 +550,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     tasks = list(range(len(specs))) if cfg.tasks is None else list(cfg.tasks)
     critic_dim = _check_env_spec(cfg, policy, tasks)
     a, r = cfg.algo, cfg.runtime
-    critic = {"kind": "privileged", "input_dim": critic_dim, "hidden": list(a.critic_hidden)} \
-        if a.critic == "privileged" else None
+    critic = (
+        {"kind": "privileged", "input_dim": critic_dim, "hidden": list(a.critic_hidden)}
+        if a.critic == "privileged"
+        else None
+    )
     if resumed is not None and holds_critic(resumed) != (critic is not None):
-        raise TrainError(f"{resumed} was trained with algo.critic="
-                         f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic")
+        raise TrainError(
+            f"{resumed} was trained with algo.critic="
+            f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic"
+        )
     torch.set_num_threads(r.learner_threads)
     start_iter, env_steps = 0, 0
     meta: dict[str, Any] = {}
@@ -479,26 +568,56 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         start_iter, env_steps = int(meta["step"]), int(meta["extra"].get("env_steps", 0))
     else:
         torch.manual_seed(cfg.seed)
-    env_config = make_env_config(suite=cfg.suite, tasks=tasks, num_envs=cfg.num_envs, image_size=cfg.image_size,
-                                 chunks_per_iter=cfg.chunks_per_iter, reward_type=cfg.reward_type,
-                                 max_steps=cfg.max_episode_steps, algo="grpo" if a.name in GROUP_ALGORITHMS else "ppo",
-                                 group_size=a.group_size, gamma=a.gamma, lam=a.lam,
-                                 latency_delays=cfg.latency_delays, backend=cfg.backend,
-                                 truncation=cfg.truncation, init_states=cfg.init_states,
-                                 grpo_weighting=a.grpo_weighting, grpo_keep=a.grpo_keep,
-                                 grpo_std_norm=a.grpo_std_norm, init_pool=cfg.init_pool,
-                                 # sampling on the GPU where the runners see one: the driver (local), or
-                                 # remote runners given a GPU share
-                                 inference_device="cuda" if cfg.device == "cuda" and (
-                                     r.name == "local" or r.num_gpus_per_env_runner > 0) else "cpu")
-    loss = LossConfig(clip=a.clip, dual_clip=a.dual_clip, value_clip=a.value_clip, vf_coef=a.vf_coef,
-                      ent_coef=a.ent_coef, kl_coef=a.kl_coef, use_critic=ALGORITHMS[a.name].critic,
-                      logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
-                      neg_adv_scale=a.neg_adv_scale)
-    rl = dict(lr=a.lr, critic_lr=a.critic_lr or 0.0, loss=loss, num_epochs=a.epochs, minibatch_size=a.minibatch_size,
-              target_kl=a.target_kl, kl_rollback=a.kl_rollback, freeze_prefix=a.freeze_prefix,
-              critic_warmup=a.critic_warmup,
-              grad_clip=a.max_grad_norm, overlap=r.overlap)
+    env_config = make_env_config(
+        suite=cfg.suite,
+        tasks=tasks,
+        num_envs=cfg.num_envs,
+        image_size=cfg.image_size,
+        chunks_per_iter=cfg.chunks_per_iter,
+        reward_type=cfg.reward_type,
+        max_steps=cfg.max_episode_steps,
+        algo="grpo" if a.name in GROUP_ALGORITHMS else "ppo",
+        group_size=a.group_size,
+        gamma=a.gamma,
+        lam=a.lam,
+        latency_delays=cfg.latency_delays,
+        backend=cfg.backend,
+        truncation=cfg.truncation,
+        init_states=cfg.init_states,
+        grpo_weighting=a.grpo_weighting,
+        grpo_keep=a.grpo_keep,
+        grpo_std_norm=a.grpo_std_norm,
+        init_pool=cfg.init_pool,
+        # sampling on the GPU where the runners see one: the driver (local), or
+        # remote runners given a GPU share
+        inference_device="cuda"
+        if cfg.device == "cuda" and (r.name == "local" or r.num_gpus_per_env_runner > 0)
+        else "cpu",
+    )
+    loss = LossConfig(
+        clip=a.clip,
+        dual_clip=a.dual_clip,
+        value_clip=a.value_clip,
+        vf_coef=a.vf_coef,
+        ent_coef=a.ent_coef,
+        kl_coef=a.kl_coef,
+        use_critic=ALGORITHMS[a.name].critic,
+        logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
+        neg_adv_scale=a.neg_adv_scale,
+    )
+    rl = dict(
+        lr=a.lr,
+        critic_lr=a.critic_lr or 0.0,
+        loss=loss,
+        num_epochs=a.epochs,
+        minibatch_size=a.minibatch_size,
+        target_kl=a.target_kl,
+        kl_rollback=a.kl_rollback,
+        freeze_prefix=a.freeze_prefix,
+        critic_warmup=a.critic_warmup,
+        grad_clip=a.max_grad_norm,
+        overlap=r.overlap,
+    )
     started_ray = start_ray(r, out)
     gpus_per_learner = r.num_gpus_per_learner or (1.0 if cfg.device == "cuda" else 0.0)
     try:
@@ -511,17 +630,26 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         raise TrainError(str(err)) from None
     algo = None
     placement: dict[str, Any] = {}
-    metrics = MetricsLog(out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None,
-                         tb_prefix="rl")
+    metrics = MetricsLog(
+        out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None, tb_prefix="rl"
+    )
     history: list[dict[str, float]] = []
     recoveries: list[Any] = []
     t_start = time.perf_counter()
     try:
-        algo = build_algorithm(policy, instructions=[t.instruction for t in specs], env_config=env_config, rl=rl,
-                               num_env_runners=r.num_env_runners, num_learners=r.num_learners,
-                               num_gpus_per_learner=gpus_per_learner,
-                               num_gpus_per_env_runner=r.num_gpus_per_env_runner, seed=cfg.seed,
-                               critic=critic, runner_restart_timeout_s=r.runner_restart_timeout_s)
+        algo = build_algorithm(
+            policy,
+            instructions=[t.instruction for t in specs],
+            env_config=env_config,
+            rl=rl,
+            num_env_runners=r.num_env_runners,
+            num_learners=r.num_learners,
+            num_gpus_per_learner=gpus_per_learner,
+            num_gpus_per_env_runner=r.num_gpus_per_env_runner,
+            seed=cfg.seed,
+            critic=critic,
+            runner_restart_timeout_s=r.runner_restart_timeout_s,
+        )
         if resumed is not None:
             restore_checkpoint(algo, resumed, meta)
         algo.stop_iteration = cfg.iterations
@@ -530,19 +658,23 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {a.name}", unit="it") as bar:
             for it in range(start_iter, cfg.iterations):
                 row = algo.run_iteration(it)
-                _log_recoveries(out, algo.recoveries[len(recoveries):])
+                _log_recoveries(out, algo.recoveries[len(recoveries) :])
                 recoveries = list(algo.recoveries)
                 row["iteration_env_steps"] = row["env_steps"]
                 env_steps += int(row["env_steps"])
-                row.update(iteration=it + 1, env_steps=env_steps,
-                           env_steps_per_s=row["iteration_env_steps"] / max(row["iteration_s"], 1e-9))
+                row.update(
+                    iteration=it + 1,
+                    env_steps=env_steps,
+                    env_steps_per_s=row["iteration_env_steps"] / max(row["iteration_s"], 1e-9),
+                )
                 if cfg.greedy_every and ((it + 1) % cfg.greedy_every == 0 or it + 1 == cfg.iterations):
                     row.update(_greedy_probe(cfg, out, algo, policy, tasks, it + 1))
                 metrics.row({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
                 metrics.scalars({k: row[k] for k in METRIC_FIELDS[1:] if k in row and np.isfinite(row[k])}, it + 1)
                 history.append(row)
-                bar.set_postfix(succ=f"{row['success_rate']:.2f}", kl=f"{row['approx_kl']:.3f}",
-                                sps=f"{row['env_steps_per_s']:.0f}")
+                bar.set_postfix(
+                    succ=f"{row['success_rate']:.2f}", kl=f"{row['approx_kl']:.3f}", sps=f"{row['env_steps_per_s']:.0f}"
+                )
                 bar.update(1)
                 if (it + 1) % cfg.save_every == 0 or it + 1 == cfg.iterations:
                     save_checkpoint(out, algo, policy, iteration=it + 1, env_steps=env_steps, algo_name=a.name)
@@ -558,13 +690,21 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     steps_run = sum(h["iteration_env_steps"] for h in history)
     loop_s = sum(h["iteration_s"] for h in history)
     summary = {
-        "algo": a.name, "suite": cfg.suite, "tasks": tasks, "iterations": cfg.iterations, "env_steps": env_steps,
-        "wall_s": round(wall, 1), "env_steps_per_s": round(steps_run / loop_s, 1) if history else None,
-        "runtime": OmegaConf.to_container(OmegaConf.structured(r)), "placement": placement,
+        "algo": a.name,
+        "suite": cfg.suite,
+        "tasks": tasks,
+        "iterations": cfg.iterations,
+        "env_steps": env_steps,
+        "wall_s": round(wall, 1),
+        "env_steps_per_s": round(steps_run / loop_s, 1) if history else None,
+        "runtime": OmegaConf.to_container(OmegaConf.structured(r)),
+        "placement": placement,
         "checkpoint": str(out / "checkpoint" / "policy"),
-        "time_split_s": {k: round(sum(h[k] for h in history), 2)
-                         for k in ("sim_s", "inference_s", "learn_s", "wait_s")} if history else None,
-        "machine": machine_info(), "last": history[-1] if history else None,
+        "time_split_s": {k: round(sum(h[k] for h in history), 2) for k in ("sim_s", "inference_s", "learn_s", "wait_s")}
+        if history
+        else None,
+        "machine": machine_info(),
+        "last": history[-1] if history else None,
         "runner_recoveries": [rec.to_dict() for rec in recoveries],
     }
     write_json(out / "train.json", summary)
@@ -588,8 +728,9 @@ def _log_recoveries(out: Path, new: list[Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def _greedy_probe(cfg: TrainConfig, out: Path, algo: Any, policy: Any, tasks: list[int],
-                  iteration: int) -> dict[str, float]:
+def _greedy_probe(
+    cfg: TrainConfig, out: Path, algo: Any, policy: Any, tasks: list[int], iteration: int
+) -> dict[str, float]:
     """Score the current weights greedily on the run's training states (:mod:`embodied.eval.greedy_probe`),
     in as many processes as the env runners, which wait meanwhile."""
     import policies
@@ -598,9 +739,17 @@ def _greedy_probe(cfg: TrainConfig, out: Path, algo: Any, policy: Any, tasks: li
     start = time.perf_counter()
     policy.load_state_dict(algo.policy_state())
     policies.save(policy, out / PROBE_POLICY, extra={"iteration": iteration})
-    records = score_greedy(out / PROBE_POLICY, suite=cfg.suite, tasks=tasks, states=cfg.greedy_states,
-                           first_state=probe_first_state(cfg.suite, cfg.init_pool), num_envs=cfg.num_envs,
-                           image_size=cfg.image_size, seed=cfg.seed, workers=max(1, cfg.runtime.num_env_runners))
+    records = score_greedy(
+        out / PROBE_POLICY,
+        suite=cfg.suite,
+        tasks=tasks,
+        states=cfg.greedy_states,
+        first_state=probe_first_state(cfg.suite, cfg.init_pool),
+        num_envs=cfg.num_envs,
+        image_size=cfg.image_size,
+        seed=cfg.seed,
+        workers=max(1, cfg.runtime.num_env_runners),
+    )
     return log_probe(out, iteration, records) | {"greedy_s": time.perf_counter() - start}
 
 
@@ -615,8 +764,10 @@ def main(cfg: Any) -> None:
         summary = train(config)
     except (TrainError, CheckpointError, SpecMismatchError, FileNotFoundError, RunnerLostError) as err:
         raise SystemExit(f"embodied-train: {err}") from None
-    print(f"{summary['algo']}: {summary['iterations']} iterations, {summary['env_steps']} env steps in "
-          f"{summary['wall_s']} s; bundle {summary['checkpoint']}")
+    print(
+        f"{summary['algo']}: {summary['iterations']} iterations, {summary['env_steps']} env steps in "
+        f"{summary['wall_s']} s; bundle {summary['checkpoint']}"
+    )
 
 
 if __name__ == "__main__":

@@ -82,8 +82,9 @@ class DecoderLayer(nn.Module):
         self.kv_cross = nn.Linear(d_model, 2 * d_model)
         self.out_cross = nn.Linear(d_model, d_model)
         self.norm_mlp = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, mlp_ratio * d_model), nn.GELU(),
-                                 nn.Linear(mlp_ratio * d_model, d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, mlp_ratio * d_model), nn.GELU(), nn.Linear(mlp_ratio * d_model, d_model)
+        )
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, S, d]`` -> ``[N, heads, S, head_dim]``."""
@@ -100,8 +101,14 @@ class DecoderLayer(nn.Module):
         k, v = self.kv_cross(prefix).chunk(2, dim=-1)
         return self._split(k), self._split(v)
 
-    def forward(self, x: torch.Tensor, cross: tuple[torch.Tensor, torch.Tensor], cross_mask: torch.Tensor,
-                cache: dict[str, torch.Tensor] | None = None, pos: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cross: tuple[torch.Tensor, torch.Tensor],
+        cross_mask: torch.Tensor,
+        cache: dict[str, torch.Tensor] | None = None,
+        pos: int = 0,
+    ) -> torch.Tensor:
         """One layer.
 
         Args:
@@ -123,9 +130,9 @@ class DecoderLayer(nn.Module):
                 raise ValueError("a full pass without a cache must start at position 0")
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            cache["k"][:, :, pos:pos + s] = k
-            cache["v"][:, :, pos:pos + s] = v
-            keys, values = cache["k"][:, :, :pos + s], cache["v"][:, :, :pos + s]
+            cache["k"][:, :, pos : pos + s] = k
+            cache["v"][:, :, pos : pos + s] = v
+            keys, values = cache["k"][:, :, : pos + s], cache["v"][:, :, : pos + s]
             mask = None
             if s > 1:  # several new positions: causal among them, all earlier positions visible
                 mask = torch.ones(s, pos + s, dtype=torch.bool, device=x.device).tril(diagonal=pos)
@@ -180,16 +187,16 @@ class AutoregressivePolicy(Policy):
             return obs[ENCODED]
         return self.prefix(self.processor.prepare(obs, self.device))
 
-    def _cross(self, prefix: torch.Tensor, pad: torch.Tensor
-               ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    def _cross(
+        self, prefix: torch.Tensor, pad: torch.Tensor
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
         """Per-layer cross ``(k, v)`` over the prefix and the attend mask ``[N, 1, 1, T]``."""
         return [layer.cross_kv(prefix) for layer in self.layers], (~pad)[:, None, None, :]
 
     def _embed(self, inputs: torch.Tensor, start: int) -> torch.Tensor:
         """Input token ids ``[N, S]`` at positions ``start .. start + S - 1`` -> ``[N, S, d]``."""
         s = inputs.shape[1]
-        return (self.token_emb(inputs) + self.pos_emb[start:start + s]
-                + self.dim_emb(self._dims[start:start + s]))
+        return self.token_emb(inputs) + self.pos_emb[start : start + s] + self.dim_emb(self._dims[start : start + s])
 
     def _make_value_head(self) -> nn.Module:
         c = self.config
@@ -197,8 +204,9 @@ class AutoregressivePolicy(Policy):
             return DetachedValueHead(2 * c.d_model, c.value_hidden)
         return nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), nn.Linear(c.d_model, 1))
 
-    def _value(self, bos_hidden: torch.Tensor | None, prefix: torch.Tensor, pad: torch.Tensor,
-               time_left: torch.Tensor) -> torch.Tensor:
+    def _value(
+        self, bos_hidden: torch.Tensor | None, prefix: torch.Tensor, pad: torch.Tensor, time_left: torch.Tensor
+    ) -> torch.Tensor:
         """Critic ``[N]``: ``detached``, from the detached state token and pooled prefix and
         ``time_left [N]``; ``shared``, from the BOS position's hidden state ``[N, d]`` or the pooled prefix."""
         if self.config.value_features == "detached":
@@ -207,8 +215,9 @@ class AutoregressivePolicy(Policy):
         feat = bos_hidden if self.config.value_head == "expert" else PrefixEncoder.pooled(prefix, pad)
         return self.value_mlp(feat).squeeze(-1)
 
-    def decode_teacher_forced(self, prefix: torch.Tensor, pad: torch.Tensor, tokens: torch.Tensor
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode_teacher_forced(
+        self, prefix: torch.Tensor, pad: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One causal pass over a whole token sequence.
 
         Args:
@@ -239,8 +248,14 @@ class AutoregressivePolicy(Policy):
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
     @torch.no_grad()
-    def generate(self, obs: dict[str, Any], *, mode: Mode = "explore", generator: torch.Generator | None = None,
-                 use_cache: bool = True) -> dict[str, torch.Tensor]:
+    def generate(
+        self,
+        obs: dict[str, Any],
+        *,
+        mode: Mode = "explore",
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> dict[str, torch.Tensor]:
         """Decode a chunk's tokens one by one.
 
         Args:
@@ -264,15 +279,18 @@ class AutoregressivePolicy(Policy):
         hidden_all = torch.empty(n, big_l, d, dtype=prefix.dtype, device=dev)
         if not use_cache:
             for i in range(big_l):
-                logits, hidden = self.decode_teacher_forced(prefix, pad, tokens[:, :i + 1])  # token i is unused
+                logits, hidden = self.decode_teacher_forced(prefix, pad, tokens[:, : i + 1])  # token i is unused
                 logits_all[:, i], hidden_all[:, i] = logits[:, i], hidden[:, i]
                 tokens[:, i] = self._pick(logits[:, i], mode, generator)
         else:
             cross, mask = self._cross(prefix, pad)
             hd = d // self.config.decoder_heads
             caches: KVCache = [
-                {k: torch.empty(n, self.config.decoder_heads, big_l, hd, dtype=prefix.dtype, device=dev)
-                 for k in ("k", "v")} for _ in self.layers
+                {
+                    k: torch.empty(n, self.config.decoder_heads, big_l, hd, dtype=prefix.dtype, device=dev)
+                    for k in ("k", "v")
+                }
+                for _ in self.layers
             ]
             inp = torch.full((n, 1), self.bos, dtype=torch.long, device=dev)
             for i in range(big_l):
@@ -283,9 +301,13 @@ class AutoregressivePolicy(Policy):
                 logits = self.head(h)
                 logits_all[:, i], hidden_all[:, i] = logits, h
                 tokens[:, i] = self._pick(logits, mode, generator)
-                inp = tokens[:, i:i + 1]
-        return {"tokens": tokens, "logits": logits_all, "hidden": hidden_all,
-                "value": self._value(hidden_all[:, 0], prefix, pad, obs_time_left(obs, n, dev))}
+                inp = tokens[:, i : i + 1]
+        return {
+            "tokens": tokens,
+            "logits": logits_all,
+            "hidden": hidden_all,
+            "value": self._value(hidden_all[:, 0], prefix, pad, obs_time_left(obs, n, dev)),
+        }
 
     def _token_logprobs(self, logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token ``(logprob [N, L], entropy [N, L])`` under ``softmax(logits / temperature)``."""
@@ -305,8 +327,9 @@ class AutoregressivePolicy(Policy):
         return actions_to_bins(actions, self.config.num_bins).flatten(1)
 
     # ------------------------------------------------------------------ the Policy contract
-    def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
-               generator: torch.Generator | None = None) -> ChunkSample:
+    def sample(
+        self, obs: dict[str, Any], *, mode: Mode = "explore", generator: torch.Generator | None = None
+    ) -> ChunkSample:
         """Decode a chunk with the KV cache (no gradients; use :meth:`logprob` to train).
 
         Returns:
@@ -320,11 +343,16 @@ class AutoregressivePolicy(Policy):
             logprob = torch.zeros(tokens.shape[0], device=tokens.device)
         else:
             logprob = self._token_logprobs(out["logits"], tokens)[0].sum(-1)
-        return ChunkSample(actions=self.tokens_to_actions(tokens), logprob=logprob,
-                           value=out["value"].float(), extras={"tokens": tokens})
+        return ChunkSample(
+            actions=self.tokens_to_actions(tokens),
+            logprob=logprob,
+            value=out["value"].float(),
+            extras={"tokens": tokens},
+        )
 
-    def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Teacher-forced single causal pass over ``extras["tokens"]`` ``[N, H * A]``.
 
         Returns:

@@ -50,8 +50,9 @@ class DiffusionConfig(PolicyConfig):
         if self.train_timesteps < 1:
             raise ValueError(f"train_timesteps must be >= 1, got {self.train_timesteps}")
         if not 1 <= self.inference_steps <= self.train_timesteps:
-            raise ValueError(f"inference_steps must be in 1..train_timesteps ({self.train_timesteps}), "
-                             f"got {self.inference_steps}")
+            raise ValueError(
+                f"inference_steps must be in 1..train_timesteps ({self.train_timesteps}), got {self.inference_steps}"
+            )
         if self.d_model % self.denoiser_heads:
             raise ValueError(f"denoiser_heads ({self.denoiser_heads}) must divide d_model ({self.d_model})")
         if self.clip_sample < 0:

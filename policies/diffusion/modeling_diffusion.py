@@ -67,8 +67,9 @@ def sinusoidal_embedding(timesteps: torch.Tensor, dim: int, max_period: float = 
         to ``1 / max_period``.
     """
     half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=timesteps.device)
-                      / max(half, 1))
+    freqs = torch.exp(
+        -math.log(max_period) * torch.arange(half, dtype=torch.float32, device=timesteps.device) / max(half, 1)
+    )
     args = timesteps.float()[:, None] * freqs[None, :]
     emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
     if dim % 2:
@@ -90,14 +91,16 @@ class ChunkDenoiser(nn.Module):
         self.action_in = nn.Linear(a, d)
         self.pos_emb = nn.Parameter(torch.randn(1, h, d) * 0.02)
         self.time_mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.SiLU(), nn.Linear(4 * d, d))
-        layer = nn.TransformerDecoderLayer(d, config.denoiser_heads, 4 * d, dropout=0.0, batch_first=True,
-                                           norm_first=True, activation="gelu")
+        layer = nn.TransformerDecoderLayer(
+            d, config.denoiser_heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"
+        )
         self.blocks = nn.TransformerDecoder(layer, config.denoiser_layers)
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, a)
 
-    def forward(self, noisy: torch.Tensor, timesteps: torch.Tensor, prefix: torch.Tensor,
-                pad: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, noisy: torch.Tensor, timesteps: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor
+    ) -> torch.Tensor:
         """Predict from noisy chunks.
 
         Args:
@@ -140,9 +143,13 @@ class DiffusionPolicy(Policy):
         """
         c = self.config
         common: dict[str, Any] = {
-            "num_train_timesteps": c.train_timesteps, "beta_schedule": c.beta_schedule,
-            "beta_start": c.beta_start, "beta_end": c.beta_end, "prediction_type": c.prediction_type,
-            "clip_sample": c.clip_sample > 0, "clip_sample_range": c.clip_sample if c.clip_sample > 0 else 1.0,
+            "num_train_timesteps": c.train_timesteps,
+            "beta_schedule": c.beta_schedule,
+            "beta_start": c.beta_start,
+            "beta_end": c.beta_end,
+            "prediction_type": c.prediction_type,
+            "clip_sample": c.clip_sample > 0,
+            "clip_sample_range": c.clip_sample if c.clip_sample > 0 else 1.0,
         }
         self.train_scheduler = DDPMScheduler(**common)
         self.sample_scheduler = DDIMScheduler(**common, set_alpha_to_one=True, steps_offset=0)
@@ -158,8 +165,9 @@ class DiffusionPolicy(Policy):
     def _check_actions(self, actions: torch.Tensor) -> None:
         want = (self.chunk_size, self.action_dim)
         if actions.ndim != 3 or tuple(actions.shape[1:]) != want:
-            raise ValueError(f"actions must be [N, {want[0]}, {want[1]}] (chunk_size, action_dim), "
-                             f"got {tuple(actions.shape)}")
+            raise ValueError(
+                f"actions must be [N, {want[0]}, {want[1]}] (chunk_size, action_dim), got {tuple(actions.shape)}"
+            )
 
     @staticmethod
     def _randn(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
@@ -170,8 +178,9 @@ class DiffusionPolicy(Policy):
 
     # ------------------------------------------------------------------ contract
     @torch.no_grad()
-    def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
-               generator: torch.Generator | None = None) -> ChunkSample:
+    def sample(
+        self, obs: dict[str, Any], *, mode: Mode = "explore", generator: torch.Generator | None = None
+    ) -> ChunkSample:
         """Sample action chunks by DDIM (no gradients).
 
         Args:
@@ -206,8 +215,9 @@ class DiffusionPolicy(Policy):
         zeros = torch.zeros(n, device=device)
         return ChunkSample(actions=actions, logprob=zeros, value=zeros.clone(), extras={})
 
-    def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Not available: raises ``NotImplementedError``.
 
         The likelihood of a diffusion sample is intractable (DDIM with eta = 0 is even a
@@ -220,8 +230,9 @@ class DiffusionPolicy(Policy):
             "(Flow-SDE / Flow-Noise) or the 'autoregressive' family (PPO / GRPO)."
         )
 
-    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, *,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+    def sft_loss(
+        self, obs: dict[str, Any], actions: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """DDPM denoising loss (scalar) for expert chunks.
 
         Args:
@@ -245,8 +256,9 @@ class DiffusionPolicy(Policy):
         if generator is None:
             timesteps = torch.randint(0, self.config.train_timesteps, (n,), device=device)
         else:
-            timesteps = torch.randint(0, self.config.train_timesteps, (n,), generator=generator,
-                                      device=generator.device).to(device)
+            timesteps = torch.randint(
+                0, self.config.train_timesteps, (n,), generator=generator, device=generator.device
+            ).to(device)
         noisy = self.train_scheduler.add_noise(x0, noise, timesteps)
         pred = self.denoiser(noisy, timesteps, prefix, pad)
         if self.config.prediction_type == "epsilon":

@@ -160,8 +160,7 @@ class MiniLMTextEncoder(nn.Module):
             raise TypeError("texts must be a list of N strings, not one string")
         new = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if new:
-            vecs = self._model.encode(new, convert_to_tensor=True, normalize_embeddings=True,
-                                      show_progress_bar=False)
+            vecs = self._model.encode(new, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False)
             for t, v in zip(new, vecs):
                 self._cache[t] = v.detach().float().cpu()
         return torch.stack([self._cache[t] for t in texts])

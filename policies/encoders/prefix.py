@@ -30,16 +30,26 @@ def build_vision_encoder(config: Any) -> nn.Module:
     path = getattr(config, "pretrained_vision", "") or ""
     if kind == "cnn":
         if path:
-            raise ValueError(f"pretrained_vision={path!r} is set but vision_encoder='cnn' ignores it: "
-                             "set vision_encoder='siglip' to use it, or clear pretrained_vision")
-        return ViewEncoder(list(config.vision_channels), config.d_model, len(config.cameras),
-                           keypoints=int(getattr(config, "vision_keypoints", 0)))
+            raise ValueError(
+                f"pretrained_vision={path!r} is set but vision_encoder='cnn' ignores it: "
+                "set vision_encoder='siglip' to use it, or clear pretrained_vision"
+            )
+        return ViewEncoder(
+            list(config.vision_channels),
+            config.d_model,
+            len(config.cameras),
+            keypoints=int(getattr(config, "vision_keypoints", 0)),
+        )
     if kind == "siglip":
         if getattr(config, "vision_keypoints", 0):
-            raise ValueError("vision_keypoints applies to vision_encoder='cnn' only; set vision_keypoints=0 with siglip")
+            raise ValueError(
+                "vision_keypoints applies to vision_encoder='cnn' only; set vision_keypoints=0 with siglip"
+            )
         if not path:
-            raise ValueError("vision_encoder='siglip' needs pretrained_vision=<a local folder with a SigLIP or "
-                             "PaliGemma checkpoint> (nothing is downloaded); or use vision_encoder='cnn'")
+            raise ValueError(
+                "vision_encoder='siglip' needs pretrained_vision=<a local folder with a SigLIP or "
+                "PaliGemma checkpoint> (nothing is downloaded); or use vision_encoder='cnn'"
+            )
         from policies.encoders.pretrained_vision import SiglipViewEncoder
 
         return SiglipViewEncoder(config.d_model, len(config.cameras), pretrained=path)
@@ -67,8 +77,9 @@ class PrefixEncoder(nn.Module):
             raise ValueError(f"language_encoder must be 'bytes' or 'minilm', got {config.language_encoder!r}")
         self.state = nn.Sequential(nn.Linear(config.state_dim, d), nn.GELU(), nn.Linear(d, d))
         self.type_emb = nn.Parameter(torch.zeros(3, 1, 1, d))
-        layer = nn.TransformerEncoderLayer(d, config.prefix_heads, 4 * d, dropout=0.0, batch_first=True,
-                                           norm_first=True, activation="gelu")
+        layer = nn.TransformerEncoderLayer(
+            d, config.prefix_heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"
+        )
         self.fusion = nn.TransformerEncoder(layer, config.prefix_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
 
@@ -87,10 +98,14 @@ class PrefixEncoder(nn.Module):
         st = self.state(inputs["state"])[:, None, :] + self.type_emb[2]
         tokens = torch.cat([img, txt, st], dim=1)
         n = tokens.shape[0]
-        pad = torch.cat([
-            torch.zeros(n, img.shape[1], dtype=torch.bool, device=tokens.device), txt_pad,
-            torch.zeros(n, 1, dtype=torch.bool, device=tokens.device),
-        ], dim=1)
+        pad = torch.cat(
+            [
+                torch.zeros(n, img.shape[1], dtype=torch.bool, device=tokens.device),
+                txt_pad,
+                torch.zeros(n, 1, dtype=torch.bool, device=tokens.device),
+            ],
+            dim=1,
+        )
         return self.norm(self.fusion(tokens, src_key_padding_mask=pad)), pad
 
     @staticmethod
@@ -108,9 +123,9 @@ class PrefixEncoder(nn.Module):
         pad = torch.zeros(len(rows), t, dtype=torch.bool, device=rows[0].device)
         for i, row in enumerate(rows):
             k = int(row.shape[0])
-            tokens[i, :k - 1] = row[:-1]
+            tokens[i, : k - 1] = row[:-1]
             tokens[i, -1] = row[-1]
-            pad[i, k - 1:t - 1] = True
+            pad[i, k - 1 : t - 1] = True
         return tokens, pad
 
     @staticmethod

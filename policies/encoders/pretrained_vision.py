@@ -115,11 +115,18 @@ def load_siglip_vision(path: str | Path) -> SiglipVisionModel:
             config = tf.SiglipVisionConfig.from_pretrained(str(folder), local_files_only=True)
             config.vision_use_head = False
             model, info = tf.SiglipVisionModel.from_pretrained(
-                str(folder), config=config, local_files_only=True, use_safetensors=True, dtype=torch.float32,
-                output_loading_info=True, **kwargs,
+                str(folder),
+                config=config,
+                local_files_only=True,
+                use_safetensors=True,
+                dtype=torch.float32,
+                output_loading_info=True,
+                **kwargs,
             )
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
-            raise ValueError(f"could not load a SigLIP vision model from pretrained_vision={str(path)!r}: {err}") from err
+            raise ValueError(
+                f"could not load a SigLIP vision model from pretrained_vision={str(path)!r}: {err}"
+            ) from err
     missing = sorted(info.get("missing_keys") or [])
     mismatched = list(info.get("mismatched_keys") or [])
     if missing or mismatched:
@@ -165,8 +172,15 @@ class SiglipViewEncoder(nn.Module):
         image_size / patch_grid / grid: the backbone's input size, its P, and the output G.
     """
 
-    def __init__(self, d_model: int, num_views: int, *, pretrained: str | Path = "",
-                 vision_config: SiglipVisionConfig | dict[str, Any] | None = None, grid: int = 4):
+    def __init__(
+        self,
+        d_model: int,
+        num_views: int,
+        *,
+        pretrained: str | Path = "",
+        vision_config: SiglipVisionConfig | dict[str, Any] | None = None,
+        grid: int = 4,
+    ):
         super().__init__()
         if bool(pretrained) == (vision_config is not None):
             raise ValueError("SiglipViewEncoder needs exactly one of pretrained=<folder> or vision_config=<config>")

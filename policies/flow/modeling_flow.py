@@ -52,8 +52,9 @@ class ActionExpert(nn.Module):
         self.inp = nn.Linear(config.action_dim, d)
         self.pos = nn.Parameter(torch.randn(1, config.chunk_size, d) * 0.02)
         self.time = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
-        layer = nn.TransformerDecoderLayer(d, config.expert_heads, 4 * d, dropout=0.0, batch_first=True,
-                                           norm_first=True, activation="gelu")
+        layer = nn.TransformerDecoderLayer(
+            d, config.expert_heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"
+        )
         self.decoder = nn.TransformerDecoder(layer, config.expert_layers)
         self.norm = nn.LayerNorm(d)
         self.d = d
@@ -87,9 +88,16 @@ class FlowPolicy(Policy):
         c = self.config
         if self.steer is None:
             device = self.velocity.weight.device
-            self.steer = NoiseSteer(2 * c.d_model, c.chunk_size, c.action_dim, hidden=c.steer_hidden,
-                                    bound=c.steer_bound, std_min=c.steer_std_min, std_max=c.steer_std_max,
-                                    time_input=c.value_features == "detached").to(device)
+            self.steer = NoiseSteer(
+                2 * c.d_model,
+                c.chunk_size,
+                c.action_dim,
+                hidden=c.steer_hidden,
+                bound=c.steer_bound,
+                std_min=c.steer_std_min,
+                std_max=c.steer_std_max,
+                time_input=c.value_features == "detached",
+            ).to(device)
         if use:
             c.sampler = "steer"
         return self.steer
@@ -166,8 +174,9 @@ class FlowPolicy(Policy):
             return "steer"
         return "ode" if mode == "greedy" else self.config.sampler
 
-    def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
-               generator: torch.Generator | None = None) -> ChunkSample:
+    def sample(
+        self, obs: dict[str, Any], *, mode: Mode = "explore", generator: torch.Generator | None = None
+    ) -> ChunkSample:
         """A chunk ``[N, H, A]`` by K denoising steps of the sampler :meth:`sample_with` names; ``extras``
         hold what that sampler's log-probability needs (:mod:`policies.flow.samplers`) and its index."""
         cfg = self.config
@@ -176,10 +185,17 @@ class FlowPolicy(Policy):
         sampler = SAMPLERS.lookup(name)()
         dev = prefix.device
         rng = generator.device if generator is not None else dev
-        d = Draw(n=prefix.shape[0], h=cfg.chunk_size, a=cfg.action_dim, k_steps=cfg.num_steps, prefix=prefix,
-                 pad=pad, normal=lambda shape: torch.randn(shape, generator=generator, device=rng).to(dev),
-                 uniform=lambda shape: torch.rand(shape, generator=generator, device=rng).to(dev),
-                 integers=lambda high, shape: torch.randint(0, high, shape, generator=generator, device=rng).to(dev))
+        d = Draw(
+            n=prefix.shape[0],
+            h=cfg.chunk_size,
+            a=cfg.action_dim,
+            k_steps=cfg.num_steps,
+            prefix=prefix,
+            pad=pad,
+            normal=lambda shape: torch.randn(shape, generator=generator, device=rng).to(dev),
+            uniform=lambda shape: torch.rand(shape, generator=generator, device=rng).to(dev),
+            integers=lambda high, shape: torch.randint(0, high, shape, generator=generator, device=rng).to(dev),
+        )
         x = sampler.start(self, d)
         d.chain.append(x)
         for k, t_val in enumerate(S.time_grid(cfg.num_steps)):
@@ -191,11 +207,16 @@ class FlowPolicy(Policy):
         # which sampler drew the chunk: logprob() follows it, whatever the config says now
         d.extras["sampler"] = torch.full((d.n,), sampler_index(name), dtype=torch.long, device=dev)
         value = self._value(prefix, pad, obs_time_left(obs, d.n, dev))
-        return ChunkSample(actions=self.processor.unnormalize_actions(x), logprob=d.logprob.detach(),
-                           value=value.detach(), extras={k: v.detach() for k, v in d.extras.items()})
+        return ChunkSample(
+            actions=self.processor.unnormalize_actions(x),
+            logprob=d.logprob.detach(),
+            value=value.detach(),
+            extras={k: v.detach() for k, v in d.extras.items()},
+        )
 
-    def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Exact log-probability, entropy and value ``[N]`` of sampled chunks under the current weights,
         by the sampler that drew them (``extras["sampler"]``; see :mod:`policies.flow.samplers`)."""
         prefix, pad = self.encode(obs)
@@ -203,8 +224,9 @@ class FlowPolicy(Policy):
         lp, ent = sampler_of(extras, self.config.sampler).logprob(self, prefix, pad, extras)
         return lp, ent, value
 
-    def _fpo_surrogate(self, action: torch.Tensor, t: torch.Tensor, eps: torch.Tensor, prefix: torch.Tensor,
-                       pad: torch.Tensor) -> torch.Tensor:
+    def _fpo_surrogate(
+        self, action: torch.Tensor, t: torch.Tensor, eps: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor
+    ) -> torch.Tensor:
         """FPO's log-likelihood surrogate ``[N]`` of normalised chunks ``action [N, H, A]`` from M
         flow-matching draws ``t [N, M]``, ``eps [N, M, H, A]``: minus half the squared velocity error,
         summed over the chunk and averaged over the draws (one batched expert pass of N*M rows)."""
@@ -214,8 +236,9 @@ class FlowPolicy(Policy):
         err = self._velocity_error(a, t.flatten(), eps.flatten(0, 1), rp, rpad)
         return -0.5 * err.flatten(1).sum(1).reshape(n, m).mean(1)
 
-    def _velocity_error(self, action: torch.Tensor, t: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor,
-                        pad: torch.Tensor) -> torch.Tensor:
+    def _velocity_error(
+        self, action: torch.Tensor, t: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor
+    ) -> torch.Tensor:
         """Flow matching's squared error ``[B, H, A]`` at ``x_t = t*noise + (1-t)*action``: the predicted
         velocity against ``noise - action`` (``action``, ``noise`` ``[B, H, A]`` normalised; ``t`` ``[B]``)."""
         x_t = t[:, None, None] * noise + (1.0 - t[:, None, None]) * action

@@ -44,8 +44,16 @@ def guidance_weight(t: float, beta: float) -> float:
     return min(beta, (tau**2 + (1.0 - tau) ** 2) / (tau * (1.0 - tau)))
 
 
-def rtc_sample(policy: Any, obs: dict[str, Any], prev: torch.Tensor, prev_valid: torch.Tensor,
-               frozen: int, *, beta: float = 5.0, generator: torch.Generator | None = None) -> torch.Tensor:
+def rtc_sample(
+    policy: Any,
+    obs: dict[str, Any],
+    prev: torch.Tensor,
+    prev_valid: torch.Tensor,
+    frozen: int,
+    *,
+    beta: float = 5.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """A chunk ``[N, H, A]`` (env space) continuing the previous plan, from the ODE sampler.
 
     Args:

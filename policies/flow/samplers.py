@@ -33,8 +33,9 @@ class FlowPolicy(Protocol):
     def _noise_std(self, feats: torch.Tensor) -> torch.Tensor: ...
     def _steer_features(self, prefix: torch.Tensor, pad: torch.Tensor) -> torch.Tensor: ...
     def _repeat(self, prefix: torch.Tensor, pad: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]: ...
-    def _fpo_surrogate(self, action: torch.Tensor, t: torch.Tensor, eps: torch.Tensor, prefix: torch.Tensor,
-                       pad: torch.Tensor) -> torch.Tensor: ...
+    def _fpo_surrogate(
+        self, action: torch.Tensor, t: torch.Tensor, eps: torch.Tensor, prefix: torch.Tensor, pad: torch.Tensor
+    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -77,8 +78,16 @@ class FlowSampler:
         """The initial noise ``x_1 [n, h, a]``."""
         return d.normal((d.n, d.h, d.a))
 
-    def transition(self, policy: FlowPolicy, d: Draw, k: int, x: torch.Tensor, t: torch.Tensor,
-                   feats: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def transition(
+        self,
+        policy: FlowPolicy,
+        d: Draw,
+        k: int,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        feats: torch.Tensor,
+        v: torch.Tensor,
+    ) -> torch.Tensor:
         """``x_{t - dt}`` from ``x [n, h, a]`` at step ``k`` (time ``t [n]``), the expert's features
         ``feats [n, h, d]`` and velocity ``v [n, h, a]`` there."""
         return S.ode_step(x, v, d.dt)
@@ -87,8 +96,9 @@ class FlowSampler:
         """Fill ``d.extras`` (and ``d.logprob``) once the chunk ``x [n, h, a]`` is drawn."""
         d.extras["chain"] = torch.stack(d.chain, dim=1)
 
-    def logprob(self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor,
-                extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor, extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability and entropy ``[N]`` of the chunks these extras describe, under the weights now."""
         zero = torch.zeros(prefix.shape[0], device=prefix.device)
         return zero, zero
@@ -99,19 +109,29 @@ class ChainSampler(FlowSampler):
     recorded ``chain [N, K+1, H, A]`` (one batched expert pass). Subclasses give the transition's
     mean and std."""
 
-    def gaussian(self, policy: FlowPolicy, x: torch.Tensor, t: torch.Tensor, feats: torch.Tensor,
-                 v: torch.Tensor, dt: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def gaussian(
+        self, policy: FlowPolicy, x: torch.Tensor, t: torch.Tensor, feats: torch.Tensor, v: torch.Tensor, dt: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
-    def transition(self, policy: FlowPolicy, d: Draw, k: int, x: torch.Tensor, t: torch.Tensor,
-                   feats: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def transition(
+        self,
+        policy: FlowPolicy,
+        d: Draw,
+        k: int,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        feats: torch.Tensor,
+        v: torch.Tensor,
+    ) -> torch.Tensor:
         mean, std = self.gaussian(policy, x, t, feats, v, d.dt)
         noisy = mean + std * d.normal(tuple(mean.shape))
         d.logprob = d.logprob + S.gaussian_logprob(noisy, mean, std)
         return noisy
 
-    def logprob(self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor,
-                extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor, extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if "chain" not in extras:
             raise KeyError(f"{self.name} chunks need extras 'chain' [N, K+1, H, A]")
         chain = extras["chain"].to(prefix.device)
@@ -131,8 +151,9 @@ class SDEFullSampler(ChainSampler):
 
     name = "sde_full"
 
-    def gaussian(self, policy: FlowPolicy, x: torch.Tensor, t: torch.Tensor, feats: torch.Tensor,
-                 v: torch.Tensor, dt: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def gaussian(
+        self, policy: FlowPolicy, x: torch.Tensor, t: torch.Tensor, feats: torch.Tensor, v: torch.Tensor, dt: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return S.sde_step(x, v, t, dt, policy.config.noise_level)
 
 
@@ -141,8 +162,9 @@ class NoiseSampler(ChainSampler):
 
     name = "noise"
 
-    def gaussian(self, policy: FlowPolicy, x: torch.Tensor, t: torch.Tensor, feats: torch.Tensor,
-                 v: torch.Tensor, dt: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def gaussian(
+        self, policy: FlowPolicy, x: torch.Tensor, t: torch.Tensor, feats: torch.Tensor, v: torch.Tensor, dt: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return S.ode_step(x, v, dt), policy._noise_std(feats)
 
 
@@ -161,8 +183,16 @@ class SDESampler(FlowSampler):
         d.extras["step"] = d.integers(policy.config.sde_steps or d.k_steps, (d.n,))
         return x
 
-    def transition(self, policy: FlowPolicy, d: Draw, k: int, x: torch.Tensor, t: torch.Tensor,
-                   feats: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def transition(
+        self,
+        policy: FlowPolicy,
+        d: Draw,
+        k: int,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        feats: torch.Tensor,
+        v: torch.Tensor,
+    ) -> torch.Tensor:
         mean, std = S.sde_step(x, v, t, d.dt, policy.config.noise_level)
         noisy = mean + std * d.normal(tuple(mean.shape))  # drawn at every step: one stream per call
         is_k = d.extras["step"] == k
@@ -174,8 +204,9 @@ class SDESampler(FlowSampler):
     def finish(self, policy: FlowPolicy, d: Draw, x: torch.Tensor) -> None:
         d.extras["step"] = d.extras.pop("step")  # after x_t and x_next, as the extras have always been laid out
 
-    def logprob(self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor,
-                extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor, extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not {"step", "x_t", "x_next"} <= extras.keys():
             raise KeyError("sde chunks need extras 'step' [N], 'x_t' and 'x_next' [N, H, A]")
         x_t, x_next = extras["x_t"].to(prefix.device), extras["x_next"].to(prefix.device)
@@ -202,13 +233,15 @@ class FPOSampler(FlowSampler):
         d.logprob = policy._fpo_surrogate(x, fpo_t, fpo_eps, d.prefix, d.pad)
         d.extras.update(action=x, fpo_t=fpo_t, fpo_eps=fpo_eps)
 
-    def logprob(self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor,
-                extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor, extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not {"action", "fpo_t", "fpo_eps"} <= extras.keys():
             raise KeyError("fpo chunks need extras 'action' [N, H, A], 'fpo_t' [N, M] and 'fpo_eps' [N, M, H, A]")
         dev = prefix.device
-        lp = policy._fpo_surrogate(extras["action"].to(dev), extras["fpo_t"].to(dev), extras["fpo_eps"].to(dev),
-                                   prefix, pad)
+        lp = policy._fpo_surrogate(
+            extras["action"].to(dev), extras["fpo_t"].to(dev), extras["fpo_eps"].to(dev), prefix, pad
+        )
         return lp, torch.zeros_like(lp)  # no closed-form entropy: FPO has no entropy bonus
 
 
@@ -233,8 +266,9 @@ class SteerSampler(FlowSampler):
     def finish(self, policy: FlowPolicy, d: Draw, x: torch.Tensor) -> None:
         pass
 
-    def logprob(self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor,
-                extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, policy: FlowPolicy, prefix: torch.Tensor, pad: torch.Tensor, extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if policy.steer is None:
             raise RuntimeError("these chunks were steered (extras 'steer_w') but the policy has no steering module")
         if "steer_w" not in extras:
@@ -278,5 +312,17 @@ def sampler_of(extras: dict[str, torch.Tensor], default: str) -> FlowSampler:
     return SAMPLERS[SAMPLERS.names()[int(ids[0])]]()
 
 
-__all__ = ["SAMPLERS", "ChainSampler", "Draw", "FPOSampler", "FlowSampler", "NoiseSampler", "SDEFullSampler",
-           "SDESampler", "SteerSampler", "register_sampler", "sampler_index", "sampler_of"]
+__all__ = [
+    "SAMPLERS",
+    "ChainSampler",
+    "Draw",
+    "FPOSampler",
+    "FlowSampler",
+    "NoiseSampler",
+    "SDEFullSampler",
+    "SDESampler",
+    "SteerSampler",
+    "register_sampler",
+    "sampler_index",
+    "sampler_of",
+]

@@ -41,8 +41,9 @@ def sde_sigma(t: torch.Tensor | float, dt: float, noise_level: float, like: torc
     return noise_level * torch.sqrt(t / one_minus)
 
 
-def sde_step(x_t: torch.Tensor, v: torch.Tensor, t: torch.Tensor | float, dt: float,
-             noise_level: float) -> tuple[torch.Tensor, torch.Tensor]:
+def sde_step(
+    x_t: torch.Tensor, v: torch.Tensor, t: torch.Tensor | float, dt: float, noise_level: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std of the Flow-SDE transition ``x_t -> x_{t-dt}`` (see the module docstring).
 
     Args:
@@ -78,8 +79,9 @@ def time_grid(num_steps: int) -> list[float]:
     return [1.0 - k / num_steps for k in range(num_steps)]
 
 
-def keep_stochastic_step(extras: dict[str, torch.Tensor], k: int, is_k: torch.Tensor, x: torch.Tensor,
-                         x_next: torch.Tensor) -> None:
+def keep_stochastic_step(
+    extras: dict[str, torch.Tensor], k: int, is_k: torch.Tensor, x: torch.Tensor, x_next: torch.Tensor
+) -> None:
     """Accelerated Flow-SDE's record of each sample's one stochastic transition: at step ``k`` of the
     chain, rows with ``is_k [N]`` keep ``x_t`` / ``x_next`` (``[N, ...]``) in ``extras`` (filled at k=0)."""
     if k == 0:

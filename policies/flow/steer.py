@@ -40,12 +40,22 @@ class NoiseSteer(nn.Module):
     stable).
     """
 
-    def __init__(self, in_dim: int, chunk_size: int, action_dim: int, hidden: int = 256,
-                 bound: float = 2.0, std_min: float = 0.05, std_max: float = 1.2, time_input: bool = False):
+    def __init__(
+        self,
+        in_dim: int,
+        chunk_size: int,
+        action_dim: int,
+        hidden: int = 256,
+        bound: float = 2.0,
+        std_min: float = 0.05,
+        std_max: float = 1.2,
+        time_input: bool = False,
+    ):
         super().__init__()
         if bound <= 0 or not 0 < std_min < 1 < std_max:
-            raise ValueError(f"need steer_bound > 0 and 0 < steer_std_min < 1 < steer_std_max, got {bound}, "
-                             f"{std_min}, {std_max}")
+            raise ValueError(
+                f"need steer_bound > 0 and 0 < steer_std_min < 1 < steer_std_max, got {bound}, {std_min}, {std_max}"
+            )
         self.shape = (chunk_size, action_dim)
         self.mlp = nn.Sequential(*_trunk(in_dim, hidden))
         self.head = nn.Linear(hidden, 2 * chunk_size * action_dim)  # mean and log-std, both 0 at the start

@@ -81,10 +81,17 @@ class Adapter:
         s = cfg.image_size
         features = {key: PolicyFeature(FeatureType.VISUAL, (3, s, s)) for key in cfg.image_keys()}
         features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (cfg.state_dim,))
-        kwargs = dict(self.derived_fields(cfg), chunk_size=cfg.chunk_size, n_action_steps=cfg.chunk_size,
-                      tokenizer_max_length=cfg.tokenizer_max_length, train_expert_only=cfg.train_expert_only,
-                      freeze_vision_encoder=cfg.freeze_vision_encoder, device="cpu", input_features=features,
-                      output_features={ACTION: PolicyFeature(FeatureType.ACTION, (cfg.action_dim,))})
+        kwargs = dict(
+            self.derived_fields(cfg),
+            chunk_size=cfg.chunk_size,
+            n_action_steps=cfg.chunk_size,
+            tokenizer_max_length=cfg.tokenizer_max_length,
+            train_expert_only=cfg.train_expert_only,
+            freeze_vision_encoder=cfg.freeze_vision_encoder,
+            device="cpu",
+            input_features=features,
+            output_features={ACTION: PolicyFeature(FeatureType.ACTION, (cfg.action_dim,))},
+        )
         kwargs.update(cfg.lerobot_config)
         return self.config_class()(**kwargs)
 
@@ -101,8 +108,9 @@ class Adapter:
         """``[N, H, max_action_dim]`` velocity of the action expert at ``x_t`` and times ``t [N]``."""
         raise NotImplementedError
 
-    def flow_losses(self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor,
-                    time: torch.Tensor) -> torch.Tensor:
+    def flow_losses(
+        self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
         """``[N, H, max_action_dim]`` squared velocity errors of LeRobot's training forward."""
         raise NotImplementedError
 
@@ -131,8 +139,12 @@ class Pi0Adapter(Adapter):
         positions = torch.cumsum(pad, dim=1) - 1
         model.paligemma_with_expert.paligemma.model.language_model.config._attn_implementation = "eager"
         (hidden, _), kv = model.paligemma_with_expert.forward(
-            attention_mask=mod.prepare_attention_masks_4d(att_2d), position_ids=positions, past_key_values=None,
-            inputs_embeds=[embs, None], use_cache=True)
+            attention_mask=mod.prepare_attention_masks_4d(att_2d),
+            position_ids=positions,
+            past_key_values=None,
+            inputs_embeds=[embs, None],
+            use_cache=True,
+        )
         return Prefix(pad=pad, kv=kv, hidden=hidden, state=self.suffix_state(policy, batch))
 
     def suffix_state(self, policy: Any, batch: dict[str, Any]) -> torch.Tensor:
@@ -142,8 +154,9 @@ class Pi0Adapter(Adapter):
     def velocity(self, policy: Any, prefix: Prefix, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return policy.model.denoise_step(prefix.state, prefix.pad, prefix.kv, x_t, t)
 
-    def flow_losses(self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor,
-                    time: torch.Tensor) -> torch.Tensor:
+    def flow_losses(
+        self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
         images, img_masks, tokens, masks = self._inputs(policy, batch)
         return policy.model.forward(images, img_masks, tokens, masks, policy.prepare_state(batch), actions, noise, time)
 
@@ -176,8 +189,9 @@ class Pi05Adapter(Pi0Adapter):
     def velocity(self, policy: Any, prefix: Prefix, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return policy.model.denoise_step(prefix.pad, prefix.kv, x_t, t)
 
-    def flow_losses(self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor,
-                    time: torch.Tensor) -> torch.Tensor:
+    def flow_losses(
+        self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
         images, img_masks, tokens, masks = self._inputs(policy, batch)
         return policy.model.forward(images, img_masks, tokens, masks, actions, noise, time)
 
@@ -206,15 +220,20 @@ class SmolVLAAdapter(Adapter):
         att_2d = mod.make_att_2d_masks(pad, att)
         positions = torch.cumsum(pad, dim=1) - 1
         (hidden, _), kv = model.vlm_with_expert.forward(
-            attention_mask=att_2d, position_ids=positions, past_key_values=None, inputs_embeds=[embs, None],
-            use_cache=model.config.use_cache)
+            attention_mask=att_2d,
+            position_ids=positions,
+            past_key_values=None,
+            inputs_embeds=[embs, None],
+            use_cache=model.config.use_cache,
+        )
         return Prefix(pad=pad, kv=kv, hidden=hidden, state=state)
 
     def velocity(self, policy: Any, prefix: Prefix, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return policy.model.denoise_step(prefix.pad, prefix.kv, x_t, t)
 
-    def flow_losses(self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor,
-                    time: torch.Tensor) -> torch.Tensor:
+    def flow_losses(
+        self, policy: Any, batch: dict[str, Any], actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
         images, img_masks, tokens, masks, state = self._inputs(policy, batch)
         return policy.model.forward(images, img_masks, tokens, masks, state, actions, noise, time)
 

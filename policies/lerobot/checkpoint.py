@@ -24,9 +24,21 @@ log = logging.getLogger(__name__)
 #: LeRobot ``type`` -> our family
 LEROBOT_FAMILIES = {"pi0": "pi0", "pi05": "pi05", "smolvla": "smolvla"}
 #: our config's fields that LeRobot's config determines (the rest of theirs goes to ``lerobot_config``)
-_DERIVED = ("chunk_size", "n_action_steps", "input_features", "output_features", "tokenizer_max_length",
-            "train_expert_only", "freeze_vision_encoder", "device", "num_inference_steps", "num_steps",
-            "image_resolution", "resize_imgs_with_padding", "type")
+_DERIVED = (
+    "chunk_size",
+    "n_action_steps",
+    "input_features",
+    "output_features",
+    "tokenizer_max_length",
+    "train_expert_only",
+    "freeze_vision_encoder",
+    "device",
+    "num_inference_steps",
+    "num_steps",
+    "image_resolution",
+    "resize_imgs_with_padding",
+    "type",
+)
 
 
 def is_lerobot_folder(path: str | os.PathLike) -> bool:
@@ -46,10 +58,16 @@ EMBODIED_CONFIG = "embodied_policy.json"
 #: the normalisation our processor of each family applies (LeRobot's names)
 NORMALISATION = {"pi0": "MEAN_STD", "pi05": "QUANTILES", "smolvla": "MEAN_STD"}
 #: our statistic -> LeRobot's flat normaliser key
-_STAT_NAMES = {"state_mean": "observation.state.mean", "state_std": "observation.state.std",
-               "action_mean": "action.mean", "action_std": "action.std",
-               "state_q01": "observation.state.q01", "state_q99": "observation.state.q99",
-               "action_q01": "action.q01", "action_q99": "action.q99"}
+_STAT_NAMES = {
+    "state_mean": "observation.state.mean",
+    "state_std": "observation.state.std",
+    "action_mean": "action.mean",
+    "action_std": "action.std",
+    "state_q01": "observation.state.q01",
+    "state_q99": "observation.state.q99",
+    "action_q01": "action.q01",
+    "action_q99": "action.q99",
+}
 
 
 def _normalizer_stats(folder: Path, state_dim: int, action_dim: int, mode: str) -> dict[str, list[float]] | None:
@@ -62,19 +80,28 @@ def _normalizer_stats(folder: Path, state_dim: int, action_dim: int, mode: str) 
     needed = [k for k in _STAT_NAMES if ("_q" in k) == (mode == "QUANTILES")]
     missing = [_STAT_NAMES[k] for k in needed if _STAT_NAMES[k] not in flat]
     if missing:
-        raise CheckpointError(f"{files[0]} lacks {missing}: the policy's state and action normalisation ({mode}) "
-                              "cannot be reproduced")
+        raise CheckpointError(
+            f"{files[0]} lacks {missing}: the policy's state and action normalisation ({mode}) cannot be reproduced"
+        )
     out = {k: [float(x) for x in flat[name].flatten()] for k, name in _STAT_NAMES.items() if name in flat}
     key = "state_mean" if "state_mean" in out else "state_q01"
     akey = "action_mean" if "action_mean" in out else "action_q01"
     if len(out[key]) != state_dim or len(out[akey]) != action_dim:
-        raise CheckpointError(f"{files[0]}: statistics of {len(out[key])}-D state / "
-                              f"{len(out[akey])}-D action, the model has {state_dim} / {action_dim}")
+        raise CheckpointError(
+            f"{files[0]}: statistics of {len(out[key])}-D state / "
+            f"{len(out[akey])}-D action, the model has {state_dim} / {action_dim}"
+        )
     return out
 
 
-def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str = "",
-                 model_sizes_override: str | dict[str, Any] | None = None, cameras: list[str] | None = None) -> Any:
+def load_lerobot(
+    path: str | os.PathLike,
+    *,
+    device: str = "cpu",
+    tokenizer: str = "",
+    model_sizes_override: str | dict[str, Any] | None = None,
+    cameras: list[str] | None = None,
+) -> Any:
     """Our policy of a LeRobot checkpoint folder (eval mode). ``tokenizer`` overrides the model's
     default (a local folder); ``model_sizes_override`` rebuilds a small model (see ``model_sizes``);
     ``cameras`` names our cameras for the checkpoint's image features, in their order (LeRobot's
@@ -91,8 +118,9 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
     kind = json.loads((folder / "config.json").read_text())["type"]
     family = LEROBOT_FAMILIES.get(kind)
     if family is None:
-        raise CheckpointError(f"{folder}: LeRobot policy type {kind!r} has no family here; "
-                              f"supported: {sorted(LEROBOT_FAMILIES)}")
+        raise CheckpointError(
+            f"{folder}: LeRobot policy type {kind!r} has no family here; supported: {sorted(LEROBOT_FAMILIES)}"
+        )
     from policies.lerobot.adapters import adapter
 
     adapter(family).config_class()  # imported: LeRobot registers the config type on import
@@ -101,8 +129,10 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
     modes = {str(k): str(getattr(v, "value", v)) for k, v in getattr(lr_config, "normalization_mapping", {}).items()}
     mode = NORMALISATION[family]
     if any(modes.get(k, mode) not in (mode, "IDENTITY") for k in ("STATE", "ACTION")):
-        raise CheckpointError(f"{folder}: state/action normalisation {modes}; the {family} family normalises with "
-                              f"{mode} (LeRobot's default for it)")
+        raise CheckpointError(
+            f"{folder}: state/action normalisation {modes}; the {family} family normalises with "
+            f"{mode} (LeRobot's default for it)"
+        )
     image_keys = [k for k, f in lr_config.input_features.items() if str(getattr(f.type, "value", f.type)) == "VISUAL"]
     state = lr_config.input_features.get("observation.state")
     action = lr_config.output_features.get("action")
@@ -112,14 +142,20 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
     steps = getattr(lr_config, "num_inference_steps", None) or getattr(lr_config, "num_steps", 10)
     raw = json.loads((folder / "config.json").read_text())
     fields = dict(
-        action_dim=int(action.shape[0]), state_dim=int(state.shape[0]), chunk_size=int(lr_config.chunk_size),
-        cameras=[k.removeprefix("observation.images.") for k in image_keys], camera_keys=image_keys,
-        image_size=int(resolution[0]), num_steps=int(steps), tokenizer=tokenizer,
+        action_dim=int(action.shape[0]),
+        state_dim=int(state.shape[0]),
+        chunk_size=int(lr_config.chunk_size),
+        cameras=[k.removeprefix("observation.images.") for k in image_keys],
+        camera_keys=image_keys,
+        image_size=int(resolution[0]),
+        num_steps=int(steps),
+        tokenizer=tokenizer,
         tokenizer_max_length=int(lr_config.tokenizer_max_length),
         train_expert_only=bool(lr_config.train_expert_only),
         freeze_vision_encoder=bool(getattr(lr_config, "freeze_vision_encoder", True)),
         lerobot_config={k: v for k, v in raw.items() if k not in _DERIVED},
-        model_sizes=model_sizes_override or {})
+        model_sizes=model_sizes_override or {},
+    )
     if cameras is not None:
         if len(cameras) != len(image_keys):
             raise CheckpointError(f"cameras {list(cameras)} must name one camera per image feature {image_keys}")
@@ -129,9 +165,12 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
         saved = json.loads(ours.read_text())
         if saved.get("family") != family:
             raise CheckpointError(f"{ours} is for a {saved.get('family')} policy, config.json for {family}")
-        fields = {**saved["config"], **({"tokenizer": tokenizer} if tokenizer else {}),
-                  **({"model_sizes": model_sizes_override} if model_sizes_override else {}),
-                  **({"cameras": list(cameras), "camera_keys": image_keys} if cameras is not None else {})}
+        fields = {
+            **saved["config"],
+            **({"tokenizer": tokenizer} if tokenizer else {}),
+            **({"model_sizes": model_sizes_override} if model_sizes_override else {}),
+            **({"cameras": list(cameras), "camera_keys": image_keys} if cameras is not None else {}),
+        }
     config = cls.config_class.from_dict({**cls.config_class().to_dict(), **fields})
     weights = folder / "model.safetensors"
     if not weights.is_file():
@@ -139,14 +178,19 @@ def load_lerobot(path: str | os.PathLike, *, device: str = "cpu", tokenizer: str
     lr_config.device = "cpu"
     with model_sizes(family, config.model_sizes):
         lr_policy = _lerobot_class(family)(lr_config)
-    state_dict = lr_policy._fix_pytorch_state_dict_keys(load_file(str(weights)), lr_config) \
-        if hasattr(lr_policy, "_fix_pytorch_state_dict_keys") else load_file(str(weights))
+    state_dict = (
+        lr_policy._fix_pytorch_state_dict_keys(load_file(str(weights)), lr_config)
+        if hasattr(lr_policy, "_fix_pytorch_state_dict_keys")
+        else load_file(str(weights))
+    )
     if family != "smolvla":  # openpi-converted weights may lack the "model." prefix
         state_dict = {k if k.startswith("model.") else f"model.{k}": v for k, v in state_dict.items()}
     missing, unexpected = lr_policy.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{weights} does not fit LeRobot's {family} built from {folder}/config.json: "
-                              f"missing {missing[:5]} ({len(missing)}), unexpected {unexpected[:5]} ({len(unexpected)})")
+        raise CheckpointError(
+            f"{weights} does not fit LeRobot's {family} built from {folder}/config.json: "
+            f"missing {missing[:5]} ({len(missing)}), unexpected {unexpected[:5]} ({len(unexpected)})"
+        )
     policy = cls(config, lerobot_policy=lr_policy)
     stats = _normalizer_stats(folder, config.state_dim, config.action_dim, mode)
     if stats is None and (folder / "stats.json").is_file():  # written by export_lerobot
@@ -176,6 +220,7 @@ def export_lerobot(policy: Any, path: str | os.PathLike) -> Path:
     state = {k: v.detach().cpu().contiguous() for k, v in lr.state_dict().items()}
     lr.save_pretrained(folder, state_dict=state)
     (folder / "stats.json").write_text(json.dumps(policy.processor.stats, indent=2))
-    (folder / EMBODIED_CONFIG).write_text(json.dumps({"family": policy.family, "config": policy.config.to_dict()},
-                                                     indent=2))
+    (folder / EMBODIED_CONFIG).write_text(
+        json.dumps({"family": policy.family, "config": policy.config.to_dict()}, indent=2)
+    )
     return folder

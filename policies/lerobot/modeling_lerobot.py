@@ -26,8 +26,10 @@ from torch import nn
 try:
     import lerobot  # noqa: F401
 except ImportError as _err:
-    raise ImportError("the pi0, pi05 and smolvla families run LeRobot's models, which are not installed in this "
-                      "environment: use .venv-lerobot (CPython 3.12; bash scripts/setup.sh makes it)") from _err
+    raise ImportError(
+        "the pi0, pi05 and smolvla families run LeRobot's models, which are not installed in this "
+        "environment: use .venv-lerobot (CPython 3.12; bash scripts/setup.sh makes it)"
+    ) from _err
 
 from policies.base import ChunkSample, DetachedValueHead, Mode, Policy, obs_time_left
 from policies.flow import sde as S
@@ -53,10 +55,15 @@ def load_tokenizer(name: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(name, local_files_only=True)
     except (OSError, ValueError) as err:
-        where = "that folder has no tokenizer files" if Path(name).exists() else (
-            "it is neither a local folder nor in the Hugging Face cache (HF_HOME, default ~/.cache/huggingface); "
-            f"on a machine with network access, `huggingface-cli download {name}` fills the cache, or point "
-            "the policy's tokenizer at a local folder with tokenizer.json / tokenizer_config.json")
+        where = (
+            "that folder has no tokenizer files"
+            if Path(name).exists()
+            else (
+                "it is neither a local folder nor in the Hugging Face cache (HF_HOME, default ~/.cache/huggingface); "
+                f"on a machine with network access, `huggingface-cli download {name}` fills the cache, or point "
+                "the policy's tokenizer at a local folder with tokenizer.json / tokenizer_config.json"
+            )
+        )
         raise TokenizerMissingError(f"cannot load tokenizer {name!r}: {where} ({err})") from None
 
 
@@ -94,8 +101,11 @@ class LeRobotVLAPolicy(Policy):
         return (self.adapter.vlm_module,)
 
     def _vlm_width(self) -> int:
-        return int(self.lerobot.model.state_proj.out_features) if self.config.lerobot_type == "smolvla" else int(
-            self.lerobot.model.paligemma_with_expert.paligemma.config.text_config.hidden_size)
+        return (
+            int(self.lerobot.model.state_proj.out_features)
+            if self.config.lerobot_type == "smolvla"
+            else int(self.lerobot.model.paligemma_with_expert.paligemma.config.text_config.hidden_size)
+        )
 
     def _make_value_head(self) -> DetachedValueHead:
         return DetachedValueHead(self._vlm_width() + self.config.state_dim, self.config.value_hidden)
@@ -105,20 +115,29 @@ class LeRobotVLAPolicy(Policy):
             self._tokenizer = load_tokenizer(self.config.tokenizer_name())
         return self._tokenizer
 
-    def tokens(self, instructions: list[str], device: torch.device, state: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def tokens(
+        self, instructions: list[str], device: torch.device, state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``[N, L]`` token ids and attention mask (True = a real token), ``L = tokenizer_max_length``,
         of the model's prompts (pi0.5's hold the normalised ``state [N, S]``)."""
         if isinstance(instructions, str):
             raise TypeError("instruction must be a list of N strings, not one string")
-        prompts = self.adapter.prompts(list(instructions), state if state is not None else torch.zeros(len(instructions), 0))
+        prompts = self.adapter.prompts(
+            list(instructions), state if state is not None else torch.zeros(len(instructions), 0)
+        )
         cache = not self.adapter.prompt_has_state  # a prompt with the state is met once
         rows = []
         for text in prompts:
             row = self._token_cache.get(text) if cache else None
             if row is None:
-                enc = self.tokenizer()(text, max_length=self.config.tokenizer_max_length, padding="max_length",
-                                       padding_side="right", truncation=True, return_tensors="pt")
+                enc = self.tokenizer()(
+                    text,
+                    max_length=self.config.tokenizer_max_length,
+                    padding="max_length",
+                    padding_side="right",
+                    truncation=True,
+                    return_tensors="pt",
+                )
                 row = (enc["input_ids"][0], enc["attention_mask"][0].bool())
                 if cache:
                     self._token_cache[text] = row
@@ -133,8 +152,9 @@ class LeRobotVLAPolicy(Policy):
         rgb = torch.as_tensor(obs_views(obs)) if cfg.cameras else None
         if rgb is not None:
             if rgb.ndim != 5 or rgb.shape[1] != len(cfg.cameras):
-                raise ValueError(f"rgb must be [N, {len(cfg.cameras)}, H, W, 3] for cameras {cfg.cameras}, "
-                                 f"got {tuple(rgb.shape)}")
+                raise ValueError(
+                    f"rgb must be [N, {len(cfg.cameras)}, H, W, 3] for cameras {cfg.cameras}, got {tuple(rgb.shape)}"
+                )
             images = rgb.to(device).permute(0, 1, 4, 2, 3).float() / 255.0
             for i, key in enumerate(cfg.image_keys()):
                 batch[key] = images[:, i]
@@ -154,8 +174,7 @@ class LeRobotVLAPolicy(Policy):
     def _velocity(self, prefix: Prefix, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return self.adapter.velocity(self.lerobot, prefix, x, t).float()
 
-    def _velocity_and_std(self, prefix: Prefix, x: torch.Tensor, t: torch.Tensor
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _velocity_and_std(self, prefix: Prefix, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The velocity and Flow-Noise's std ``[N, H, A]``, bounded to ``[noise_std_min, noise_std_max]``,
         from the expert's output features: the input of LeRobot's ``action_out_proj``, read by a hook
         during the same denoising step."""
@@ -169,22 +188,24 @@ class LeRobotVLAPolicy(Policy):
         std = c.noise_std_min + (c.noise_std_max - c.noise_std_min) * torch.sigmoid(self.noise_head(seen[-1].float()))
         return v, std
 
-    def _step(self, sampler: str, prefix: Prefix, x: torch.Tensor, t: torch.Tensor, dt: float
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _step(
+        self, sampler: str, prefix: Prefix, x: torch.Tensor, t: torch.Tensor, dt: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The ODE step of all dims, and the stochastic transition's mean and std on the action dims:
         Flow-SDE's (``sde``, ``sde_full``) or the ODE step with the learned std (``noise``)."""
         if sampler == "noise":
             v, std = self._velocity_and_std(prefix, x, t)
             ode = S.ode_step(x, v, dt)
-            return ode, ode[..., :self.config.action_dim], std
+            return ode, ode[..., : self.config.action_dim], std
         return self._split_step(x, self._velocity(prefix, x, t), t, dt)
 
     def _value(self, prefix: Prefix, batch: dict[str, Any], time_left: torch.Tensor) -> torch.Tensor:
         feats = torch.cat([prefix.pooled().float(), batch[OBS_STATE].float()], dim=1)
         return self.value_mlp(feats, time_left)
 
-    def _split_step(self, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _split_step(
+        self, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The ODE step of all dims and the Flow-SDE mean and std of the action dims ``[N, H, A]``."""
         a = self.config.action_dim
         ode = S.ode_step(x, v, dt)
@@ -192,8 +213,14 @@ class LeRobotVLAPolicy(Policy):
         return ode, mean, std
 
     # ------------------------------------------------------------------ the contract
-    def sample(self, obs: dict[str, Any], *, mode: Mode = "explore",
-               generator: torch.Generator | None = None, noise: torch.Tensor | None = None) -> ChunkSample:
+    def sample(
+        self,
+        obs: dict[str, Any],
+        *,
+        mode: Mode = "explore",
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
+    ) -> ChunkSample:
         """A chunk ``[N, H, A]``; ``noise`` ``[N, H, max_action_dim]`` is the initial x_1 (drawn when None)."""
         cfg = self.config
         prefix, batch = self.encode(obs)
@@ -209,8 +236,11 @@ class LeRobotVLAPolicy(Policy):
         x = normal((n, h, self.max_action_dim)) if noise is None else noise.to(device).float()
         logprob = torch.zeros(n, device=device)
         chain = [x]
-        stoch = torch.randint(0, k_steps, (n,), generator=generator, device=rng_device).to(device) \
-            if sampler == "sde" else None
+        stoch = (
+            torch.randint(0, k_steps, (n,), generator=generator, device=rng_device).to(device)
+            if sampler == "sde"
+            else None
+        )
         extras: dict[str, torch.Tensor] = {}
         with torch.no_grad():
             for k, t_val in enumerate(S.time_grid(k_steps)):
@@ -238,11 +268,13 @@ class LeRobotVLAPolicy(Policy):
             extras["sampler"] = torch.full((n,), SAMPLERS.index(sampler), dtype=torch.long, device=device)
             value = self._value(prefix, batch, obs_time_left(obs, n, device))
         actions = self.processor.unnormalize_actions(x[..., :a])
-        return ChunkSample(actions=actions, logprob=logprob, value=value.detach(),
-                           extras={k: v.detach() for k, v in extras.items()})
+        return ChunkSample(
+            actions=actions, logprob=logprob, value=value.detach(), extras={k: v.detach() for k, v in extras.items()}
+        )
 
-    def logprob(self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def logprob(
+        self, obs: dict[str, Any], extras: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Exact log-probability of a sampled chunk under the current weights: the one stochastic
         transition (``sde``) or the sum over all K (``sde_full``, ``noise``); 0 for ODE chunks."""
         cfg = self.config

@@ -35,10 +35,14 @@ class QuantileProcessor(Processor):
     @staticmethod
     def stats_from_arrays(states: np.ndarray, actions: np.ndarray) -> dict[str, list[float]]:
         stats = Processor.stats_from_arrays(states, actions)
-        stats.update({"state_q01": np.quantile(states, 0.01, axis=0).tolist(),
-                      "state_q99": np.quantile(states, 0.99, axis=0).tolist(),
-                      "action_q01": np.quantile(actions, 0.01, axis=0).tolist(),
-                      "action_q99": np.quantile(actions, 0.99, axis=0).tolist()})
+        stats.update(
+            {
+                "state_q01": np.quantile(states, 0.01, axis=0).tolist(),
+                "state_q99": np.quantile(states, 0.99, axis=0).tolist(),
+                "action_q01": np.quantile(actions, 0.01, axis=0).tolist(),
+                "action_q99": np.quantile(actions, 0.99, axis=0).tolist(),
+            }
+        )
         return stats
 
     def _range(self, kind: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,10 +22,11 @@ PATCHED_MODULES = {"pi0": "lerobot.policies.pi0.modeling_pi0", "pi05": "lerobot.
 #: training forward reshapes to 8 heads.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {
-        "gemma": {"gemma_2b": dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=8),
-                  "gemma_300m": dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=8)},
-        "vision": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                       patch_size=8),
+        "gemma": {
+            "gemma_2b": dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=8),
+            "gemma_300m": dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=8),
+        },
+        "vision": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, patch_size=8),
     },
 }
 

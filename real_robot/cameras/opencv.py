@@ -22,18 +22,24 @@ def fit_view(frame: np.ndarray, size: int, crop: Optional[tuple[int, int, int, i
     """Optional crop ``(x, y, w, h)``, then a centre crop to a square and a resize to ``size``."""
     if crop is not None:
         x, y, w, h = crop
-        frame = frame[y:y + h, x:x + w]
+        frame = frame[y : y + h, x : x + w]
     h, w = frame.shape[:2]
     s = min(h, w)
     y0, x0 = (h - s) // 2, (w - s) // 2
-    frame = frame[y0:y0 + s, x0:x0 + s]
+    frame = frame[y0 : y0 + s, x0 : x0 + s]
     interp = cv2.INTER_AREA if s > size else cv2.INTER_LINEAR
     return cv2.resize(frame, (size, size), interpolation=interp)
 
 
 class OpenCVCamera:
-    def __init__(self, source: Union[int, str], size: int, crop: Optional[tuple[int, int, int, int]] = None,
-                 stall_timeout: float = 0.5, loop: bool = False):
+    def __init__(
+        self,
+        source: Union[int, str],
+        size: int,
+        crop: Optional[tuple[int, int, int, int]] = None,
+        stall_timeout: float = 0.5,
+        loop: bool = False,
+    ):
         self.source, self.size, self.crop, self.stall_timeout, self.loop = source, size, crop, stall_timeout, loop
         self._cap: Optional[cv2.VideoCapture] = None
         self.frame_id = 0

@@ -10,6 +10,7 @@ from typing import Optional
 if hasattr(enum, "StrEnum"):
     StrEnum = enum.StrEnum
 else:  # Python 3.10: the same behaviour (compares, prints and formats as its value)
+
     class StrEnum(str, enum.Enum):  # type: ignore[no-redef]
         def __str__(self) -> str:
             return str(self.value)
@@ -34,8 +35,9 @@ class ExitReason(StrEnum):
         return self in _STOPS_ROBOT
 
 
-_STOPS_ROBOT = frozenset({ExitReason.WATCHDOG, ExitReason.CAMERA_STALLED, ExitReason.ESTOP, ExitReason.UNSAFE_STATE,
-                          ExitReason.SERVER_LOST})
+_STOPS_ROBOT = frozenset(
+    {ExitReason.WATCHDOG, ExitReason.CAMERA_STALLED, ExitReason.ESTOP, ExitReason.UNSAFE_STATE, ExitReason.SERVER_LOST}
+)
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,10 @@ class Ending:
 
     def __post_init__(self) -> None:
         if (self.camera is not None) != (self.exit is ExitReason.CAMERA_STALLED):
-            raise ValueError(f"an Ending names a camera exactly when it is {ExitReason.CAMERA_STALLED}; "
-                             f"got exit={self.exit!r}, camera={self.camera!r}")
+            raise ValueError(
+                f"an Ending names a camera exactly when it is {ExitReason.CAMERA_STALLED}; "
+                f"got exit={self.exit!r}, camera={self.camera!r}"
+            )
 
     @property
     def reason(self) -> str:

@@ -31,8 +31,17 @@ class ChunkFeed:
     trip in control steps, starts at 1 and is updated as requests complete.
     """
 
-    def __init__(self, mode: LatencyMode, client: PolicyClient, spec: PolicySpec, instruction: str,
-                 submit: Callable[..., Future], stats: LatencyStats, control_hz: float, request_timeout_s: float):
+    def __init__(
+        self,
+        mode: LatencyMode,
+        client: PolicyClient,
+        spec: PolicySpec,
+        instruction: str,
+        submit: Callable[..., Future],
+        stats: LatencyStats,
+        control_hz: float,
+        request_timeout_s: float,
+    ):
         self.mode, self.client, self.spec, self.instruction = mode, client, spec, instruction
         self.submit, self.stats, self.control_hz = submit, stats, control_hz
         self.request_timeout_s = request_timeout_s
@@ -87,8 +96,10 @@ class ChunkFeed:
     def message(self, obs: Observation, plan: ChunkPlan) -> dict[str, Any]:
         """The request for ``obs``: state, prompt, each camera's image resized to the policy's ``[s, s, 3]``."""
         size = self.spec.image_size
-        msg: dict[str, Any] = {**self.mode.request_fields(obs.state.astype(np.float32), plan),
-                               PROMPT_KEY: self.instruction}
+        msg: dict[str, Any] = {
+            **self.mode.request_fields(obs.state.astype(np.float32), plan),
+            PROMPT_KEY: self.instruction,
+        }
         for cam in self.spec.cameras:
             img = obs.images[cam]
             if img.shape[:2] != (size, size):

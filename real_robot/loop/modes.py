@@ -86,7 +86,7 @@ class RtcMode(LatencyMode):
 
     def plan(self, queue: ActionQueue, measured: int, hold: np.ndarray) -> ChunkPlan:
         acts, ok = queue.peek(self.chunk_size)
-        prev = acts[0, :int(ok[0].sum())].numpy()
+        prev = acts[0, : int(ok[0].sum())].numpy()
         return ChunkPlan(delay=min(measured, len(prev), self.chunk_size - 1), prev=prev)
 
     def request_fields(self, state: np.ndarray, plan: ChunkPlan) -> dict[str, Any]:
@@ -109,8 +109,12 @@ class AwareMode(LatencyMode):
         return ChunkPlan(delay=self.plan_delay(measured), committed=committed)
 
     def request_fields(self, state: np.ndarray, plan: ChunkPlan) -> dict[str, Any]:
-        wide = augment_state(torch.from_numpy(state)[None], torch.from_numpy(plan.committed)[None],
-                             torch.tensor([plan.delay]), self.max_delay)[0].numpy()
+        wide = augment_state(
+            torch.from_numpy(state)[None],
+            torch.from_numpy(plan.committed)[None],
+            torch.tensor([plan.delay]),
+            self.max_delay,
+        )[0].numpy()
         return {STATE_KEY: wide}
 
 

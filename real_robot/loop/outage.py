@@ -45,8 +45,9 @@ class ServerOutage:
     ``submit`` runs the reconnect in the request thread, after any request still there.
     """
 
-    def __init__(self, client: PolicyClient, submit: Callable[..., Future],
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self, client: PolicyClient, submit: Callable[..., Future], clock: Callable[[], float] = time.perf_counter
+    ):
         self.client, self.submit, self.clock = client, submit, clock
         self.since: Optional[float] = None
         self.error: Optional[str] = None  # why the last reconnect gave up

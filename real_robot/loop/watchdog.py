@@ -19,8 +19,10 @@ class Watchdog:
 
     def __init__(self, hold_timeout: float, stop_timeout: float, clock: Callable[[], float] = time.perf_counter):
         if not 0 < hold_timeout <= stop_timeout:
-            raise ValueError(f"need 0 < hold_timeout <= stop_timeout, got {hold_timeout} and {stop_timeout}: "
-                             "set hold_timeout_s / stop_timeout_s accordingly")
+            raise ValueError(
+                f"need 0 < hold_timeout <= stop_timeout, got {hold_timeout} and {stop_timeout}: "
+                "set hold_timeout_s / stop_timeout_s accordingly"
+            )
         self.hold_timeout, self.stop_timeout, self.clock = hold_timeout, stop_timeout, clock
         self.last_fresh = clock()
 

@@ -44,7 +44,9 @@ class RobotSpec:
     control_hz: float = 20.0
     cameras: dict[str, list[int]] = field(default_factory=lambda: {"agentview": [64, 64], "wrist": [64, 64]})
     state_dim: int = 15
-    joint_low: list[float] = field(default_factory=lambda: [-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973])
+    joint_low: list[float] = field(
+        default_factory=lambda: [-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973]
+    )
     joint_high: list[float] = field(default_factory=lambda: [2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973])
     joint_vel_max: list[float] = field(default_factory=lambda: [2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])
     workspace_low: list[float] = field(default_factory=lambda: [-0.5, -0.35, 0.02])

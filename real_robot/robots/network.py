@@ -24,8 +24,8 @@ A user's adapter implements :class:`~real_robot.robots.base.Robot` against their
 
 from __future__ import annotations
 
-from contextlib import suppress
 import threading
+from contextlib import suppress
 from http import HTTPStatus
 from typing import Any, Optional
 
@@ -59,8 +59,13 @@ class RobotAdapterServer:
             return {}
         if op == "observe":
             o = r.observe()
-            return {"state": o.state, "images": o.images, "frame_ids": o.frame_ids, "timestamp": o.timestamp,
-                    "success": bool(o.success)}
+            return {
+                "state": o.state,
+                "images": o.images,
+                "frame_ids": o.frame_ids,
+                "timestamp": o.timestamp,
+                "success": bool(o.success),
+            }
         if op == "send_action":
             a = msg.get("action")
             if not isinstance(a, np.ndarray) or a.shape != (r.spec.action_dim,) or a.dtype.kind != "f":
@@ -92,16 +97,28 @@ class RobotAdapterServer:
         """Serve in a background thread; returns the port."""
         from websockets.sync.server import serve
 
-        self._server = serve(self._handle, host, port, process_request=self._process_request, compression=None,
-                             max_size=protocol.DEFAULT_MAX_BYTES)
+        self._server = serve(
+            self._handle,
+            host,
+            port,
+            process_request=self._process_request,
+            compression=None,
+            max_size=protocol.DEFAULT_MAX_BYTES,
+        )
         threading.Thread(target=self._server.serve_forever, name="robot-adapter", daemon=True).start()
         return self._server.socket.getsockname()[1]
 
     def serve_forever(self, host: str = "0.0.0.0", port: int = 8765) -> None:
         from websockets.sync.server import serve
 
-        with serve(self._handle, host, port, process_request=self._process_request, compression=None,
-                   max_size=protocol.DEFAULT_MAX_BYTES) as server:
+        with serve(
+            self._handle,
+            host,
+            port,
+            process_request=self._process_request,
+            compression=None,
+            max_size=protocol.DEFAULT_MAX_BYTES,
+        ) as server:
             server.serve_forever()
 
     def stop(self) -> None:
@@ -132,16 +149,26 @@ class NetworkRobot(Robot):
         from websockets.sync.client import connect
 
         if self._ws is None:
-            self._ws = connect(self.address, compression=None, max_size=protocol.DEFAULT_MAX_BYTES,
-                               additional_headers=protocol.auth_headers(self.api_key), open_timeout=self.timeout)
+            self._ws = connect(
+                self.address,
+                compression=None,
+                max_size=protocol.DEFAULT_MAX_BYTES,
+                additional_headers=protocol.auth_headers(self.api_key),
+                open_timeout=self.timeout,
+            )
         self.spec = RobotSpec.from_dict(self._call("spec")["spec"])
         self._call("connect")
         self.connected = True
 
     def observe(self) -> Observation:
         r = self._call("observe")
-        return Observation(state=np.asarray(r["state"], np.float32), images=dict(r["images"]),
-                           frame_ids=dict(r["frame_ids"]), timestamp=float(r["timestamp"]), success=bool(r["success"]))
+        return Observation(
+            state=np.asarray(r["state"], np.float32),
+            images=dict(r["images"]),
+            frame_ids=dict(r["frame_ids"]),
+            timestamp=float(r["timestamp"]),
+            success=bool(r["success"]),
+        )
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         return np.asarray(self._call("send_action", action=np.asarray(action, np.float64))["sent"])

@@ -55,8 +55,12 @@ class SimRobot(Robot):
             setattr(cfg, k, v)
         self.cfg = cfg
         self.env = None
-        self.spec = RobotSpec(action_mode="ee_delta", action_dim=7, control_hz=20.0,
-                              cameras={c: [cfg.image_size, cfg.image_size] for c in cfg.cameras})
+        self.spec = RobotSpec(
+            action_mode="ee_delta",
+            action_dim=7,
+            control_hz=20.0,
+            cameras={c: [cfg.image_size, cfg.image_size] for c in cfg.cameras},
+        )
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -75,8 +79,9 @@ class SimRobot(Robot):
         if self.connected:
             return
         c = self.cfg
-        self.env = sims.make("mujoco", suite=c.suite, num_envs=1, seed=c.seed, cameras=tuple(c.cameras),
-                             image_size=c.image_size)
+        self.env = sims.make(
+            "mujoco", suite=c.suite, num_envs=1, seed=c.seed, cameras=tuple(c.cameras), image_size=c.image_size
+        )
         self.spec.control_hz = float(self.env.control_hz)
         self.instruction = self.env.tasks[c.task].instruction
         self._scale_dynamics()
@@ -90,8 +95,11 @@ class SimRobot(Robot):
     def _scale_dynamics(self) -> None:
         c, sim = self.cfg, self.env.sim
         changed = False
-        for name, scale in (("body_mass", c.mass_scale), ("geom_friction", c.friction_scale),
-                            ("dof_damping", c.damping_scale)):
+        for name, scale in (
+            ("body_mass", c.mass_scale),
+            ("geom_friction", c.friction_scale),
+            ("dof_damping", c.damping_scale),
+        ):
             if scale != 1.0:
                 values = sim.expand(name)
                 values *= scale
@@ -103,7 +111,9 @@ class SimRobot(Robot):
         """A new episode from a fixed initial state."""
         with self._lock:
             obs = self.env.reset(task_ids=[self.cfg.task], init_ids=[self.cfg.init_id if init_id is None else init_id])
-            self._shift = self._rng.uniform(-self.cfg.color_shift, self.cfg.color_shift, 3) if self.cfg.color_shift else 0
+            self._shift = (
+                self._rng.uniform(-self.cfg.color_shift, self.cfg.color_shift, 3) if self.cfg.color_shift else 0
+            )
             self._pending.clear()
             self._obs.clear()
             self._last_cmd = np.zeros(7)
@@ -185,5 +195,10 @@ class SimRobot(Robot):
                 img = np.clip(noisy, 0, 255).astype(np.uint8)
             images[cam] = img
             self._frames[cam] += 1
-        return Observation(state=obs["state"][0].numpy().astype(np.float32), images=images,
-                           frame_ids=dict(self._frames), timestamp=time.time(), success=self.success)
+        return Observation(
+            state=obs["state"][0].numpy().astype(np.float32),
+            images=images,
+            frame_ids=dict(self._frames),
+            timestamp=time.time(),
+            success=self.success,
+        )

@@ -96,9 +96,7 @@ def _space_from_spec(key: str, spec: Spec, num_tasks: int) -> spaces.Space:
 
 def single_spaces(env: VecEnv) -> tuple[spaces.Dict, spaces.Box]:
     """Per-env observation and action spaces of a sims ``VecEnv``."""
-    obs_space = spaces.Dict(
-        {k: _space_from_spec(k, s, len(env.tasks)) for k, s in env.observation_spec.items()}
-    )
+    obs_space = spaces.Dict({k: _space_from_spec(k, s, len(env.tasks)) for k, s in env.observation_spec.items()})
     a = env.action_spec
     if a.dtype != torch.float32 or len(a.shape) != 1:
         raise TypeError(f"expected a float32 [A] action spec, got {a}")
@@ -127,8 +125,12 @@ def _make_or_wrap(
 ) -> VecEnv:
     if env is None:
         return sims.make(
-            backend, task=task, suite=suite, num_envs=1 if num_envs is None else num_envs,
-            seed=seed, **make_kwargs,
+            backend,
+            task=task,
+            suite=suite,
+            num_envs=1 if num_envs is None else num_envs,
+            seed=seed,
+            **make_kwargs,
         )
     if not isinstance(env, VecEnv):
         raise TypeError(f"env must be a sims VecEnv, got {type(env).__name__}")
@@ -271,13 +273,17 @@ class GymVectorEnv(gymnasium.vector.VectorEnv):
         obs, reward, terminated, truncated, info = self.env.step(act_t)
         term, trunc = _np(terminated).astype(bool), _np(truncated).astype(bool)
         done = term | trunc
+
         def all_true() -> np.ndarray:
             return np.ones(self.num_envs, dtype=bool)
 
         infos: dict[str, Any] = {
-            "success": _np(info["success"]), "_success": all_true(),
-            "done": done, "_done": all_true(),
-            "diverged": _np(info["diverged"]), "_diverged": all_true(),
+            "success": _np(info["success"]),
+            "_success": all_true(),
+            "done": done,
+            "_done": all_true(),
+            "diverged": _np(info["diverged"]),
+            "_diverged": all_true(),
         }
         if "elapsed" in info:
             infos["elapsed"], infos["_elapsed"] = _np(info["elapsed"]), all_true()
@@ -295,9 +301,12 @@ class GymVectorEnv(gymnasium.vector.VectorEnv):
         length = _np(info["episode"]["length"]).astype(np.int64)
         ret = _np(info["episode"]["return"]).astype(np.float32)
         infos["final_info"] = {
-            "success": _np(info["success"]), "_success": done.copy(),
-            "diverged": _np(info["diverged"]), "_diverged": done.copy(),
-            "elapsed": length, "_elapsed": done.copy(),
+            "success": _np(info["success"]),
+            "_success": done.copy(),
+            "diverged": _np(info["diverged"]),
+            "_diverged": done.copy(),
+            "elapsed": length,
+            "_elapsed": done.copy(),
         }
         infos["_final_info"] = done.copy()
         if self.episode_stats_key is not None:
@@ -395,11 +404,13 @@ class GymEnv(gymnasium.Env):
             obs = self._pending_obs
         else:
             task_id, init_id = opts.get("task_id"), opts.get("init_id")
-            obs = self._row(self.env.reset(
-                seed=seed,
-                task_ids=None if task_id is None else [int(task_id)],
-                init_ids=None if init_id is None else [int(init_id)],
-            ))
+            obs = self._row(
+                self.env.reset(
+                    seed=seed,
+                    task_ids=None if task_id is None else [int(task_id)],
+                    init_ids=None if init_id is None else [int(init_id)],
+                )
+            )
         self._pending_obs = None
         self._needs_reset = False
         return obs, {}

@@ -88,17 +88,18 @@ class RslRlVecEnv(RslVecEnv):
         self.num_actions = int(env.action_spec.shape[0])
         self.device = env.device
         self.clip_actions = clip_actions
-        self.obs_groups = self._check_groups(
-            DEFAULT_OBS_GROUPS if obs_groups is None else obs_groups
+        self.obs_groups = self._check_groups(DEFAULT_OBS_GROUPS if obs_groups is None else obs_groups)
+        self.cfg = (
+            cfg
+            if cfg is not None
+            else {
+                "tasks": [t.name for t in env.tasks],
+                "num_envs": env.num_envs,
+                "control_hz": env.control_hz,
+                "obs_groups": {k: list(v) for k, v in self.obs_groups.items()},
+            }
         )
-        self.cfg = cfg if cfg is not None else {
-            "tasks": [t.name for t in env.tasks],
-            "num_envs": env.num_envs,
-            "control_hz": env.control_hz,
-            "obs_groups": {k: list(v) for k, v in self.obs_groups.items()},
-        }
-        self._limits = torch.tensor([t.max_steps for t in env.tasks], dtype=torch.long,
-                                    device=self.device)
+        self._limits = torch.tensor([t.max_steps for t in env.tasks], dtype=torch.long, device=self.device)
         self._episode_length_buf = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         self._obs = self._group(env.reset())
         self._update_max_length(self._last_task_ids)
@@ -176,8 +177,7 @@ class RslRlVecEnv(RslVecEnv):
             setter(value)
             return
         raise NotImplementedError(
-            f"{type(self.env).__name__} cannot move its episode step counters; "
-            "use learn(init_at_random_ep_len=False)"
+            f"{type(self.env).__name__} cannot move its episode step counters; use learn(init_at_random_ep_len=False)"
         )
 
     # ------------------------------------------------------------------ rsl_rl interface
@@ -242,8 +242,7 @@ def make_rsl_rl_env(
     ``cameras`` defaults to ``()`` here unless an observation group uses ``rgb``.
     """
     uses_rgb = any(
-        (keys == "rgb") if isinstance(keys, str) else ("rgb" in keys)
-        for keys in (obs_groups or {}).values()
+        (keys == "rgb") if isinstance(keys, str) else ("rgb" in keys) for keys in (obs_groups or {}).values()
     )
     if not uses_rgb:
         make_kwargs.setdefault("cameras", ())
@@ -292,22 +291,32 @@ def default_ppo_cfg(
         "schedule": "adaptive",
         "desired_kl": 0.01,
     }
-    unknown = set(algorithm) - set(algo) - {
-        "optimizer", "normalize_advantage_per_mini_batch", "use_mixed_precision", "rnd_cfg",
-        "symmetry_cfg", "share_cnn_encoders", "grad_reduce_bucket_mb",
-    }
+    unknown = (
+        set(algorithm)
+        - set(algo)
+        - {
+            "optimizer",
+            "normalize_advantage_per_mini_batch",
+            "use_mixed_precision",
+            "rnd_cfg",
+            "symmetry_cfg",
+            "share_cnn_encoders",
+            "grad_reduce_bucket_mb",
+        }
+    )
     if unknown:
         raise ValueError(f"unknown PPO argument(s) {sorted(unknown)}")
     algo.update(algorithm)
-    model = {"class_name": "MLPModel", "hidden_dims": list(hidden_dims), "activation": "elu",
-             "obs_normalization": True}
+    model = {"class_name": "MLPModel", "hidden_dims": list(hidden_dims), "activation": "elu", "obs_normalization": True}
     return {
         "num_steps_per_env": num_steps_per_env,
         "save_interval": save_interval,
         "obs_groups": {"actor": list(actor_groups), "critic": list(critic_groups)},
         "algorithm": algo,
-        "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution",
-                                                "init_std": init_std, "std_type": "scalar"}},
+        "actor": {
+            **model,
+            "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": init_std, "std_type": "scalar"},
+        },
         "critic": dict(model),
         "logger": "tensorboard",
         "check_for_nan": True,

@@ -25,8 +25,12 @@ MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "l
 #: tasks per standard suite
 NUM_TASKS = {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10, "libero_90": 90}
 #: LIBERO-PRO's perturbations, each a suite ``<base>_<suffix>`` of the four base suites below
-PRO_PERTURBATIONS = {"lan": "language instruction", "object": "object replacement",
-                     "swap": "object-position swaps", "task": "task replacement"}
+PRO_PERTURBATIONS = {
+    "lan": "language instruction",
+    "object": "object replacement",
+    "swap": "object-position swaps",
+    "task": "task replacement",
+}
 PRO_BASES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 #: the official protocol: the environment's seed, steps of the open-gripper dummy action before the
 #: policy acts (objects settle), and the initial states per task (init ids 0..49)
@@ -47,8 +51,10 @@ NUM_STATES = NUM_INIT_STATES + NUM_SAMPLED_STATES
 #: one on (25..49); RL on the protocol's states (the anchor's) trains on all 50
 TRAIN_STATES_FROM = 25
 #: what a LIBERO init id may be, for error messages
-INIT_IDS = (f"0..{NUM_INIT_STATES - 1} (LIBERO's official init states) or {SAMPLED_STATES_FROM}..{NUM_STATES - 1} "
-            "(the held-out states LIBERO's placement initializer sampled)")
+INIT_IDS = (
+    f"0..{NUM_INIT_STATES - 1} (LIBERO's official init states) or {SAMPLED_STATES_FROM}..{NUM_STATES - 1} "
+    "(the held-out states LIBERO's placement initializer sampled)"
+)
 #: the 8-D state of the official protocol: end-effector position, its orientation as an axis-angle,
 #: the two gripper finger positions
 STATE_NAMES = ("eef_x", "eef_y", "eef_z", "eef_ax", "eef_ay", "eef_az", "gripper_left", "gripper_right")
@@ -76,7 +82,7 @@ def base_suite(suite: str) -> str:
     if suite in MAX_STEPS:
         return suite
     for base in PRO_BASES:
-        if suite.startswith(base + "_") and suite[len(base) + 1:] in PRO_PERTURBATIONS:
+        if suite.startswith(base + "_") and suite[len(base) + 1 :] in PRO_PERTURBATIONS:
             return base
     raise ValueError(f"unknown LIBERO suite {suite!r}; choose one of {suite_names()}")
 
@@ -92,8 +98,10 @@ def venv_python() -> Path:
     python = Path(override) if override else VENV / "bin" / "python"
     if not python.is_file():
         where = f"{PYTHON_ENV}={override}" if override else str(VENV)
-        raise LiberoSetupError(f"the reference LIBERO environment is missing ({where}): run `{SETUP_COMMAND}` "
-                               f"in {ROOT}, which creates .venv-libero (robosuite 1.4, mujoco 2.3.7)")
+        raise LiberoSetupError(
+            f"the reference LIBERO environment is missing ({where}): run `{SETUP_COMMAND}` "
+            f"in {ROOT}, which creates .venv-libero (robosuite 1.4, mujoco 2.3.7)"
+        )
     return python
 
 
@@ -112,7 +120,26 @@ def reference_command(module: str, args: Sequence[str] = ()) -> tuple[list[str],
     return [str(python), "-m", f"reference.{module}", *args], env
 
 
-__all__ = ["ACTION_DIM", "ACTION_NAMES", "INIT_IDS", "LiberoSetupError", "MAX_STEPS", "NUM_INIT_STATES",
-           "NUM_SAMPLED_STATES", "NUM_STATES", "NUM_TASKS", "NUM_WAIT_STEPS", "PRO_PERTURBATIONS", "SAMPLED_SEED",
-           "SAMPLED_STATES_FROM", "SEED", "STATE_NAMES", "TRAIN_STATES_FROM", "base_suite", "max_steps",
-           "reference_command", "suite_names", "venv_python"]
+__all__ = [
+    "ACTION_DIM",
+    "ACTION_NAMES",
+    "INIT_IDS",
+    "LiberoSetupError",
+    "MAX_STEPS",
+    "NUM_INIT_STATES",
+    "NUM_SAMPLED_STATES",
+    "NUM_STATES",
+    "NUM_TASKS",
+    "NUM_WAIT_STEPS",
+    "PRO_PERTURBATIONS",
+    "SAMPLED_SEED",
+    "SAMPLED_STATES_FROM",
+    "SEED",
+    "STATE_NAMES",
+    "TRAIN_STATES_FROM",
+    "base_suite",
+    "max_steps",
+    "reference_command",
+    "suite_names",
+    "venv_python",
+]

@@ -37,8 +37,9 @@ class ReferenceLoop:
         cache_args = [] if cache is None else ["--cache", str(Path(cache).expanduser())]  # of the sampled states
         argv, env = reference_command("state_server", ["--suite", suite, *cache_args])
         self._log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
+        )
 
     def request(self, payload: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -129,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
                 meta = scenes.read_meta(folder)
                 if args.tasks is not None and int(meta["task_index"]) not in args.tasks:
                     continue
-                row: dict[str, Any] = {"suite": suite, "task": int(meta["task_index"]), "goal": meta["goal_state"],
-                                       "inits": inits}
+                row: dict[str, Any] = {
+                    "suite": suite,
+                    "task": int(meta["task_index"]),
+                    "goal": meta["goal_state"],
+                    "inits": inits,
+                }
                 t0 = time.perf_counter()
                 try:
                     result = run_closed_loop(folder, ref, inits)
@@ -139,13 +144,20 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{suite} {row['task']}: skipped ({err})", flush=True)
                 else:
                     ok = result["success"]
-                    row.update(success=float(ok.mean()), lengths=result["length"][ok].tolist(),
-                               failed_in=[p for p, s in zip(result["phase"], ok) if not s],
-                               failed_inits=[i for i, s in zip(inits, ok) if not s],
-                               seconds=round(time.perf_counter() - t0, 1), steps=int(result["length"].sum()))
-                    print(f"{suite} {row['task']}: {row['success']:.0%} in the reference env ({row['seconds']:.0f} s, "
-                          f"{row['steps']} steps); failures {row['failed_inits'] or 'none'} end in "
-                          f"{row['failed_in'] or 'none'}", flush=True)
+                    row.update(
+                        success=float(ok.mean()),
+                        lengths=result["length"][ok].tolist(),
+                        failed_in=[p for p, s in zip(result["phase"], ok) if not s],
+                        failed_inits=[i for i, s in zip(inits, ok) if not s],
+                        seconds=round(time.perf_counter() - t0, 1),
+                        steps=int(result["length"].sum()),
+                    )
+                    print(
+                        f"{suite} {row['task']}: {row['success']:.0%} in the reference env ({row['seconds']:.0f} s, "
+                        f"{row['steps']} steps); failures {row['failed_inits'] or 'none'} end in "
+                        f"{row['failed_in'] or 'none'}",
+                        flush=True,
+                    )
                 rows.append(row)
                 if args.json:  # after every task: an interrupted run keeps what it measured
                     Path(args.json).write_text(json.dumps(rows, indent=2))

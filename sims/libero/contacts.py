@@ -41,14 +41,16 @@ def collidable_box_pairs(model: mujoco.MjModel) -> list[tuple[int, int]]:
     pairs = []
     for i, g1 in enumerate(box):
         w1 = weld[body[g1]]
-        for g2 in box[i + 1:]:
+        for g2 in box[i + 1 :]:
             w2 = weld[body[g2]]
             if w1 == w2:
                 continue
             if filter_parent and w1 != 0 and w2 != 0 and (w1 == weld_parent[w2] or w2 == weld_parent[w1]):
                 continue
-            if not (model.geom_contype[g1] & model.geom_conaffinity[g2]
-                    or model.geom_contype[g2] & model.geom_conaffinity[g1]):
+            if not (
+                model.geom_contype[g1] & model.geom_conaffinity[g2]
+                or model.geom_contype[g2] & model.geom_conaffinity[g1]
+            ):
                 continue
             b1, b2 = sorted((int(body[g1]), int(body[g2])))
             if (b1 << 16) + b2 in excluded:
@@ -82,10 +84,14 @@ def mixed_contact_params(model: mujoco.MjModel, g1: int, g2: int) -> dict:
         solimp = w * model.geom_solimp[g1] + (1 - w) * model.geom_solimp[g2]
         condim = int(max(model.geom_condim[g1], model.geom_condim[g2]))
         f = np.maximum(model.geom_friction[g1], model.geom_friction[g2])
-    return {"condim": condim, "solref": np.asarray(solref, dtype=float), "solimp": np.asarray(solimp, dtype=float),
-            "friction": np.array([f[0], f[0], f[1], f[2], f[2]], dtype=float),
-            "margin": float(max(model.geom_margin[g1], model.geom_margin[g2])),
-            "gap": float(max(model.geom_gap[g1], model.geom_gap[g2]))}
+    return {
+        "condim": condim,
+        "solref": np.asarray(solref, dtype=float),
+        "solimp": np.asarray(solimp, dtype=float),
+        "friction": np.array([f[0], f[0], f[1], f[2], f[2]], dtype=float),
+        "margin": float(max(model.geom_margin[g1], model.geom_margin[g2])),
+        "gap": float(max(model.geom_gap[g1], model.geom_gap[g2])),
+    }
 
 
 def add_reference_box_pairs(spec: mujoco.MjSpec, depth_scale: float = REFERENCE_DEPTH_SCALE) -> int:
@@ -100,8 +106,10 @@ def add_reference_box_pairs(spec: mujoco.MjSpec, depth_scale: float = REFERENCE_
     if np.any(model.geom_adhesion):
         raise ValueError("the model has geoms with adhesion, whose mixing this emulation does not reproduce")
     if model.npair:
-        raise ValueError(f"the model already has {model.npair} explicit contact pairs; the emulation adds its own "
-                         "and would override theirs")
+        raise ValueError(
+            f"the model already has {model.npair} explicit contact pairs; the emulation adds its own "
+            "and would override theirs"
+        )
     geoms = spec.geoms
     if len(geoms) != model.ngeom:
         raise ValueError(f"the spec lists {len(geoms)} geoms, its model {model.ngeom}")
@@ -122,6 +130,14 @@ def add_reference_box_pairs(spec: mujoco.MjSpec, depth_scale: float = REFERENCE_
         else:
             solref[0] /= scale
         solimp[2] *= scale
-        spec.add_pair(geomname1=names[g1], geomname2=names[g2], condim=p["condim"], friction=p["friction"],
-                      solref=solref, solimp=solimp, margin=p["margin"], gap=p["gap"])
+        spec.add_pair(
+            geomname1=names[g1],
+            geomname2=names[g2],
+            condim=p["condim"],
+            friction=p["friction"],
+            solref=solref,
+            solimp=solimp,
+            margin=p["margin"],
+            gap=p["gap"],
+        )
     return len(pairs)

@@ -31,9 +31,15 @@ class DrawerPlaceExpert:
     ``phase [N]`` indexes :attr:`phases`: the drawer expert's phases, ``return``, then the
     pick-and-place expert's (prefixed ``place:``)."""
 
-    def __init__(self, worlds: LiberoWorlds, region: str, place: Any,
-                 drawer_cfg: FixtureExpertConfig = FixtureExpertConfig(), return_tol: float = 0.02,
-                 return_steps: int = 60) -> None:
+    def __init__(
+        self,
+        worlds: LiberoWorlds,
+        region: str,
+        place: Any,
+        drawer_cfg: FixtureExpertConfig = FixtureExpertConfig(),
+        return_tol: float = 0.02,
+        return_steps: int = 60,
+    ) -> None:
         if place.worlds is not worlds:
             raise ValueError("the pick-and-place expert must act on the same worlds as the drawer expert")
         self.worlds = worlds
@@ -50,8 +56,9 @@ class DrawerPlaceExpert:
     def phase(self) -> np.ndarray:
         """``[N]`` indices into :attr:`phases`."""
         k = len(self.drawer.phases)
-        return np.where(self.stage == DRAWER, self.drawer.phase,
-                        np.where(self.stage == RETURN, k, k + 1 + self.place.phase))
+        return np.where(
+            self.stage == DRAWER, self.drawer.phase, np.where(self.stage == RETURN, k, k + 1 + self.place.phase)
+        )
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         """Start over (every env, or the envs ``env_ids`` of its worlds) from opening the drawer."""
@@ -83,7 +90,9 @@ class DrawerPlaceExpert:
                 self.count[i] += 1
                 home = drawer.home_pos[i]
                 actions[i] = drawer._action(d, home, drawer.home_mat[i], -1.0)
-                there = np.linalg.norm(home - d.site_xpos[w.arm.site]) < self.return_tol and drawer._turned(d, drawer.home_mat[i])
+                there = np.linalg.norm(home - d.site_xpos[w.arm.site]) < self.return_tol and drawer._turned(
+                    d, drawer.home_mat[i]
+                )
                 if there or self.count[i] > self.return_steps:
                     self.stage[i] = PLACE
                     self.place.reset(np.array([i]))

@@ -40,8 +40,18 @@ import torch
 
 from sims.core import Obs, Spec, TaskSpec, VecEnv, env_index_array
 from sims.episodes import EpisodeBook
-from sims.libero import (ACTION_DIM, ACTION_NAMES, INIT_IDS, MAX_STEPS, NUM_INIT_STATES, NUM_STATES, NUM_TASKS,
-                         NUM_WAIT_STEPS, STATE_NAMES, TRAIN_STATES_FROM)
+from sims.libero import (
+    ACTION_DIM,
+    ACTION_NAMES,
+    INIT_IDS,
+    MAX_STEPS,
+    NUM_INIT_STATES,
+    NUM_STATES,
+    NUM_TASKS,
+    NUM_WAIT_STEPS,
+    STATE_NAMES,
+    TRAIN_STATES_FROM,
+)
 from sims.libero.physics import BatchPhysics
 from sims.libero.scenes import BOX_CONTACTS, ensure_tasks
 from sims.libero.worlds import CAMERAS, LiberoWorlds
@@ -54,8 +64,22 @@ MAX_QVEL = 1e3
 #: the meshes as they are, at the image difference docs/results/libero-scenes.md measures; None: as they are
 DEFAULT_RENDER_FACES = 2000
 #: options of :class:`LiberoVecEnv` that :func:`sims.make` passes through
-OPTIONS = ("cameras", "image_size", "tasks", "cache", "box_contacts", "shadows", "reflections", "render_faces",
-           "antialias", "max_steps", "reward_type", "wait_steps", "num_threads", "state_obs")
+OPTIONS = (
+    "cameras",
+    "image_size",
+    "tasks",
+    "cache",
+    "box_contacts",
+    "shadows",
+    "reflections",
+    "render_faces",
+    "antialias",
+    "max_steps",
+    "reward_type",
+    "wait_steps",
+    "num_threads",
+    "state_obs",
+)
 
 
 #: LIBERO's task table (index, name, instruction, goal, movable objects per task of each standard suite),
@@ -77,11 +101,20 @@ def task_specs(suite: str, cache: str | None = None, tasks: Sequence[int] | None
     if tasks is not None:
         bad = [t for t in tasks if not 0 <= int(t) < count]
         if bad or not len(tasks):
-            raise ValueError(f"tasks must be a non-empty list of {suite}'s task indices 0..{count - 1}, got {list(tasks)}")
+            raise ValueError(
+                f"tasks must be a non-empty list of {suite}'s task indices 0..{count - 1}, got {list(tasks)}"
+            )
     rows = _task_table()[suite]
-    return [TaskSpec(name=r["name"], suite=suite, instruction=r["language"], max_steps=MAX_STEPS[suite],
-                     extras={"task_index": r["index"], "goal": r["goal"], "objects": r["objects"]})
-            for r in (rows if tasks is None else [rows[int(t)] for t in tasks])]
+    return [
+        TaskSpec(
+            name=r["name"],
+            suite=suite,
+            instruction=r["language"],
+            max_steps=MAX_STEPS[suite],
+            extras={"task_index": r["index"], "goal": r["goal"], "objects": r["objects"]},
+        )
+        for r in (rows if tasks is None else [rows[int(t)] for t in tasks])
+    ]
 
 
 class LiberoVecEnv(VecEnv):
@@ -107,14 +140,28 @@ class LiberoVecEnv(VecEnv):
             privileged vector.
     """
 
-    def __init__(self, suite: str, num_envs: int, *, seed: int = 0, device: str | torch.device = "cpu",
-                 cameras: Sequence[str] = ("agentview", "wrist"), image_size: int = 128,
-                 tasks: Sequence[int] | None = None, cache: str | None = None, box_contacts: str = "reference",
-                 shadows: bool = False, reflections: bool = False,
-                 render_faces: int | None = DEFAULT_RENDER_FACES, antialias: bool = True,
-                 max_steps: int | None = None,
-                 reward_type: str = "sparse", wait_steps: int = NUM_WAIT_STEPS, num_threads: int | None = None,
-                 state_obs: str = "proprio") -> None:
+    def __init__(
+        self,
+        suite: str,
+        num_envs: int,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+        cameras: Sequence[str] = ("agentview", "wrist"),
+        image_size: int = 128,
+        tasks: Sequence[int] | None = None,
+        cache: str | None = None,
+        box_contacts: str = "reference",
+        shadows: bool = False,
+        reflections: bool = False,
+        render_faces: int | None = DEFAULT_RENDER_FACES,
+        antialias: bool = True,
+        max_steps: int | None = None,
+        reward_type: str = "sparse",
+        wait_steps: int = NUM_WAIT_STEPS,
+        num_threads: int | None = None,
+        state_obs: str = "proprio",
+    ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         unknown = [c for c in cameras if c not in CAMERAS]
@@ -123,8 +170,10 @@ class LiberoVecEnv(VecEnv):
         if box_contacts not in BOX_CONTACTS:
             raise ValueError(f"box_contacts must be one of {BOX_CONTACTS}, got {box_contacts!r}")
         if state_obs != "proprio":
-            raise ValueError(f"state_obs={state_obs!r} is not available for a LIBERO suite: its tasks have no common "
-                             "privileged vector; use state_obs='proprio' (the protocol's 8-D state) with cameras")
+            raise ValueError(
+                f"state_obs={state_obs!r} is not available for a LIBERO suite: its tasks have no common "
+                "privileged vector; use state_obs='proprio' (the protocol's 8-D state) with cameras"
+            )
         if reward_type != "sparse":
             raise ValueError(f"LIBERO's goals give a sparse reward only; reward_type={reward_type!r} is not available")
         if max_steps is not None and max_steps < 1:
@@ -138,8 +187,10 @@ class LiberoVecEnv(VecEnv):
         if tasks is not None:  # named tasks are exported now if missing (others: when an env first runs them)
             ensure_tasks(suite, [t.extras["task_index"] for t in self.tasks], cache)
         if max_steps is not None:
-            self.tasks = [TaskSpec(t.name, t.suite, t.instruction, int(max_steps), t.privileged_keys, t.extras)
-                          for t in self.tasks]
+            self.tasks = [
+                TaskSpec(t.name, t.suite, t.instruction, int(max_steps), t.privileged_keys, t.extras)
+                for t in self.tasks
+            ]
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.control_hz = CONTROL_HZ
@@ -148,16 +199,31 @@ class LiberoVecEnv(VecEnv):
         self.cameras = tuple(cameras)
         self.image_size = int(image_size)
         self.wait_steps = int(wait_steps)
-        self._world_options = dict(box_contacts=box_contacts, cameras=self.cameras, image_size=self.image_size,
-                                   shadows=shadows, reflections=reflections, render_faces=render_faces,
-                                   antialias=antialias, nthread=num_threads)
-        self.action_spec = Spec((ACTION_DIM,), torch.float32, -1.0, 1.0,
-                                "OSC_POSE: delta position 3, delta axis-angle 3, gripper (-1 open, +1 close)")
-        self.observation_spec = {"state": Spec((len(STATE_NAMES),), torch.float32, doc=", ".join(STATE_NAMES)),
-                                 "task_id": Spec((), torch.int64)}
+        self._world_options = dict(
+            box_contacts=box_contacts,
+            cameras=self.cameras,
+            image_size=self.image_size,
+            shadows=shadows,
+            reflections=reflections,
+            render_faces=render_faces,
+            antialias=antialias,
+            nthread=num_threads,
+        )
+        self.action_spec = Spec(
+            (ACTION_DIM,),
+            torch.float32,
+            -1.0,
+            1.0,
+            "OSC_POSE: delta position 3, delta axis-angle 3, gripper (-1 open, +1 close)",
+        )
+        self.observation_spec = {
+            "state": Spec((len(STATE_NAMES),), torch.float32, doc=", ".join(STATE_NAMES)),
+            "task_id": Spec((), torch.int64),
+        }
         if self.cameras:
-            self.observation_spec["rgb"] = Spec((len(self.cameras), self.image_size, self.image_size, 3),
-                                                torch.uint8, 0, 255)
+            self.observation_spec["rgb"] = Spec(
+                (len(self.cameras), self.image_size, self.image_size, 3), torch.uint8, 0, 255
+            )
         self._task_ids = np.arange(num_envs, dtype=np.int64) % len(self.tasks)
         self._worlds: dict[int, LiberoWorlds] = {}
         self._members: dict[int, np.ndarray] = {}  # task -> its env ids, in the order of its worlds' envs
@@ -185,8 +251,9 @@ class LiberoVecEnv(VecEnv):
                 self._worlds.pop(t).close()
         new = [t for t in members if t not in self._worlds]
         # the tasks first run now are exported if missing, in one exporter run
-        folders = dict(zip(new, ensure_tasks(self.suite, [self.tasks[t].extras["task_index"] for t in new],
-                                             self.cache)))
+        folders = dict(
+            zip(new, ensure_tasks(self.suite, [self.tasks[t].extras["task_index"] for t in new], self.cache))
+        )
         for t, envs in members.items():
             if t not in self._worlds:
                 self._worlds[t] = LiberoWorlds(folders[t], len(envs), **self._world_options)
@@ -244,8 +311,13 @@ class LiberoVecEnv(VecEnv):
         self.init_pool = pool
 
     # ------------------------------------------------------------------ contract
-    def reset(self, *, seed: int | None = None, task_ids: Sequence[int] | torch.Tensor | None = None,
-              init_ids: Sequence[int] | torch.Tensor | None = None) -> Obs:
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        task_ids: Sequence[int] | torch.Tensor | None = None,
+        init_ids: Sequence[int] | torch.Tensor | None = None,
+    ) -> Obs:
         self._check_open()
         if seed is not None:
             self._rngs = self._make_rngs(int(seed))
@@ -254,8 +326,9 @@ class LiberoVecEnv(VecEnv):
             self._task_ids[:] = tids
         iids = env_index_array(init_ids, self.num_envs, "init_ids")
         if iids is not None and ((iids < 0).any() or (iids >= NUM_STATES).any()):
-            raise ValueError(f"a LIBERO task has {NUM_STATES} init states: init_ids must be in {INIT_IDS}, "
-                             f"got {iids.tolist()}")
+            raise ValueError(
+                f"a LIBERO task has {NUM_STATES} init states: init_ids must be in {INIT_IDS}, got {iids.tolist()}"
+            )
         self._init_ids[:] = -1 if iids is None else iids
         self._regroup()
         self._started = True
@@ -266,8 +339,9 @@ class LiberoVecEnv(VecEnv):
         self._book.reset()
         return self._observe()
 
-    def step(self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
-             ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def step(
+        self, actions: torch.Tensor, *, active: torch.Tensor | None = None, render: bool = True
+    ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         self._check_open()
         self._start()
         n = self.num_envs
@@ -291,8 +365,9 @@ class LiberoVecEnv(VecEnv):
         # info["elapsed"] of an env that ended: its episode's length (what this env has always reported)
         return self._book.finish(out, self._observe(), self._restart, self.device, elapsed_of_ended="ended")
 
-    def _step_task(self, task: int, envs: np.ndarray, actions: np.ndarray, render: bool
-                   ) -> tuple[np.ndarray, np.ndarray]:
+    def _step_task(
+        self, task: int, envs: np.ndarray, actions: np.ndarray, render: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One control step of task ``task``'s envs ``envs``: whether each one's goal holds after it, and
         whether its physics diverged (a new bad-acceleration warning, a non-finite position or a joint
         speed above :data:`MAX_QVEL`), each ``[len(envs)]``, from the arrays bound to the task's batch."""
@@ -300,8 +375,11 @@ class LiberoVecEnv(VecEnv):
         physics = worlds.physics
         warned = _bad_acc(physics, rows)
         success = worlds.step(actions, env_ids=rows, render=render)
-        diverged = ((_bad_acc(physics, rows) > warned) | ~np.isfinite(physics.qpos[rows]).all(axis=1)
-                    | (np.abs(physics.qvel[rows]).max(axis=1) > MAX_QVEL))
+        diverged = (
+            (_bad_acc(physics, rows) > warned)
+            | ~np.isfinite(physics.qpos[rows]).all(axis=1)
+            | (np.abs(physics.qvel[rows]).max(axis=1) > MAX_QVEL)
+        )
         return success, diverged
 
     def _restart(self, envs: np.ndarray) -> Obs:
@@ -317,22 +395,28 @@ class LiberoVecEnv(VecEnv):
                 continue
             worlds, local = self._worlds[t], self._local[mine]
             ids = np.array([self._draw_init(e) for e in mine], np.int64)
-            worlds.reset(ids, wait_steps=self.wait_steps, gripper_command=worlds.arm.gripper[local].copy(),
-                         env_ids=local)
+            worlds.reset(
+                ids, wait_steps=self.wait_steps, gripper_command=worlds.arm.gripper[local].copy(), env_ids=local
+            )
             self._current_init[mine] = ids
         self._book.reset(envs)
 
     def _observe(self) -> Obs:
         state = np.zeros((self.num_envs, len(STATE_NAMES)), np.float32)
-        rgb = (np.zeros((self.num_envs, len(self.cameras), self.image_size, self.image_size, 3), np.uint8)
-               if self.cameras else None)
+        rgb = (
+            np.zeros((self.num_envs, len(self.cameras), self.image_size, self.image_size, 3), np.uint8)
+            if self.cameras
+            else None
+        )
         for t, envs in self._members.items():
             worlds = self._worlds[t]
             state[envs] = worlds.state()
             if rgb is not None:
                 rgb[envs] = worlds.images()
-        obs = {"state": torch.from_numpy(state).to(self.device),
-               "task_id": torch.from_numpy(self._task_ids.copy()).to(self.device)}
+        obs = {
+            "state": torch.from_numpy(state).to(self.device),
+            "task_id": torch.from_numpy(self._task_ids.copy()).to(self.device),
+        }
         if rgb is not None:
             obs["rgb"] = torch.from_numpy(rgb).to(self.device)
         return obs
@@ -389,4 +473,12 @@ def make_libero_env(*, suite: str, num_envs: int, seed: int, device: str | torch
     return LiberoVecEnv(suite, num_envs, seed=seed, device=device, **kwargs)
 
 
-__all__ = ["CONTROL_HZ", "DEFAULT_RENDER_FACES", "TASK_TABLE", "LiberoVecEnv", "OPTIONS", "make_libero_env", "task_specs"]
+__all__ = [
+    "CONTROL_HZ",
+    "DEFAULT_RENDER_FACES",
+    "TASK_TABLE",
+    "LiberoVecEnv",
+    "OPTIONS",
+    "make_libero_env",
+    "task_specs",
+]

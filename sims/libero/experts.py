@@ -75,8 +75,10 @@ class PickPlaceExpert:
     def __init__(self, worlds: LiberoWorlds, cfg: ExpertConfig = ExpertConfig()) -> None:
         goal = worlds.goal.goal
         if len(goal) != 1 or goal[0][0] not in ("on", "in") or goal[0][1] not in worlds.meta["objects"]:
-            raise ValueError(f"PickPlaceExpert needs one 'on' or 'in' predicate with a movable object; "
-                             f"{worlds.suite} task {worlds.task_index} has {goal}")
+            raise ValueError(
+                f"PickPlaceExpert needs one 'on' or 'in' predicate with a movable object; "
+                f"{worlds.suite} task {worlds.task_index} has {goal}"
+            )
         self.worlds, self.cfg = worlds, cfg
         self.obj, self.target = goal[0][1], goal[0][2]
         m = worlds.model
@@ -100,8 +102,11 @@ class PickPlaceExpert:
         self._grip_height = self._center[2] + self._half[2] - cfg.below_top if self.neck else cfg.grasp_depth
         hx, hy = self._half[:2]
         # the body axis to close the fingers across (the shorter horizontal side), or None for a round object
-        self._across = None if self.rim or max(hx, hy) < cfg.align_ratio * min(hx, hy) else (
-            np.array([1.0, 0.0, 0.0]) if hx < hy else np.array([0.0, 1.0, 0.0]))
+        self._across = (
+            None
+            if self.rim or max(hx, hy) < cfg.align_ratio * min(hx, hy)
+            else (np.array([1.0, 0.0, 0.0]) if hx < hy else np.array([0.0, 1.0, 0.0]))
+        )
         n = worlds.num_envs
         self.phase = np.zeros(n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
@@ -109,7 +114,9 @@ class PickPlaceExpert:
         self.closest = np.full(n, np.inf)  # the carry's closest horizontal distance to the target so far
         self.lowest = np.full(n, np.inf)  # the held object's lowest height while lowering
         self.still = np.zeros(n, dtype=np.int64)  # steps since it last came 1 mm lower
-        self.side = np.zeros(n, dtype=np.int64)  # the bowl's rim point each env grasps (rim_side), chosen at the approach
+        self.side = np.zeros(
+            n, dtype=np.int64
+        )  # the bowl's rim point each env grasps (rim_side), chosen at the approach
 
     def _rim_radius(self, d: mujoco.MjData) -> float:
         """A bowl's rim radius: its collision geoms' largest distance from its axis (``d`` after
@@ -177,8 +184,10 @@ class PickPlaceExpert:
         radial = rot @ np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)])  # [3, 72]
         horizontal = radial[:2] / np.maximum(np.linalg.norm(radial[:2], axis=0), 1e-9)
         along = horizontal.T @ axis
-        return {sign: pos + self.rim * radial[:, int(np.argmax(sign * along))] + rot[:, 2] * self.cfg.grasp_depth
-                for sign in (1, -1)}
+        return {
+            sign: pos + self.rim * radial[:, int(np.argmax(sign * along))] + rot[:, 2] * self.cfg.grasp_depth
+            for sign in (1, -1)
+        }
 
     def rim_side(self, d: mujoco.MjData) -> int:
         """Which of :meth:`rim_points` to grasp (+1 / -1). A tilted bowl (the two differ in height by more
@@ -204,8 +213,10 @@ class PickPlaceExpert:
         """Whether the object has left the hand: its centre farther from the grip site, horizontally,
         than a grasp holds it (a bowl's rim radius, plus ``hold_tol``), or farther below it."""
         cfg = self.cfg
-        return bool(np.linalg.norm((eef - obj)[:2]) > self.rim + cfg.hold_tol
-                    or eef[2] - obj[2] > self._grip_height + cfg.hold_tol + 0.02)
+        return bool(
+            np.linalg.norm((eef - obj)[:2]) > self.rim + cfg.hold_tol
+            or eef[2] - obj[2] > self._grip_height + cfg.hold_tol + 0.02
+        )
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         """Start over (every env, or the envs ``env_ids`` of its worlds) from the approach."""
@@ -233,8 +244,9 @@ class PickPlaceExpert:
                 # there (and turned across the object); or above it and stalled, short of a hover height
                 # the arm cannot reach
                 if abs(yaw) < cfg.align_tol and (
-                        np.linalg.norm(goal - eef) < cfg.reach_tol * 2
-                        or (self.count[i] > cfg.approach_steps and np.linalg.norm((goal - eef)[:2]) < cfg.reach_tol * 2)):
+                    np.linalg.norm(goal - eef) < cfg.reach_tol * 2
+                    or (self.count[i] > cfg.approach_steps and np.linalg.norm((goal - eef)[:2]) < cfg.reach_tol * 2)
+                ):
                     phase, self.count[i] = DESCEND, 0
             if phase == DESCEND:
                 goal, grip = grasp, -1.0
@@ -251,8 +263,9 @@ class PickPlaceExpert:
                     # was (a drawer, a cabinet top), and with the object's lowest point the hover height
                     # above the target (a tall bottle hangs far below the hand; a basket has walls)
                     hang = eef[2] - self.vertical_span(d)[0]
-                    self.travel[i] = max(tgt[2] + cfg.hover + cfg.place_height, eef[2] + cfg.lift_clearance,
-                                         tgt[2] + cfg.hover + hang)
+                    self.travel[i] = max(
+                        tgt[2] + cfg.hover + cfg.place_height, eef[2] + cfg.lift_clearance, tgt[2] + cfg.hover + hang
+                    )
             if phase == LIFT:
                 goal, grip = np.array([eef[0], eef[1], self.travel[i]]), 1.0
                 if eef[2] > goal[2] - 0.02:
@@ -278,8 +291,11 @@ class PickPlaceExpert:
                     self.lowest[i], self.still[i] = obj[2], 0
                 else:
                     self.still[i] += 1
-                if (np.linalg.norm(obj - np.r_[tgt[:2], tgt[2] + cfg.place_height]) < cfg.reach_tol
-                        or self.still[i] > cfg.lower_stall_steps or self.count[i] > cfg.lower_steps):
+                if (
+                    np.linalg.norm(obj - np.r_[tgt[:2], tgt[2] + cfg.place_height]) < cfg.reach_tol
+                    or self.still[i] > cfg.lower_stall_steps
+                    or self.count[i] > cfg.lower_steps
+                ):
                     phase, self.count[i] = OPEN, 0
             if phase == OPEN:
                 goal, grip = eef.copy(), -1.0
@@ -296,11 +312,13 @@ class PickPlaceExpert:
 
 
 #: what each kind of expert does, by the goal it handles (:func:`expert_kind`)
-EXPERT_KINDS = {"pick_place": "one 'on' / 'in' predicate moving an object",
-                "push": "one 'on' predicate moving a flat object (a plate) onto a table region",
-                "drawer": "one 'open' predicate on a cabinet's drawer region",
-                "drawer_place": "one 'in' predicate moving an object into a cabinet's drawer, closed at the start",
-                "knob": "one 'turnon' predicate on a stove"}
+EXPERT_KINDS = {
+    "pick_place": "one 'on' / 'in' predicate moving an object",
+    "push": "one 'on' predicate moving a flat object (a plate) onto a table region",
+    "drawer": "one 'open' predicate on a cabinet's drawer region",
+    "drawer_place": "one 'in' predicate moving an object into a cabinet's drawer, closed at the start",
+    "knob": "one 'turnon' predicate on a stove",
+}
 
 
 def expert_kind(meta: dict) -> str | None:
@@ -354,12 +372,15 @@ def make_expert(worlds: LiberoWorlds, gain: float = 1.0) -> Any:
     if kind == "drawer":
         return DrawerExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
     if kind == "drawer_place":
-        return DrawerPlaceExpert(worlds, pred[2], PickPlaceExpert(worlds, ExpertConfig(gain=gain)),
-                                 FixtureExpertConfig(gain=gain))
+        return DrawerPlaceExpert(
+            worlds, pred[2], PickPlaceExpert(worlds, ExpertConfig(gain=gain)), FixtureExpertConfig(gain=gain)
+        )
     if kind == "knob":
         return KnobExpert(worlds, pred[1], FixtureExpertConfig(gain=gain))
-    raise ValueError(f"no scripted expert for {worlds.suite} task {worlds.task_index} (goal {worlds.goal.goal}); "
-                     "the experts handle " + "; ".join(EXPERT_KINDS.values()))
+    raise ValueError(
+        f"no scripted expert for {worlds.suite} task {worlds.task_index} (goal {worlds.goal.goal}); "
+        "the experts handle " + "; ".join(EXPERT_KINDS.values())
+    )
 
 
 def pick_place_goal(meta: dict) -> tuple[str, str] | None:
@@ -403,9 +424,10 @@ class LiberoSuiteExpert:
         missing = [t for t in tasks if not self.supported(t)]
         if missing:
             goals = {t: self.env.tasks[t].extras["goal"] for t in missing}
-            raise ValueError(f"no scripted expert for {self.env.suite} task(s) {missing} (goals {goals}): the "
-                             "experts handle " + "; ".join(EXPERT_KINDS.values())
-                             + "; choose tasks=[...] among the others")
+            raise ValueError(
+                f"no scripted expert for {self.env.suite} task(s) {missing} (goals {goals}): the "
+                "experts handle " + "; ".join(EXPERT_KINDS.values()) + "; choose tasks=[...] among the others"
+            )
 
     def _expert(self, task: int) -> Any:
         worlds = self.env.worlds(task)
@@ -440,8 +462,9 @@ class LiberoSuiteExpert:
             expert.reset(np.flatnonzero(ended[rows]))
 
 
-def run_episodes(worlds: LiberoWorlds, init_ids: np.ndarray, expert: Any = None,
-                 max_steps: int | None = None) -> dict[str, np.ndarray]:
+def run_episodes(
+    worlds: LiberoWorlds, init_ids: np.ndarray, expert: Any = None, max_steps: int | None = None
+) -> dict[str, np.ndarray]:
     """One episode per env from ``init_ids [N]`` (the protocol's reset and wait steps), the expert
     (default: :func:`make_expert`'s) acting until the goal holds or ``max_steps`` (the suite's limit);
     ``success [N]`` bool, ``length [N]`` (steps until success, or the limit) and ``phase [N]`` (the
@@ -479,8 +502,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suites", nargs="+", default=["libero_spatial", "libero_object"])
     ap.add_argument("--tasks", type=int, nargs="+", default=None, help="task indices (default: every exported one)")
     ap.add_argument("--states", type=int, default=10, help="init states F..F+N-1 of each task")
-    ap.add_argument("--first-state", type=int, default=0,
-                    help="F: the first init state (0..49 official, 50..99 sampled and held out)")
+    ap.add_argument(
+        "--first-state",
+        type=int,
+        default=0,
+        help="F: the first init state (0..49 official, 50..99 sampled and held out)",
+    )
     ap.add_argument("--box-contacts", default="native", choices=scenes.BOX_CONTACTS)
     ap.add_argument("--json", default=None, help="write the rows here")
     args = ap.parse_args(argv)
@@ -495,8 +522,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.tasks is not None and int(meta["task_index"]) not in args.tasks:
             continue
         worlds = LiberoWorlds(folder, args.states, box_contacts=args.box_contacts)
-        row = {"suite": meta["suite"], "task": int(meta["task_index"]), "goal": meta["goal_state"],
-               "inits": inits.tolist()}
+        row = {
+            "suite": meta["suite"],
+            "task": int(meta["task_index"]),
+            "goal": meta["goal_state"],
+            "inits": inits.tolist(),
+        }
         t0 = time.perf_counter()
         try:
             expert = make_expert(worlds)
@@ -506,11 +537,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['suite']} {row['task']}: skipped ({err})", flush=True)
         else:
             ok = result["success"]
-            row.update(success=float(ok.mean()), lengths=result["length"][ok].tolist(),
-                       failed_in=[expert.phases[p] for p, s in zip(result["phase"], ok) if not s],
-                       failed_inits=inits[~ok].tolist())
-            print(f"{row['suite']} {row['task']}: {row['success']:.0%} ({time.perf_counter() - t0:.0f} s); failures end "
-                  f"in {row['failed_in'] or 'none'}", flush=True)
+            row.update(
+                success=float(ok.mean()),
+                lengths=result["length"][ok].tolist(),
+                failed_in=[expert.phases[p] for p, s in zip(result["phase"], ok) if not s],
+                failed_inits=inits[~ok].tolist(),
+            )
+            print(
+                f"{row['suite']} {row['task']}: {row['success']:.0%} ({time.perf_counter() - t0:.0f} s); failures end "
+                f"in {row['failed_in'] or 'none'}",
+                flush=True,
+            )
         worlds.close()
         rows.append(row)
     done = [r["success"] for r in rows if "success" in r]

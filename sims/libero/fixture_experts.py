@@ -57,18 +57,23 @@ def rotation_vector(mat: np.ndarray) -> np.ndarray:
 
 def frame_rotation(a0: np.ndarray, f0: np.ndarray, a1: np.ndarray, f1: np.ndarray) -> np.ndarray:
     """The rotation ``[3, 3]`` that takes the orthonormal pair (a0, f0) onto (a1, f1)."""
+
     def frame(a: np.ndarray, f: np.ndarray) -> np.ndarray:
         a = a / np.linalg.norm(a)
         f = f - (f @ a) * a
         f = f / np.linalg.norm(f)
         return np.stack([a, f, np.cross(a, f)], axis=1)
+
     return frame(a1, f1) @ frame(a0, f0).T
 
 
 def collision_geoms(model: mujoco.MjModel, body: int) -> list[int]:
     """The collision geoms of one body."""
-    return [g for g in range(model.ngeom) if int(model.geom_bodyid[g]) == body
-            and (model.geom_contype[g] or model.geom_conaffinity[g])]
+    return [
+        g
+        for g in range(model.ngeom)
+        if int(model.geom_bodyid[g]) == body and (model.geom_contype[g] or model.geom_conaffinity[g])
+    ]
 
 
 def world_box(model: mujoco.MjModel, data: mujoco.MjData, geoms: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -111,8 +116,10 @@ class _Scripted:
         joints, op, threshold = articulation(self.worlds, name, predicate)
         self.joint, self.qadr = self._joint(joints[0])
         if self.worlds.model.jnt_type[self.joint] != joint_type:
-            raise ValueError(f"{name}: joint {joints[0]!r} is not a {joint_type.name[6:].lower()} joint; the "
-                             f"{type(self).__name__} works {predicate!r} with one")
+            raise ValueError(
+                f"{name}: joint {joints[0]!r} is not a {joint_type.name[6:].lower()} joint; the "
+                f"{type(self).__name__} works {predicate!r} with one"
+            )
         # LIBERO's cabinets open below -0.14; its stoves turn on above 0.5
         self.sign = -1.0 if op == "<" else 1.0
         self.target = threshold + self.sign * margin
@@ -138,8 +145,9 @@ class _Scripted:
         action[6] = grip
         return action
 
-    def _arrived(self, i: int, d: mujoco.MjData, goal: np.ndarray, tol: float, steps: int,
-                 goal_mat: np.ndarray | None = None) -> bool:
+    def _arrived(
+        self, i: int, d: mujoco.MjData, goal: np.ndarray, tol: float, steps: int, goal_mat: np.ndarray | None = None
+    ) -> bool:
         """Whether env ``i``'s phase is over: the grip site within ``tol`` of ``goal`` (and the hand turned to
         ``goal_mat``, where given), or ``steps`` steps spent in it."""
         there = np.linalg.norm(goal - d.site_xpos[self.worlds.arm.site]) < tol
@@ -330,4 +338,3 @@ class KnobExpert(_Scripted):
         self.phase[i] = phase
         grip = 1.0 if phase in (self.CLOSE, self.TURN) else -1.0
         return self._action(d, goal, goal_mat, grip)
-

@@ -64,6 +64,7 @@ class OSCConfig:
 
 # -- pure maths over [N, ...] arrays -----------------------------------------------------------------
 
+
 def scale_action(action: np.ndarray, cfg: OSCConfig = OSCConfig()) -> np.ndarray:
     """Arm actions ``[N, 6]`` clipped to [-1, 1] and scaled to metres / radians ``[N, 6]``."""
     return np.clip(action, -1.0, 1.0) * np.asarray(cfg.output_max)
@@ -90,8 +91,9 @@ def orientation_error(desired: np.ndarray, current: np.ndarray) -> np.ndarray:
     return 0.5 * (k - np.swapaxes(k, -1, -2))[:, _VEE[0], _VEE[1]]
 
 
-def update_goal(scaled: np.ndarray, ee_pos: np.ndarray, ee_mat: np.ndarray,
-                goal_mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def update_goal(
+    scaled: np.ndarray, ee_pos: np.ndarray, ee_mat: np.ndarray, goal_mat: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The goal of a control step: position ``[N, 3]`` = current + delta; orientation ``[N, 3, 3]`` =
     delta rotation times current, or ``goal_mat`` (the earlier goal) where the rotation delta is all zero.
 
@@ -160,9 +162,18 @@ def opspace_inverses(lam_inv: np.ndarray, max_cond: float = PINV_COND) -> tuple[
     return full, blocks
 
 
-def osc_torques(mass: np.ndarray, jac: np.ndarray, pos_err: np.ndarray, ori_err: np.ndarray,
-                ee_vel: np.ndarray, q: np.ndarray, qd: np.ndarray, q_null: np.ndarray, bias: np.ndarray,
-                cfg: OSCConfig = OSCConfig()) -> np.ndarray:
+def osc_torques(
+    mass: np.ndarray,
+    jac: np.ndarray,
+    pos_err: np.ndarray,
+    ori_err: np.ndarray,
+    ee_vel: np.ndarray,
+    q: np.ndarray,
+    qd: np.ndarray,
+    q_null: np.ndarray,
+    bias: np.ndarray,
+    cfg: OSCConfig = OSCConfig(),
+) -> np.ndarray:
     """Operational-space torques ``[N, 7]`` with decoupled position and orientation, gravity and
     Coriolis compensation and a null-space pull toward ``q_null`` (before clipping to the motors).
 
@@ -203,6 +214,7 @@ def gripper_command(command: np.ndarray, action: np.ndarray, cfg: OSCConfig = OS
 
 # -- the arm of a LIBERO scene ----------------------------------------------------------------------
 
+
 class OSCArm:
     """OSC_POSE on the Panda of one LIBERO scene, for a batch of simulations of that model (:meth:`physics`).
 
@@ -217,8 +229,10 @@ class OSCArm:
         def ident(kind: mujoco.mjtObj, name: str) -> int:
             i = mujoco.mj_name2id(model, kind, name)
             if i < 0:
-                raise ValueError(f"this model has no {kind.name[6:].lower()} {name!r}: not a LIBERO scene with "
-                                 "robosuite's Panda (load one with sims.libero.scenes.load_scene)")
+                raise ValueError(
+                    f"this model has no {kind.name[6:].lower()} {name!r}: not a LIBERO scene with "
+                    "robosuite's Panda (load one with sims.libero.scenes.load_scene)"
+                )
             return i
 
         self.site = ident(mujoco.mjtObj.mjOBJ_SITE, EEF_SITE)
@@ -241,9 +255,16 @@ class OSCArm:
         self.fresh = np.zeros(0, dtype=bool)
         self._home: dict[str, np.ndarray] | None = None
 
-    def reset(self, num_envs: int | None = None, *, rows: Sequence[int] | None = None,
-              goal_mat: np.ndarray | None = None, q_null: np.ndarray | None = None,
-              gripper: np.ndarray | None = None, fresh: bool = True) -> None:
+    def reset(
+        self,
+        num_envs: int | None = None,
+        *,
+        rows: Sequence[int] | None = None,
+        goal_mat: np.ndarray | None = None,
+        q_null: np.ndarray | None = None,
+        gripper: np.ndarray | None = None,
+        fresh: bool = True,
+    ) -> None:
         """Set the hidden state of a batch of ``num_envs`` envs, or of its envs ``rows`` (the others kept);
         the defaults are robosuite's right after LIBERO's
         reset (which builds a new controller with the arm at ``cfg.init_qpos``, then applies the init
@@ -278,16 +299,24 @@ class OSCArm:
 
     def physics(self, num_envs: int, nthread: int | None = None) -> BatchPhysics:
         """``num_envs`` simulations of this arm's scene for :meth:`step`."""
-        return BatchPhysics(self.model, num_envs, site=self.site, arm_qpos=self.qpos_idx, arm_dofs=self.dof_idx,
-                            arm_joints=self.joint_ids, nthread=nthread)
+        return BatchPhysics(
+            self.model,
+            num_envs,
+            site=self.site,
+            arm_qpos=self.qpos_idx,
+            arm_dofs=self.dof_idx,
+            arm_joints=self.joint_ids,
+            nthread=nthread,
+        )
 
     def _rows(self, rows: np.ndarray, n: int) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if len(rows) != n:
             raise ValueError(f"rows names {len(rows)} envs, expected {n}")
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self.goal_mat)):
-            raise ValueError(f"rows must be in 0..{len(self.goal_mat) - 1} (the envs reset() set up), "
-                             f"got {rows.tolist()}")
+            raise ValueError(
+                f"rows must be in 0..{len(self.goal_mat) - 1} (the envs reset() set up), got {rows.tolist()}"
+            )
         return rows
 
     def home_state(self) -> dict[str, np.ndarray]:
@@ -309,9 +338,14 @@ class OSCArm:
         """The end effector's orientation ``[3, 3]`` with the arm at ``cfg.init_qpos``."""
         return self.home_state()["mat"].copy()
 
-    def step(self, physics: BatchPhysics, actions: np.ndarray, rows: Sequence[int] | None = None,
-             before_substep: Callable[[int], None] | None = None,
-             after_substep: Callable[[int], None] | None = None) -> None:
+    def step(
+        self,
+        physics: BatchPhysics,
+        actions: np.ndarray,
+        rows: Sequence[int] | None = None,
+        before_substep: Callable[[int], None] | None = None,
+        after_substep: Callable[[int], None] | None = None,
+    ) -> None:
         """One control step of ``actions [n, 7]`` on the simulations ``rows`` of ``physics`` (default all,
         in order; the others do not move): the goal set from the first substep's state, then
         ``cfg.substeps`` physics substeps with fresh torques and gripper controls each.
@@ -322,8 +356,9 @@ class OSCArm:
         if actions.shape != (n, 7) or not np.isfinite(actions).all():
             raise ValueError(f"actions must be [{n}, 7] finite numbers, got {list(actions.shape)}")
         if len(self.goal_mat) != physics.num_envs:
-            raise ValueError(f"reset() the controller for {physics.num_envs} envs first "
-                             f"(it holds {len(self.goal_mat)})")
+            raise ValueError(
+                f"reset() the controller for {physics.num_envs} envs first (it holds {len(self.goal_mat)})"
+            )
         ids = None if rows is None else self._rows(rows, n)
         if ids is not None and n == physics.num_envs and (ids == np.arange(n)).all():
             ids = None  # every env in order: slices and views rather than gathers
@@ -343,12 +378,22 @@ class OSCArm:
                         s[k] = np.where(fresh.reshape((-1,) + (1,) * v.ndim), v, s[k])
                 goal_pos, goal_mat = update_goal(scaled, s["pos"], s["mat"], goal_mat)
                 self.goal_mat[sel] = goal_mat
-            tau = osc_torques(s["mass"], s["jac"], goal_pos - s["pos"], orientation_error(goal_mat, s["mat"]),
-                              s["vel"], s["q"], s["qd"], q_null, s["bias"], self.cfg)
-            np.clip(tau, self.torque_lo, self.torque_hi, out=controls[:, :len(self.arm_act)])
+            tau = osc_torques(
+                s["mass"],
+                s["jac"],
+                goal_pos - s["pos"],
+                orientation_error(goal_mat, s["mat"]),
+                s["vel"],
+                s["q"],
+                s["qd"],
+                q_null,
+                s["bias"],
+                self.cfg,
+            )
+            np.clip(tau, self.torque_lo, self.torque_hi, out=controls[:, : len(self.arm_act)])
             gripper = np.clip(gripper + grip_step, -1.0, 1.0)
             self.gripper[sel] = gripper
-            controls[:, len(self.arm_act):] = self.grip_bias + self.grip_weight * gripper
+            controls[:, len(self.arm_act) :] = self.grip_bias + self.grip_weight * gripper
             physics.substep(ids, self._actuators, controls, last=sub == self.cfg.substeps - 1)
             if after_substep is not None:
                 after_substep(sub)

@@ -64,9 +64,16 @@ def predicate_parity(folder: Path, suite: str, task: int, work: Path) -> dict[st
         for j, site in enumerate(ref["sites"]):
             site_err = max(site_err, float(np.abs(checker.position(data, str(site)) - ref["site_pos"][k, j]).max()))
     ours_a = np.asarray(ours, dtype=bool)
-    return {"suite": suite, "task": task, "goal": [str(g) for g in ref["goal"]], "states": len(ours_a),
-            "reference_true": int(ref["truth"].sum()), "ours_true": int(ours_a.sum()),
-            "disagree": np.nonzero((ours_a != ref["truth"]).any(axis=1))[0].tolist(), "site_err": site_err}
+    return {
+        "suite": suite,
+        "task": task,
+        "goal": [str(g) for g in ref["goal"]],
+        "states": len(ours_a),
+        "reference_true": int(ref["truth"].sum()),
+        "ours_true": int(ours_a.sum()),
+        "disagree": np.nonzero((ours_a != ref["truth"]).any(axis=1))[0].tolist(),
+        "site_err": site_err,
+    }
 
 
 def parity_actions() -> np.ndarray:
@@ -85,29 +92,45 @@ def parity_actions() -> np.ndarray:
     return np.vstack([a, b])
 
 
-def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
-               actions: np.ndarray | None = None) -> dict[str, Any]:
+def osc_parity(
+    folder: Path, suite: str, task: int, init: int, work: Path, actions: np.ndarray | None = None
+) -> dict[str, Any]:
     """An action sequence from init state ``init`` (after the protocol's reset and wait steps in the
     reference): robosuite's controller against :class:`OSCArm` continuing from the same state (whose
     default orientation goal and null-space posture must be robosuite's)."""
     actions = parity_actions() if actions is None else np.asarray(actions, dtype=np.float64)
     np.save(work / "actions.npy", actions)
     out = work / f"{suite}_{task}_{init}_osc.npz"
-    _run_reference("osc_trace", ["--suite", suite, "--task", str(task), "--init", str(init),
-                                 "--actions", str(work / "actions.npy"), "--out", str(out)])
+    _run_reference(
+        "osc_trace",
+        [
+            "--suite",
+            suite,
+            "--task",
+            str(task),
+            "--init",
+            str(init),
+            "--actions",
+            str(work / "actions.npy"),
+            "--out",
+            str(out),
+        ],
+    )
     ref = np.load(out)
     worlds = LiberoWorlds(folder, 1)  # its scene (reference box contacts) serves both comparisons
     model, arm, data = worlds.model, worlds.arm, worlds.datas[0]
     # the reference's state after its reset and wait steps: continue from it (the gripper command
     # is the reference's; the goal orientation and null-space posture are OSCArm's defaults)
     worlds.continue_from(ref["start"][None], gripper_command=ref["gripper_action"])
-    hidden = max(float(np.abs(arm.q_null[0] - ref["nullspace_target"]).max()),
-                 float(np.abs(arm.goal_mat[0] - ref["goal_ori"]).max()))
+    hidden = max(
+        float(np.abs(arm.q_null[0] - ref["nullspace_target"]).max()),
+        float(np.abs(arm.goal_mat[0] - ref["goal_ori"]).max()),
+    )
     eef, qpos = [], []
     for k, a in enumerate(actions):
         worlds.step(a[None])
         eef.append(float(np.abs(data.site_xpos[arm.site] - ref["eef_pos"][k]).max()))
-        qpos.append(float(np.abs(data.qpos - ref["states"][k][1:1 + model.nq]).max()))
+        qpos.append(float(np.abs(data.qpos - ref["states"][k][1 : 1 + model.nq]).max()))
     # the whole episode in LiberoWorlds: its reset (init state, fresh controller, wait steps) and the
     # protocol's state as the reference reports it, and the goal's truth, step by step
     proprio = [float(np.abs(worlds.reset([init])[0] - ref["start_proprio"]).max())]
@@ -115,34 +138,68 @@ def osc_parity(folder: Path, suite: str, task: int, init: int, work: Path,
     for k, a in enumerate(actions):
         success_agree += int(bool(worlds.step(a[None])[0]) == bool(ref["success"][k]))
         proprio.append(float(np.abs(worlds.state()[0] - ref["proprio"][k]).max()))
-    return {"suite": suite, "task": task, "init": init, "steps": len(actions), "hidden_state_err": hidden,
-            "eef_err": max(eef), "qpos_err": max(qpos),
-            "eef_travel": float(np.abs(ref["eef_pos"] - ref["eef_pos"][0]).max()),
-            "reset_state_err": proprio[0], "state_err": max(proprio), "success_agree": success_agree / len(actions)}
+    return {
+        "suite": suite,
+        "task": task,
+        "init": init,
+        "steps": len(actions),
+        "hidden_state_err": hidden,
+        "eef_err": max(eef),
+        "qpos_err": max(qpos),
+        "eef_travel": float(np.abs(ref["eef_pos"] - ref["eef_pos"][0]).max()),
+        "reset_state_err": proprio[0],
+        "state_err": max(proprio),
+        "success_agree": success_agree / len(actions),
+    }
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """Peak signal-to-noise ratio in dB of two uint8 images (inf when equal)."""
     mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
-    return float("inf") if mse == 0 else 10.0 * float(np.log10(255.0 ** 2 / mse))
+    return float("inf") if mse == 0 else 10.0 * float(np.log10(255.0**2 / mse))
 
 
-def view_parity(folder: Path, suite: str, task: int, inits: Sequence[int], work: Path,
-                image_size: int = 128, render_faces: int | None = None) -> list[dict[str, Any]]:
+def view_parity(
+    folder: Path,
+    suite: str,
+    task: int,
+    inits: Sequence[int],
+    work: Path,
+    image_size: int = 128,
+    render_faces: int | None = None,
+) -> list[dict[str, Any]]:
     """The protocol's views after the reset of each init state, ours against the reference's: with
     shadows and reflections, without, without multisampling, and (``render_faces``) with decimated visual
     meshes, with and without multisampling."""
     out = work / f"{suite}_{task}_views.npz"
-    _run_reference("views", ["--suite", suite, "--task", str(task), "--inits", *map(str, inits),
-                             "--image-size", str(image_size), "--out", str(out)])
+    _run_reference(
+        "views",
+        [
+            "--suite",
+            suite,
+            "--task",
+            str(task),
+            "--inits",
+            *map(str, inits),
+            "--image-size",
+            str(image_size),
+            "--out",
+            str(out),
+        ],
+    )
     ref = np.load(out)
-    variants: dict[str, dict[str, Any]] = {"shadows": dict(shadows=True, reflections=True), "plain": {},
-                                           "aliased": dict(antialias=False)}
+    variants: dict[str, dict[str, Any]] = {
+        "shadows": dict(shadows=True, reflections=True),
+        "plain": {},
+        "aliased": dict(antialias=False),
+    }
     if render_faces is not None:
         variants["decimated"] = dict(render_faces=render_faces)
         variants["decimated_aliased"] = dict(render_faces=render_faces, antialias=False)
-    worlds_by_variant = {tag: LiberoWorlds(folder, 1, cameras=("agentview", "wrist"), image_size=image_size, **kw)
-                         for tag, kw in variants.items()}
+    worlds_by_variant = {
+        tag: LiberoWorlds(folder, 1, cameras=("agentview", "wrist"), image_size=image_size, **kw)
+        for tag, kw in variants.items()
+    }
     rows = []
     for k, init in enumerate(ref["inits"]):
         row: dict[str, Any] = {"suite": suite, "task": task, "init": int(init)}
@@ -181,31 +238,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.what == "predicates":
                 row = predicate_parity(folder, suite, task, Path(tmp))
                 ok = not row["disagree"]
-                print(f"{suite} {task}: {row['states']} states, reference true {row['reference_true']}, ours "
-                      f"{row['ours_true']}, disagree {row['disagree'] or 'none'} ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)
+                print(
+                    f"{suite} {task}: {row['states']} states, reference true {row['reference_true']}, ours "
+                    f"{row['ours_true']}, disagree {row['disagree'] or 'none'} ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
                 rows.append(row)
                 bad += [] if ok else [f"{suite} {task}"]
             elif args.what == "views":
                 for row in view_parity(folder, suite, task, args.inits, Path(tmp), render_faces=args.render_faces):
-                    decimated = (f"; decimated to {args.render_faces} faces: {row['agentview_psnr_decimated']:.1f} / "
-                                 f"{row['wrist_psnr_decimated']:.1f} dB, and without multisampling: "
-                                 f"{row['agentview_psnr_decimated_aliased']:.1f} / "
-                                 f"{row['wrist_psnr_decimated_aliased']:.1f} dB" if args.render_faces is not None else "")
-                    print(f"{suite} {task} init {row['init']}: state {row['state_err']:.1e}; PSNR with shadows and "
-                          f"reflections: agent view {row['agentview_psnr_shadows']:.1f} dB, wrist "
-                          f"{row['wrist_psnr_shadows']:.1f} dB; without: {row['agentview_psnr_plain']:.1f} / "
-                          f"{row['wrist_psnr_plain']:.1f} dB, and without multisampling: "
-                          f"{row['agentview_psnr_aliased']:.1f} / {row['wrist_psnr_aliased']:.1f} dB{decimated}",
-                          flush=True)
+                    decimated = (
+                        f"; decimated to {args.render_faces} faces: {row['agentview_psnr_decimated']:.1f} / "
+                        f"{row['wrist_psnr_decimated']:.1f} dB, and without multisampling: "
+                        f"{row['agentview_psnr_decimated_aliased']:.1f} / "
+                        f"{row['wrist_psnr_decimated_aliased']:.1f} dB"
+                        if args.render_faces is not None
+                        else ""
+                    )
+                    print(
+                        f"{suite} {task} init {row['init']}: state {row['state_err']:.1e}; PSNR with shadows and "
+                        f"reflections: agent view {row['agentview_psnr_shadows']:.1f} dB, wrist "
+                        f"{row['wrist_psnr_shadows']:.1f} dB; without: {row['agentview_psnr_plain']:.1f} / "
+                        f"{row['wrist_psnr_plain']:.1f} dB, and without multisampling: "
+                        f"{row['agentview_psnr_aliased']:.1f} / {row['wrist_psnr_aliased']:.1f} dB{decimated}",
+                        flush=True,
+                    )
                     rows.append(row)
             else:
                 for init in args.inits:
                     row = osc_parity(folder, suite, task, init, Path(tmp))
                     ok = row["eef_err"] <= args.tol_eef and row["hidden_state_err"] < 1e-9
-                    print(f"{suite} {task} init {init}: end effector {row['eef_err']:.1e} m, qpos {row['qpos_err']:.1e},"
-                          f" hidden state {row['hidden_state_err']:.1e}, travel {row['eef_travel']:.2f} m; from the"
-                          f" reset: state {row['state_err']:.1e}, success agrees {row['success_agree']:.0%}", flush=True)
+                    print(
+                        f"{suite} {task} init {init}: end effector {row['eef_err']:.1e} m, qpos {row['qpos_err']:.1e},"
+                        f" hidden state {row['hidden_state_err']:.1e}, travel {row['eef_travel']:.2f} m; from the"
+                        f" reset: state {row['state_err']:.1e}, success agrees {row['success_agree']:.0%}",
+                        flush=True,
+                    )
                     rows.append(row)
                     bad += [] if ok else [f"{suite} {task} init {init}"]
     if args.json:

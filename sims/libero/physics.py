@@ -75,8 +75,17 @@ class BatchPhysics:
         nthread: threads of the batch (default one per :data:`ENVS_PER_THREAD` envs, at most the cores).
     """
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, *, site: int, arm_qpos: np.ndarray,
-                 arm_dofs: np.ndarray, arm_joints: np.ndarray, nthread: int | None = None) -> None:
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_envs: int,
+        *,
+        site: int,
+        arm_qpos: np.ndarray,
+        arm_dofs: np.ndarray,
+        arm_joints: np.ndarray,
+        nthread: int | None = None,
+    ) -> None:
         import os
 
         if (model.jnt_type[arm_joints] != mujoco.mjtJoint.mjJNT_HINGE).any():
@@ -110,7 +119,7 @@ class BatchPhysics:
             return
         self.batch.set_models(self.model)
         self.batch.reset(rows, stage=_NONE)
-        self.time[rows], self.qpos[rows], self.qvel[rows] = states[:, 0], states[:, 1:1 + nq], states[:, 1 + nq:]
+        self.time[rows], self.qpos[rows], self.qvel[rows] = states[:, 0], states[:, 1 : 1 + nq], states[:, 1 + nq :]
         self.batch.forward(rows, stage=_VEL)
         self._current[rows] = True
         self.sync(rows)
@@ -137,9 +146,16 @@ class BatchPhysics:
         n = len(pos)
         jac = hinge_jacobian(self._xaxis[r][:, self._joints], self._xanchor[r][:, self._joints], pos)
         qd = np.array(self.qvel[r][:, self._dofs])
-        return {"pos": pos, "mat": np.array(self._site_xmat[r, self.site]).reshape(n, 3, 3), "jac": jac,
-                "vel": (jac @ qd[..., None])[..., 0], "mass": self._mass[r][:, self._mass_index],
-                "q": np.array(self.qpos[r][:, self._qpos]), "qd": qd, "bias": np.array(self._bias[r][:, self._dofs])}
+        return {
+            "pos": pos,
+            "mat": np.array(self._site_xmat[r, self.site]).reshape(n, 3, 3),
+            "jac": jac,
+            "vel": (jac @ qd[..., None])[..., 0],
+            "mass": self._mass[r][:, self._mass_index],
+            "q": np.array(self.qpos[r][:, self._qpos]),
+            "qd": qd,
+            "bias": np.array(self._bias[r][:, self._dofs]),
+        }
 
     def site_pos(self, rows: np.ndarray) -> np.ndarray:
         """The driven site's position ``[n, 3]`` (the derived fields of the last call)."""

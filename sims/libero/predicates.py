@@ -34,8 +34,11 @@ ARTICULATION: dict[str, dict[str, tuple[str, float]]] = {
     "Microwave": {"open": ("<", -1.3), "close": (">", -0.005)},
     "ShortCabinet": {"open": (">", 0.10), "close": ("<", 0.0)},
     "ShortFridge": {"open": (">", 2.0), "close": ("<", 0.0)},
-    "WoodenCabinet": _CABINET, "YellowCabinet": _CABINET, "WhiteCabinet": _CABINET,
-    "FlatStove": _STOVE, "YellowStove": _STOVE,
+    "WoodenCabinet": _CABINET,
+    "YellowCabinet": _CABINET,
+    "WhiteCabinet": _CABINET,
+    "FlatStove": _STOVE,
+    "YellowStove": _STOVE,
 }
 _OPS: dict[str, Callable[[float, float], bool]] = {"<": operator.lt, ">": operator.gt, ">=": operator.ge}
 #: which predicates need one joint (any) and which need all
@@ -57,8 +60,9 @@ class GoalChecker:
         self.sites = meta["sites"]
         for pred in self.goal:
             if pred[0] not in ("on", "in", "open", "close", "turnon", "turnoff", "up"):
-                raise ValueError(f"predicate {pred[0]!r} of {pred} is not implemented; have on, in, open, close, "
-                                 "turnon, turnoff, up")
+                raise ValueError(
+                    f"predicate {pred[0]!r} of {pred} is not implemented; have on, in, open, close, turnon, turnoff, up"
+                )
             for name in pred[1:]:
                 if name not in self.things and name not in self.sites:
                     raise ValueError(f"{pred}: no object, fixture or site {name!r} in this task")
@@ -77,8 +81,9 @@ class GoalChecker:
     def _collision_geoms(self, bodies: list[str]) -> frozenset[int]:
         ids = {self._id(mujoco.mjtObj.mjOBJ_BODY, b) for b in bodies}
         m = self.model
-        return frozenset(g for g in range(m.ngeom) if int(m.geom_bodyid[g]) in ids
-                         and (m.geom_contype[g] or m.geom_conaffinity[g]))
+        return frozenset(
+            g for g in range(m.ngeom) if int(m.geom_bodyid[g]) in ids and (m.geom_contype[g] or m.geom_conaffinity[g])
+        )
 
     # -- what the predicates read ---------------------------------------------------------------
     def position(self, data: mujoco.MjData, name: str) -> np.ndarray:
@@ -89,7 +94,7 @@ class GoalChecker:
 
     def touching(self, data: mujoco.MjData, a: str, b: str) -> bool:
         ga, gb = self._geoms[a], self._geoms[b]
-        for c in data.contact[:data.ncon]:
+        for c in data.contact[: data.ncon]:
             g1, g2 = int(c.geom1), int(c.geom2)
             if (g1 in ga and g2 in gb) or (g1 in gb and g2 in ga):
                 return True
@@ -104,7 +109,10 @@ class GoalChecker:
         values = []
         for j in joints:
             jid = self._id(mujoco.mjtObj.mjOBJ_JOINT, j)
-            if int(self.model.jnt_type[jid]) not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
+            if int(self.model.jnt_type[jid]) not in (
+                int(mujoco.mjtJoint.mjJNT_HINGE),
+                int(mujoco.mjtJoint.mjJNT_SLIDE),
+            ):
                 raise ValueError(f"{name}: joint {j!r} is not a hinge or slide; its state has no open/close threshold")
             values.append(float(data.qpos[self.model.jnt_qposadr[jid]]))
         return values, cls
@@ -132,7 +140,9 @@ class GoalChecker:
                 lo[2] -= IN_SLACK
                 return bool(np.all(pa > lo) and np.all(pa < hi))
             local = mat @ (pa - ps)
-            under = (size[2] - UNDER_SLACK < local[2] < size[2] + UNDER_HEIGHT) and bool(np.all(np.abs(local[:2]) < size[:2]))
+            under = (size[2] - UNDER_SLACK < local[2] < size[2] + UNDER_HEIGHT) and bool(
+                np.all(np.abs(local[:2]) < size[:2])
+            )
             return bool(under and (site["parent"] is None or self.touching(data, site["parent"], a)))
         values, cls = self._joint_values(data, args[0])
         if cls not in ARTICULATION or name not in ARTICULATION[cls]:

@@ -49,13 +49,14 @@ class PushExpert(_Scripted):
     phases = ("above", "down", "push", "up")
     ABOVE, DOWN, PUSH, UP = range(4)
 
-    def __init__(self, worlds: LiberoWorlds, obj: str, region: str,
-                 cfg: PushExpertConfig = PushExpertConfig()) -> None:
+    def __init__(self, worlds: LiberoWorlds, obj: str, region: str, cfg: PushExpertConfig = PushExpertConfig()) -> None:
         super().__init__(worlds, cfg)  # type: ignore[arg-type]  # _Scripted reads reach_tol, gain, turn_tol only
         m = worlds.model
         if region not in worlds.goal.sites:
-            raise ValueError(f"{region!r} is not a region of {worlds.suite} task {worlds.task_index}: the push "
-                             f"expert pushes onto a table region; regions: {sorted(worlds.goal.sites)}")
+            raise ValueError(
+                f"{region!r} is not a region of {worlds.suite} task {worlds.task_index}: the push "
+                f"expert pushes onto a table region; regions: {sorted(worlds.goal.sites)}"
+            )
         self.obj, self.target = obj, region  # names, as PickPlaceExpert's
         self._site = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, worlds.goal.sites[region]["site"])
         body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, worlds.meta["objects"][obj]["root_body"])

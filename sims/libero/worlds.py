@@ -95,11 +95,21 @@ class LiberoWorlds:
         nthread: threads stepping the envs (default one per 4 envs, at most the cores; :mod:`sims.libero.physics`).
     """
 
-    def __init__(self, task_dir: str | Path, num_envs: int, *, box_contacts: str = "reference",
-                 osc: OSCConfig = OSCConfig(), cameras: Sequence[str] = (), image_size: int = 128,
-                 shadows: bool = False, reflections: bool = False, render_faces: int | None = None,
-                 antialias: bool = True,
-                 nthread: int | None = None) -> None:
+    def __init__(
+        self,
+        task_dir: str | Path,
+        num_envs: int,
+        *,
+        box_contacts: str = "reference",
+        osc: OSCConfig = OSCConfig(),
+        cameras: Sequence[str] = (),
+        image_size: int = 128,
+        shadows: bool = False,
+        reflections: bool = False,
+        render_faces: int | None = None,
+        antialias: bool = True,
+        nthread: int | None = None,
+    ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.meta = read_meta(task_dir)
@@ -128,9 +138,16 @@ class LiberoWorlds:
         if self.cameras:
             from sims.mujoco.render import BatchRenderer
 
-            self._views = BatchRenderer(self.render_model(), [CAMERAS[c] for c in self.cameras], image_size, image_size,
-                                        shadows=shadows, reflections=reflections, skybox=True,
-                                        hidden_groups=(0,))  # robosuite's collision geoms are not drawn
+            self._views = BatchRenderer(
+                self.render_model(),
+                [CAMERAS[c] for c in self.cameras],
+                image_size,
+                image_size,
+                shadows=shadows,
+                reflections=reflections,
+                skybox=True,
+                hidden_groups=(0,),
+            )  # robosuite's collision geoms are not drawn
         self._images = np.zeros((num_envs, len(self.cameras), image_size, image_size, 3), np.uint8)
         # the views are drawn when read (render_views), from the positions each env's last observation
         # sample saw: qpos (and mocap poses) kept at the sample, and whether that sample is drawn yet
@@ -157,9 +174,14 @@ class LiberoWorlds:
             raise ValueError(f"env ids must be distinct and in 0..{self.num_envs - 1}, got {ids.tolist()}")
         return ids
 
-    def reset(self, init_ids: Sequence[int], wait_steps: int = NUM_WAIT_STEPS,
-              gripper_command: np.ndarray | None = None, env_ids: Sequence[int] | None = None,
-              render: bool = True) -> np.ndarray:
+    def reset(
+        self,
+        init_ids: Sequence[int],
+        wait_steps: int = NUM_WAIT_STEPS,
+        gripper_command: np.ndarray | None = None,
+        env_ids: Sequence[int] | None = None,
+        render: bool = True,
+    ) -> np.ndarray:
         """Every env (or the envs ``env_ids``) to init state ``init_ids[i]`` (0..49 official, 50..99 sampled),
         the controller as robosuite leaves it, then ``wait_steps`` open-gripper steps; the protocol's state
         ``[N, 8]`` of every env (the others unchanged). ``render``: draw the reset envs' views (:meth:`images`)
@@ -178,8 +200,9 @@ class LiberoWorlds:
         if ids.min() < 0 or ids.max() >= len(self.states):
             raise ValueError(f"init ids must be in {INIT_IDS}, got {ids.tolist()}")
         self.physics.load(envs, self.states[ids])
-        self.arm.reset(self.num_envs if env_ids is None else None, rows=None if env_ids is None else envs,
-                       gripper=gripper_command)
+        self.arm.reset(
+            self.num_envs if env_ids is None else None, rows=None if env_ids is None else envs, gripper=gripper_command
+        )
         self.init_ids[envs] = ids
         for e in envs:
             self._clocks[e] = ObservationClock(self._timestep, self._period)
@@ -221,8 +244,9 @@ class LiberoWorlds:
 
     def _read_state(self, envs: np.ndarray) -> np.ndarray:
         """The 8-D state of ``envs`` from the derived fields now and the fingers' qpos now."""
-        pose = np.concatenate([self.physics.site_pos(envs), quat_to_axisangle(self.physics.body_quat(envs, self._hand))],
-                              axis=1)
+        pose = np.concatenate(
+            [self.physics.site_pos(envs), quat_to_axisangle(self.physics.body_quat(envs, self._hand))], axis=1
+        )
         return np.concatenate([pose, self.physics.qpos[envs][:, self.arm.finger_idx]], axis=1).astype(np.float32)
 
     def _sample_views(self, envs: np.ndarray) -> None:
@@ -262,8 +286,9 @@ class LiberoWorlds:
         due = np.array([e for e in self._stepping if self._clocks[e].tick()], dtype=np.int64)
         self._due = due
         if len(due):
-            self._due_pose = np.concatenate([self.physics.site_pos(due),
-                                             quat_to_axisangle(self.physics.body_quat(due, self._hand))], axis=1)
+            self._due_pose = np.concatenate(
+                [self.physics.site_pos(due), quat_to_axisangle(self.physics.body_quat(due, self._hand))], axis=1
+            )
             self._sample_views(due)
 
     def _after_substep(self, _: int) -> None:
@@ -296,8 +321,13 @@ class LiberoWorlds:
         experts and videos read those)."""
         self._stepping = envs
         try:
-            self.arm.step(self.physics, actions, rows=None if every else envs, before_substep=self._before_substep,
-                          after_substep=self._after_substep)
+            self.arm.step(
+                self.physics,
+                actions,
+                rows=None if every else envs,
+                before_substep=self._before_substep,
+                after_substep=self._after_substep,
+            )
         finally:
             self._stepping = np.zeros(0, dtype=np.int64)
         if sync:
@@ -324,8 +354,10 @@ class LiberoWorlds:
             if self._video is not None:
                 self._video[1].close()
             size = self._images.shape[2]
-            self._video = (camera, BatchRenderer(self.render_model(), [CAMERAS[camera]], size, size, skybox=True,
-                                                 hidden_groups=(0,)))
+            self._video = (
+                camera,
+                BatchRenderer(self.render_model(), [CAMERAS[camera]], size, size, skybox=True, hidden_groups=(0,)),
+            )
         out = np.zeros((1,) + self._images.shape[2:], np.uint8)
         self._video[1].render_data(self.datas[env], out)
         return np.ascontiguousarray(out[0, :, ::-1])

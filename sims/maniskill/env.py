@@ -54,19 +54,33 @@ class ManiSkillTask:
 TASKS = [
     ManiSkillTask("PickCube-v1", "pick_cube", "pick up the red cube and move it to the green goal", 100),
     ManiSkillTask("PushCube-v1", "push_cube", "push the cube onto the red and white target", 80),
-    ManiSkillTask("StackCube-v1", "stack_cube", "stack the red cube on top of the green cube", 150,
-                  ("agentview", "wrist")),
+    ManiSkillTask(
+        "StackCube-v1", "stack_cube", "stack the red cube on top of the green cube", 150, ("agentview", "wrist")
+    ),
     ManiSkillTask("PullCube-v1", "pull_cube", "pull the cube back onto the red and white target", 80),
-    ManiSkillTask("PegInsertionSide-v1", "peg_insertion_side", "insert the peg into the hole in the box", 150,
-                  ("agentview", "wrist")),
+    ManiSkillTask(
+        "PegInsertionSide-v1",
+        "peg_insertion_side",
+        "insert the peg into the hole in the box",
+        150,
+        ("agentview", "wrist"),
+    ),
     ManiSkillTask("PokeCube-v1", "poke_cube", "use the peg to push the cube to the goal", 100),
 ]
 SUITE = "maniskill"
 
 
 def task_specs() -> list[TaskSpec]:
-    return [TaskSpec(name=t.name, suite=SUITE, instruction=t.instruction, max_steps=t.max_steps,
-                     extras={"env_id": t.env_id, "cameras": t.cameras}) for t in TASKS]
+    return [
+        TaskSpec(
+            name=t.name,
+            suite=SUITE,
+            instruction=t.instruction,
+            max_steps=t.max_steps,
+            extras={"env_id": t.env_id, "cameras": t.cameras},
+        )
+        for t in TASKS
+    ]
 
 
 def _find(task: str) -> int:
@@ -77,9 +91,20 @@ def _find(task: str) -> int:
 
 
 class ManiSkillVecEnv(VecEnv):
-    def __init__(self, task_ids: Sequence[int], num_envs: int, *, seed: int = 0, device: str | torch.device = "cpu",
-                 cameras: Sequence[str] = ("agentview",), image_size: int = 128, reward_type: str = "sparse",
-                 max_steps: Optional[int] = None, sim_backend: str = "auto", **unused: Any):
+    def __init__(
+        self,
+        task_ids: Sequence[int],
+        num_envs: int,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+        cameras: Sequence[str] = ("agentview",),
+        image_size: int = 128,
+        reward_type: str = "sparse",
+        max_steps: Optional[int] = None,
+        sim_backend: str = "auto",
+        **unused: Any,
+    ):
         try:
             import gymnasium as gym
             import mani_skill.envs  # noqa: F401  (registers the tasks)
@@ -133,8 +158,13 @@ class ManiSkillVecEnv(VecEnv):
     def _make(self, task_index: int, n: int) -> Any:
         t = TASKS[self._task_pool[task_index]]
         obs_mode = "rgb" if self.cameras else "state_dict"
-        kwargs = dict(num_envs=n, obs_mode=obs_mode, control_mode="pd_ee_delta_pose", sim_backend=self.sim_backend,
-                      reward_mode="normalized_dense" if self.reward_type == "dense" else "sparse")
+        kwargs = dict(
+            num_envs=n,
+            obs_mode=obs_mode,
+            control_mode="pd_ee_delta_pose",
+            sim_backend=self.sim_backend,
+            reward_mode="normalized_dense" if self.reward_type == "dense" else "sparse",
+        )
         if self.cameras:
             kwargs["sensor_configs"] = dict(width=self.image_size, height=self.image_size)
         return self._gym.make(t.env_id, **kwargs)
@@ -241,7 +271,7 @@ class ManiSkillVecEnv(VecEnv):
             success[ids] = torch.as_tensor(info["success"]).cpu().numpy()[ids]
         else:
             for i in ids:
-                raw, r, _, _, info = self._env(int(i)).step(act[i:i + 1])
+                raw, r, _, _, info = self._env(int(i)).step(act[i : i + 1])
                 for k, v in self._convert(raw).items():
                     obs[k][i] = v[0]
                 reward[i] = float(torch.as_tensor(r).reshape(-1)[0])
@@ -254,19 +284,31 @@ class ManiSkillVecEnv(VecEnv):
         truncated = (self._elapsed >= self._max_steps[self._task_ids]) & mask & ~terminated
         done = terminated | truncated
         final_obs = {k: v.clone() for k, v in obs.items()}
-        episode = {"return": torch.as_tensor(self._return.astype(np.float32)),
-                   "length": torch.as_tensor(self._elapsed.copy())}
+        episode = {
+            "return": torch.as_tensor(self._return.astype(np.float32)),
+            "length": torch.as_tensor(self._elapsed.copy()),
+        }
         self._last = obs
         if done.any():
             fresh = self._reset_envs(np.flatnonzero(done))
             obs = fresh
             self._last = fresh
-        info_out = {"success": torch.as_tensor(success), "done": torch.as_tensor(done),
-                    "diverged": torch.zeros(n, dtype=torch.bool), "final_obs": final_obs, "episode": episode,
-                    "elapsed": torch.as_tensor(self._elapsed.copy())}
+        info_out = {
+            "success": torch.as_tensor(success),
+            "done": torch.as_tensor(done),
+            "diverged": torch.zeros(n, dtype=torch.bool),
+            "final_obs": final_obs,
+            "episode": episode,
+            "elapsed": torch.as_tensor(self._elapsed.copy()),
+        }
         to = lambda x, dt: torch.as_tensor(x, dtype=dt).to(self.device)  # noqa: E731
-        return ({k: v.to(self.device) for k, v in obs.items()}, to(reward, torch.float32), to(terminated, torch.bool),
-                to(truncated, torch.bool), info_out)
+        return (
+            {k: v.to(self.device) for k, v in obs.items()},
+            to(reward, torch.float32),
+            to(terminated, torch.bool),
+            to(truncated, torch.bool),
+            info_out,
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -279,8 +321,9 @@ class ManiSkillVecEnv(VecEnv):
         self._closed = True
 
 
-def make_maniskill_env(*, task: str | None, suite: str | None, num_envs: int, seed: int, device, **kwargs: Any
-                       ) -> ManiSkillVecEnv:
+def make_maniskill_env(
+    *, task: str | None, suite: str | None, num_envs: int, seed: int, device, **kwargs: Any
+) -> ManiSkillVecEnv:
     """Factory registered as backend ``"maniskill"``: ``task=`` one task, or ``suite="maniskill"``."""
     if suite is not None and suite != SUITE:
         raise ValueError(f"the maniskill backend has one suite, {SUITE!r}, not {suite!r}")

@@ -132,12 +132,15 @@ def quat_mul(a: Any, b: Any) -> Any:
     """Hamilton product of quaternions ``[..., 4]`` (w, x, y, z), numpy or torch (one library for both)."""
     aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
     bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-    return xp_of(a).stack([
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ], axis=-1)
+    return xp_of(a).stack(
+        [
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ],
+        axis=-1,
+    )
 
 
 #: The TCP orientation at the home pose (gripper pointing down, hand turned -45 deg about z), w x y z.
@@ -160,14 +163,18 @@ def mat_to_quat(mat: np.ndarray) -> np.ndarray:
     k = np.argmax(cand, axis=1)
     s = np.sqrt(np.maximum(cand[np.arange(len(k)), k], 1e-12)) * 2.0  # 4*|component|
     q = np.empty((len(k), 4))
-    w = np.stack([s / 4, (m[:, 2, 1] - m[:, 1, 2]) / s, (m[:, 0, 2] - m[:, 2, 0]) / s,
-                  (m[:, 1, 0] - m[:, 0, 1]) / s], 1)
-    x = np.stack([(m[:, 2, 1] - m[:, 1, 2]) / s, s / 4, (m[:, 0, 1] + m[:, 1, 0]) / s,
-                  (m[:, 0, 2] + m[:, 2, 0]) / s], 1)
-    y = np.stack([(m[:, 0, 2] - m[:, 2, 0]) / s, (m[:, 0, 1] + m[:, 1, 0]) / s, s / 4,
-                  (m[:, 1, 2] + m[:, 2, 1]) / s], 1)
-    z = np.stack([(m[:, 1, 0] - m[:, 0, 1]) / s, (m[:, 0, 2] + m[:, 2, 0]) / s,
-                  (m[:, 1, 2] + m[:, 2, 1]) / s, s / 4], 1)
+    w = np.stack(
+        [s / 4, (m[:, 2, 1] - m[:, 1, 2]) / s, (m[:, 0, 2] - m[:, 2, 0]) / s, (m[:, 1, 0] - m[:, 0, 1]) / s], 1
+    )
+    x = np.stack(
+        [(m[:, 2, 1] - m[:, 1, 2]) / s, s / 4, (m[:, 0, 1] + m[:, 1, 0]) / s, (m[:, 0, 2] + m[:, 2, 0]) / s], 1
+    )
+    y = np.stack(
+        [(m[:, 0, 2] - m[:, 2, 0]) / s, (m[:, 0, 1] + m[:, 1, 0]) / s, s / 4, (m[:, 1, 2] + m[:, 2, 1]) / s], 1
+    )
+    z = np.stack(
+        [(m[:, 1, 0] - m[:, 0, 1]) / s, (m[:, 0, 2] + m[:, 2, 0]) / s, (m[:, 1, 2] + m[:, 2, 1]) / s, s / 4], 1
+    )
     for idx, cand_q in enumerate((w, x, y, z)):
         q[k == idx] = cand_q[k == idx]
     q *= np.where(q[:, :1] < 0, -1.0, 1.0)
@@ -194,9 +201,15 @@ def quat_to_mat(q: np.ndarray) -> np.ndarray:
     w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
     return np.stack(
         [
-            1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
-            2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
-            2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
+            1 - 2 * (y * y + z * z),
+            2 * (x * y - z * w),
+            2 * (x * z + y * w),
+            2 * (x * y + z * w),
+            1 - 2 * (x * x + z * z),
+            2 * (y * z - x * w),
+            2 * (x * z - y * w),
+            2 * (y * z + x * w),
+            1 - 2 * (x * x + y * y),
         ],
         axis=1,
     ).reshape(-1, 3, 3)

@@ -72,8 +72,7 @@ TASK_LOGIC = ("auto", "host", "device")
 #: pixel at 64 px, the rest of the image is unchanged. ``full`` is MuJoCo's default.
 RENDER_QUALITY = {"fast": (12, 6), "full": (28, 16)}
 #: the simulation fields the env and its tasks read or write, ``[N, ...]`` per env
-FIELDS = ("qpos", "qvel", "ctrl", "time", "mocap_pos", "xpos", "xquat", "site_xpos", "site_xmat", "xanchor",
-          "xaxis")
+FIELDS = ("qpos", "qvel", "ctrl", "time", "mocap_pos", "xpos", "xquat", "site_xpos", "site_xmat", "xanchor", "xaxis")
 
 
 def _state_field(name: str) -> property:
@@ -156,11 +155,15 @@ class MujocoVecEnv(VecEnv):
         if task_logic not in TASK_LOGIC:
             raise ValueError(f"task_logic must be one of {TASK_LOGIC}, got {task_logic!r}")
         if task_logic == "device" and physics != "warp":
-            raise ValueError("task_logic='device' runs the task logic on the MuJoCo Warp device and needs "
-                             "physics='warp' (backend 'mujoco_gpu'); the mujoco backend computes it on the host")
+            raise ValueError(
+                "task_logic='device' runs the task logic on the MuJoCo Warp device and needs "
+                "physics='warp' (backend 'mujoco_gpu'); the mujoco backend computes it on the host"
+            )
         if renderer == "warp" and physics != "warp":
-            raise ValueError("renderer='warp' ray-traces MuJoCo Warp worlds and needs physics='warp' (backend "
-                             "'mujoco_gpu'); with the mujoco backend use renderer='gl' or 'auto'")
+            raise ValueError(
+                "renderer='warp' ray-traces MuJoCo Warp worlds and needs physics='warp' (backend "
+                "'mujoco_gpu'); with the mujoco backend use renderer='gl' or 'auto'"
+            )
         if render_quality not in RENDER_QUALITY:
             raise ValueError(f"render_quality must be one of {list(RENDER_QUALITY)}, got {render_quality!r}")
         if not tasks:
@@ -199,8 +202,9 @@ class MujocoVecEnv(VecEnv):
         self.controller = controller
         self.init_noise = init_noise
 
-        spec = build_tabletop(SceneOptions(image_size=image_size, timestep=physics_dt,
-                                           table_top_plane=physics == "warp"))
+        spec = build_tabletop(
+            SceneOptions(image_size=image_size, timestep=physics_dt, table_top_plane=physics == "warp")
+        )
         (scene_builder or self.task.build)(spec)
         self.model = spec.compile()
         self.render_quality = render_quality
@@ -214,8 +218,13 @@ class MujocoVecEnv(VecEnv):
         if physics == "warp":
             from sims.mujoco.warp_batch import WarpBatch
 
-            self.sim = WarpBatch(self.model, num_envs, device=warp_device, auto_sync=self.task_logic == "host",
-                                 copy_mirrors=warp_copy_mirrors)
+            self.sim = WarpBatch(
+                self.model,
+                num_envs,
+                device=warp_device,
+                auto_sync=self.task_logic == "host",
+                copy_mirrors=warp_copy_mirrors,
+            )
         else:
             self.sim = mjbatch.Batch(self.model, num_envs, nthread=self.num_threads)
         self.renderer = self._pick_renderer(renderer)
@@ -224,27 +233,31 @@ class MujocoVecEnv(VecEnv):
             t.bind(self)
 
         action_dim = 7 if action_mode == "ee_delta" else 8
-        self.action_spec = Spec((action_dim,), torch.float32, -1.0, 1.0,
-                                "ee_delta: " + ",".join(ACTION_NAMES) if action_dim == 7
-                                else "joint_pos: 7 real-convention joints, gripper")
+        self.action_spec = Spec(
+            (action_dim,),
+            torch.float32,
+            -1.0,
+            1.0,
+            "ee_delta: " + ",".join(ACTION_NAMES)
+            if action_dim == 7
+            else "joint_pos: 7 real-convention joints, gripper",
+        )
         self.observation_spec = {
             "state": Spec((STATE_DIM,), torch.float32, doc="tcp pos 3, tcp quat 4, gripper 1, joints 7"),
             "task_id": Spec((), torch.int64),
-            "privileged": Spec((self.task.privileged_dim,), torch.float32,
-                               doc=str(self.task.privileged_keys)),
+            "privileged": Spec((self.task.privileged_dim,), torch.float32, doc=str(self.task.privileged_keys)),
         }
         if self.cameras:
-            self.observation_spec["rgb"] = Spec(
-                (len(self.cameras), image_size, image_size, 3), torch.uint8, 0, 255
-            )
+            self.observation_spec["rgb"] = Spec((len(self.cameras), image_size, image_size, 3), torch.uint8, 0, 255)
             bases = list(dict.fromkeys(b for b, _ in views))  # each camera rendered once per step
             self._view_src = [(bases.index(b), lag) for b, lag in views]
             self._renderer = self._make_renderer(tuple(bases))
             self._history = any(lag for _, lag in views) or len(bases) != len(views)
             if self._history:
                 # frames of the last max-lag + 1 control steps, newest first: [N, L, B, H, W, 3]
-                self._frames = np.zeros((num_envs, max(lag for _, lag in views) + 1, len(bases), image_size,
-                                         image_size, 3), np.uint8)
+                self._frames = np.zeros(
+                    (num_envs, max(lag for _, lag in views) + 1, len(bases), image_size, image_size, 3), np.uint8
+                )
                 self._rendered = np.zeros((num_envs, len(bases), image_size, image_size, 3), np.uint8)
             # the warp renderer without history makes rgb on the device: no host buffer then
             self._device_rgb = self.renderer == "warp" and not self._history
@@ -295,7 +308,8 @@ class MujocoVecEnv(VecEnv):
 
             self._device_fields = {name: sim.torch_view(name) for name in bound}
             self._device_fields.setdefault(
-                "mocap_pos", torch.zeros((self.num_envs, 0, 3), device=self._device_fields["qpos"].device))
+                "mocap_pos", torch.zeros((self.num_envs, 0, 3), device=self._device_fields["qpos"].device)
+            )
         self.arm_qpos = np.array([m.joint(j).qposadr[0] for j in ARM_JOINTS])
         self.arm_qvel = np.array([m.joint(j).dofadr[0] for j in ARM_JOINTS])
         self.arm_jnt = np.array([m.joint(j).id for j in ARM_JOINTS])
@@ -453,12 +467,11 @@ class MujocoVecEnv(VecEnv):
         q = f64(self.qpos[sel][:, self.arm_qpos])
         if self.action_mode == "ee_delta":
             jac = ctl.geometric_jacobian(
-                f64(self.xaxis[sel][:, self.arm_jnt]), f64(self.xanchor[sel][:, self.arm_jnt]),
+                f64(self.xaxis[sel][:, self.arm_jnt]),
+                f64(self.xanchor[sel][:, self.arm_jnt]),
                 f64(self.site_xpos[sel, self.tcp_site]),
             )
-            target = ctl.ee_delta_targets(
-                actions, q, jac, self.q_home, self.q_low, self.q_high, self.controller
-            )
+            target = ctl.ee_delta_targets(actions, q, jac, self.q_home, self.q_low, self.q_high, self.controller)
             grip = actions[:, 6]
         else:
             target = ctl.joint_position_targets(actions)
@@ -490,8 +503,9 @@ class MujocoVecEnv(VecEnv):
                     success[g] = to_numpy(task.success(g)) & ~diverged[g]
                     reward[g] = self._reward(task, g, success[g])
                     terminal[g] = task.terminate_on_success
-        out = self._book.record(ids, self._task_ids, success=success, diverged=diverged, reward=reward,
-                                terminal=terminal)
+        out = self._book.record(
+            ids, self._task_ids, success=success, diverged=diverged, reward=reward, terminal=terminal
+        )
         # Observe every active env; for the ones that ended this is the final observation. Without
         # ``render`` only those are drawn (a frame history needs every frame).
         if len(ids):
@@ -566,8 +580,7 @@ class MujocoVecEnv(VecEnv):
         """bool ``[len(sel)]``: a joint speed or position out of bounds (a comparison with NaN is False,
         so these also catch non-finite values)."""
         xp = self.xp
-        return (~xp.all(xp.abs(self.qvel[sel]) <= MAX_QVEL, axis=1)
-                | ~xp.all(xp.abs(self.qpos[sel]) < 1e6, axis=1))
+        return ~xp.all(xp.abs(self.qvel[sel]) <= MAX_QVEL, axis=1) | ~xp.all(xp.abs(self.qpos[sel]) < 1e6, axis=1)
 
     def _task_groups(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Envs ``ids`` grouped by the task they run: ``[(task index, env ids), ...]``."""
@@ -595,12 +608,15 @@ class MujocoVecEnv(VecEnv):
         xp = self.xp
         sel = slice(None) if len(ids) == self.num_envs else ids
         qpos = self.qpos[sel]
-        rows = xp.concat([
-            self.site_xpos[sel, self.tcp_site],
-            self.tcp_quat(sel),
-            xp.sum(qpos[:, self.finger_qpos], axis=1)[:, None],
-            to_real_joints(qpos[:, self.arm_qpos]),
-        ], axis=1)
+        rows = xp.concat(
+            [
+                self.site_xpos[sel, self.tcp_site],
+                self.tcp_quat(sel),
+                xp.sum(qpos[:, self.finger_qpos], axis=1)[:, None],
+                to_real_joints(qpos[:, self.arm_qpos]),
+            ],
+            axis=1,
+        )
         rows = xp.astype(rows, xp.float32)
         if self._state is None or isinstance(sel, slice):
             self._state = rows  # a new array: the observation below may share its memory
@@ -657,8 +673,11 @@ class MujocoVecEnv(VecEnv):
             return self.task_objs[groups[0][0]].privileged(groups[0][1])
         xp = self.xp
         parts = [self.task_objs[t].privileged(g) for t, g in groups]
-        out = xp.zeros((self.num_envs, self.task.privileged_dim), dtype=parts[0].dtype,
-                       **({} if xp is np else {"device": parts[0].device}))
+        out = xp.zeros(
+            (self.num_envs, self.task.privileged_dim),
+            dtype=parts[0].dtype,
+            **({} if xp is np else {"device": parts[0].device}),
+        )
         for (_, g), rows in zip(groups, parts):
             out[g] = rows
         return out
@@ -709,5 +728,6 @@ def parse_camera(name: str) -> tuple[str, int]:
         return base, int(lag)
     if name in CAMERAS:
         return name, 0
-    raise ValueError(f"unknown camera {name!r}; available: {list(CAMERAS)}, or <camera>_prev<k> for the view k "
-                     "control steps ago")
+    raise ValueError(
+        f"unknown camera {name!r}; available: {list(CAMERAS)}, or <camera>_prev<k> for the view k control steps ago"
+    )

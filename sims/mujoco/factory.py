@@ -26,8 +26,9 @@ def make_mujoco_env(
         return make_libero_env(suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs)
     if suite is not None:
         suite_tasks = build_tasks(suite)
-        return MujocoVecEnv(suite_tasks, num_envs, seed=seed, device=device,
-                            scene_builder=suite_tasks[0].scene.build, **kwargs)
+        return MujocoVecEnv(
+            suite_tasks, num_envs, seed=seed, device=device, scene_builder=suite_tasks[0].scene.build, **kwargs
+        )
     return MujocoVecEnv([make_task(task)], num_envs, seed=seed, device=device, **kwargs)
 
 
@@ -36,7 +37,9 @@ def make_mujoco_gpu_env(
 ) -> MujocoVecEnv:
     """Factory registered as backend ``"mujoco_gpu"``: the same scenes on MuJoCo Warp physics."""
     if suite is not None and suite.startswith("libero_"):
-        raise ValueError(f"{suite} runs on the CPU backend only (its scenes and controller are not ported to "
-                         "MuJoCo Warp): use sims.make('mujoco', suite=...)")
+        raise ValueError(
+            f"{suite} runs on the CPU backend only (its scenes and controller are not ported to "
+            "MuJoCo Warp): use sims.make('mujoco', suite=...)"
+        )
     kwargs.setdefault("physics", "warp")
     return make_mujoco_env(task=task, suite=suite, num_envs=num_envs, seed=seed, device=device, **kwargs)

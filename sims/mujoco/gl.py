@@ -6,11 +6,7 @@ import os
 import subprocess
 import sys
 
-_PROBE = (
-    "import mujoco\n"
-    "from mujoco.egl import GLContext\n"
-    "ctx = GLContext(64, 64); ctx.make_current(); ctx.free()\n"
-)
+_PROBE = "import mujoco\nfrom mujoco.egl import GLContext\nctx = GLContext(64, 64); ctx.make_current(); ctx.free()\n"
 
 
 def select_gl_backend() -> str:
@@ -23,9 +19,9 @@ def select_gl_backend() -> str:
     if not chosen:
         env = dict(os.environ, MUJOCO_GL="egl", PYOPENGL_PLATFORM="egl")
         try:
-            ok = subprocess.run(
-                [sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=60
-            ).returncode == 0
+            ok = (
+                subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=60).returncode == 0
+            )
         except (OSError, subprocess.TimeoutExpired):
             ok = False
         chosen = "egl" if ok else "osmesa"

@@ -36,14 +36,15 @@ def decimate_mesh(model: mujoco.MjModel, mesh: int, max_faces: int) -> bool:
     if fn <= max_faces:
         return False
     na, ta, tn = int(model.mesh_normaladr[mesh]), int(model.mesh_texcoordadr[mesh]), int(model.mesh_texcoordnum[mesh])
-    faces = model.mesh_face[fa:fa + fn].astype(np.int64)
+    faces = model.mesh_face[fa : fa + fn].astype(np.int64)
     # one vertex per distinct (position, texture coordinate) of the faces' corners: many meshes are
     # triangle soups (no shared edge to collapse), and a texture seam must keep both sides' coordinates
     pos = model.mesh_vert[va + faces.reshape(-1)].astype(np.float64)
-    normal = model.mesh_normal[na + model.mesh_facenormal[fa:fa + fn].reshape(-1)]
-    uv = model.mesh_texcoord[ta + model.mesh_facetexcoord[fa:fa + fn].reshape(-1)] if tn else np.zeros((len(pos), 2))
-    _, first, corner_vertex = np.unique(np.concatenate([pos, uv], axis=1).round(7), axis=0, return_index=True,
-                                        return_inverse=True)
+    normal = model.mesh_normal[na + model.mesh_facenormal[fa : fa + fn].reshape(-1)]
+    uv = model.mesh_texcoord[ta + model.mesh_facetexcoord[fa : fa + fn].reshape(-1)] if tn else np.zeros((len(pos), 2))
+    _, first, corner_vertex = np.unique(
+        np.concatenate([pos, uv], axis=1).round(7), axis=0, return_index=True, return_inverse=True
+    )
     shared = corner_vertex.reshape(fn, 3)
     shared = shared[(shared[:, 0] != shared[:, 1]) & (shared[:, 1] != shared[:, 2]) & (shared[:, 0] != shared[:, 2])]
     if len(shared) <= max_faces:
@@ -58,13 +59,13 @@ def decimate_mesh(model: mujoco.MjModel, mesh: int, max_faces: int) -> bool:
     survivors = np.setdiff1d(np.arange(len(welded)), collapses[:, 1])
     source = np.zeros(v2, np.int64)
     source[mapping[survivors]] = survivors
-    model.mesh_vert[va:va + v2] = new_verts
-    model.mesh_face[fa:fa + f2] = new_faces
-    model.mesh_normal[na:na + v2] = normal[first][source]
-    model.mesh_facenormal[fa:fa + f2] = new_faces
+    model.mesh_vert[va : va + v2] = new_verts
+    model.mesh_face[fa : fa + f2] = new_faces
+    model.mesh_normal[na : na + v2] = normal[first][source]
+    model.mesh_facenormal[fa : fa + f2] = new_faces
     if tn:
-        model.mesh_texcoord[ta:ta + v2] = uv[first][source]
-        model.mesh_facetexcoord[fa:fa + f2] = new_faces
+        model.mesh_texcoord[ta : ta + v2] = uv[first][source]
+        model.mesh_facetexcoord[fa : fa + f2] = new_faces
         model.mesh_texcoordnum[mesh] = v2
     model.mesh_vertnum[mesh], model.mesh_facenum[mesh], model.mesh_normalnum[mesh] = v2, f2, v2
     return True

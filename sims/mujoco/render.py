@@ -21,13 +21,23 @@ from mujoco import batch as mjbatch
 class BatchRenderer:
     """Renders cameras of selected envs into a uint8 buffer ``[N, V, H, W, 3]``."""
 
-    def __init__(self, model: mujoco.MjModel, cameras: Sequence[str], height: int, width: int, *,
-                 shadows: bool = False, reflections: bool = False, skybox: bool = False,
-                 hidden_groups: Sequence[int] = ()):
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        cameras: Sequence[str],
+        height: int,
+        width: int,
+        *,
+        shadows: bool = False,
+        reflections: bool = False,
+        skybox: bool = False,
+        hidden_groups: Sequence[int] = (),
+    ):
         missing = [c for c in cameras if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, c) < 0]
         if missing:
-            raise ValueError(f"unknown camera(s) {missing}; the scene has "
-                             f"{[model.camera(i).name for i in range(model.ncam)]}")
+            raise ValueError(
+                f"unknown camera(s) {missing}; the scene has {[model.camera(i).name for i in range(model.ncam)]}"
+            )
         self.model = model
         self.cameras = tuple(cameras)
         self.camera_ids = [model.camera(c).id for c in cameras]
@@ -62,8 +72,9 @@ class BatchRenderer:
             from mujoco import egl
 
             if egl.EGL_DISPLAY is not None:
-                egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE,
-                                       egl.EGL.EGL_NO_CONTEXT)
+                egl.EGL.eglMakeCurrent(
+                    egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_CONTEXT
+                )
         elif backend == "osmesa":
             from mujoco import osmesa
 

@@ -40,8 +40,23 @@ HOME_QPOS_REAL = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
 FINGER_MAX = 0.04  # metres per finger, fully open
 #: the entries of the robot's state vector (``obs["state"]``, and what a real robot reports): TCP
 #: position, TCP quaternion w,x,y,z, gripper width (m), arm joints in the real convention
-STATE_NAMES = ("tcp_x", "tcp_y", "tcp_z", "tcp_qw", "tcp_qx", "tcp_qy", "tcp_qz", "gripper_width",
-               "joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "joint7")
+STATE_NAMES = (
+    "tcp_x",
+    "tcp_y",
+    "tcp_z",
+    "tcp_qw",
+    "tcp_qx",
+    "tcp_qy",
+    "tcp_qz",
+    "gripper_width",
+    "joint1",
+    "joint2",
+    "joint3",
+    "joint4",
+    "joint5",
+    "joint6",
+    "joint7",
+)
 #: the entries of an end-effector delta action (``action_mode="ee_delta"``)
 ACTION_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
 # Servo gains (N m / rad, N m s / rad). The same kv/kp ratio (20 ms) on every joint keeps the
@@ -124,9 +139,9 @@ def build_panda(base_pos: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> mujoc
         joint = spec.joint(name)
         joint.damping = [5.0, 0.0, 0.0]
         joint.armature = 0.1
-        for geom in spec.body(name.replace("panda_finger_joint1", "panda_leftfinger").replace(
-            "panda_finger_joint2", "panda_rightfinger"
-        )).geoms:
+        for geom in spec.body(
+            name.replace("panda_finger_joint1", "panda_leftfinger").replace("panda_finger_joint2", "panda_rightfinger")
+        ).geoms:
             geom.rgba = [0.3, 0.3, 0.33, 1.0]
             geom.friction = [1.5, 0.05, 0.001]
             geom.condim = 4
@@ -139,9 +154,7 @@ def build_panda(base_pos: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> mujoc
         data=[0, 1, 0, 0, 0] + [0] * 7,
         solref=[0.005, 1],
     )
-    grip = spec.add_actuator(
-        name="gripper", target=FINGER_JOINTS[0], trntype=mujoco.mjtTrn.mjTRN_JOINT
-    )
+    grip = spec.add_actuator(name="gripper", target=FINGER_JOINTS[0], trntype=mujoco.mjtTrn.mjTRN_JOINT)
     grip.set_to_position(kp=800.0, kv=20.0)
     grip.ctrlrange = [0.0, FINGER_MAX]
     grip.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
@@ -152,9 +165,7 @@ def build_panda(base_pos: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> mujoc
     site.name = TCP_SITE
     site.pos = [0.0, 0.0, 0.2304]  # between the finger pads
     site.group = 5
-    spec.body("panda_link7").add_body(
-        name=HAND_BODY, pos=[0, 0, 0.107], quat=[0.92388, 0, 0, -0.382683]
-    )
+    spec.body("panda_link7").add_body(name=HAND_BODY, pos=[0, 0, 0.107], quat=[0.92388, 0, 0, -0.382683])
     return spec
 
 

@@ -82,57 +82,85 @@ def build_tabletop(options: SceneOptions = SceneOptions()) -> mujoco.MjSpec:
     vis.headlight.diffuse = [0.5, 0.5, 0.5]
 
     world = spec.worldbody
-    world.add_light(pos=[0.3, 0.0, 1.6], dir=[-0.2, 0.0, -1.0], castshadow=False,
-                    diffuse=[0.6, 0.6, 0.6], specular=[0.1, 0.1, 0.1])
+    world.add_light(
+        pos=[0.3, 0.0, 1.6], dir=[-0.2, 0.0, -1.0], castshadow=False, diffuse=[0.6, 0.6, 0.6], specular=[0.1, 0.1, 0.1]
+    )
     world.add_geom(
-        name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2.0, 2.0, 0.1],
-        pos=[0, 0, -0.75], rgba=[0.35, 0.37, 0.4, 1], contype=WORLD_CONTYPE,
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[2.0, 2.0, 0.1],
+        pos=[0, 0, -0.75],
+        rgba=[0.35, 0.37, 0.4, 1],
+        contype=WORLD_CONTYPE,
         conaffinity=WORLD_CONAFFINITY,  # what falls off the table lands here
     )
     world.add_geom(
-        name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=list(TABLE_HALF),
-        pos=[-0.1, 0.0, -TABLE_HALF[2]], rgba=[0.62, 0.48, 0.35, 1],
+        name="table",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=list(TABLE_HALF),
+        pos=[-0.1, 0.0, -TABLE_HALF[2]],
+        rgba=[0.62, 0.48, 0.35, 1],
         contype=0 if options.table_top_plane else WORLD_CONTYPE,
-        conaffinity=0 if options.table_top_plane else WORLD_CONAFFINITY, friction=[1.0, 0.005, 0.0001],
+        conaffinity=0 if options.table_top_plane else WORLD_CONAFFINITY,
+        friction=[1.0, 0.005, 0.0001],
     )
     if options.table_top_plane:  # invisible (alpha 0): the images stay those of the box
         world.add_geom(
-            name="table_top", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[TABLE_HALF[0], TABLE_HALF[1], 0.01],
-            pos=[-0.1, 0.0, 0.0], rgba=[0.62, 0.48, 0.35, 0],
-            contype=WORLD_CONTYPE, conaffinity=WORLD_CONAFFINITY, friction=[1.0, 0.005, 0.0001],
+            name="table_top",
+            type=mujoco.mjtGeom.mjGEOM_PLANE,
+            size=[TABLE_HALF[0], TABLE_HALF[1], 0.01],
+            pos=[-0.1, 0.0, 0.0],
+            rgba=[0.62, 0.48, 0.35, 0],
+            contype=WORLD_CONTYPE,
+            conaffinity=WORLD_CONAFFINITY,
+            friction=[1.0, 0.005, 0.0001],
         )
     for sx in (-1, 1):
         for sy in (-1, 1):
             world.add_geom(
-                type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.025, 0.025, 0.36],
-                pos=[-0.1 + sx * 0.4, sy * 0.55, -0.41], rgba=[0.4, 0.3, 0.2, 1],
-                contype=0, conaffinity=0,
+                type=mujoco.mjtGeom.mjGEOM_BOX,
+                size=[0.025, 0.025, 0.36],
+                pos=[-0.1 + sx * 0.4, sy * 0.55, -0.41],
+                rgba=[0.4, 0.3, 0.2, 1],
+                contype=0,
+                conaffinity=0,
             )
     agent_pos = np.array([0.62, 0.0, 0.58])
     world.add_camera(
-        name="agentview", pos=agent_pos.tolist(),
-        quat=look_at_quat(agent_pos, np.array([-0.2, 0.0, 0.1])).tolist(), fovy=55.0,
+        name="agentview",
+        pos=agent_pos.tolist(),
+        quat=look_at_quat(agent_pos, np.array([-0.2, 0.0, 0.1])).tolist(),
+        fovy=55.0,
     )
     # Wrist camera on the hand, offset along +x of the hand, looking down the gripper.
     wrist_pos = np.array([0.08, 0.0, 0.0])
     spec.body(HAND_BODY).add_camera(
-        name="wrist", pos=wrist_pos.tolist(),
+        name="wrist",
+        pos=wrist_pos.tolist(),
         quat=look_at_quat(wrist_pos, np.array([0.0, 0.0, 0.3]), up=(1.0, 0.0, 0.0)).tolist(),
         fovy=70.0,
     )
     return spec
 
 
-def add_box(spec: mujoco.MjSpec, name: str, half: tuple[float, float, float], rgba, *,
-            mass: float = 0.05, free: bool = True) -> mujoco.MjsBody:
+def add_box(
+    spec: mujoco.MjSpec, name: str, half: tuple[float, float, float], rgba, *, mass: float = 0.05, free: bool = True
+) -> mujoco.MjsBody:
     """A box object with a free joint named ``<name>_joint`` (placed by the task on reset)."""
     body = spec.worldbody.add_body(name=name, pos=[0, 0, half[2]])
     if free:
         body.add_freejoint(name=f"{name}_joint")
     body.add_geom(
-        name=name, type=mujoco.mjtGeom.mjGEOM_BOX, size=list(half), rgba=list(rgba), mass=mass,
-        contype=WORLD_CONTYPE, conaffinity=WORLD_CONAFFINITY, condim=4,
-        friction=[1.0, 0.01, 0.001], solref=[0.01, 1.0],
+        name=name,
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=list(half),
+        rgba=list(rgba),
+        mass=mass,
+        contype=WORLD_CONTYPE,
+        conaffinity=WORLD_CONAFFINITY,
+        condim=4,
+        friction=[1.0, 0.01, 0.001],
+        solref=[0.01, 1.0],
     )
     return body
 
@@ -141,9 +169,16 @@ def add_marker(spec: mujoco.MjSpec, name: str, radius: float, rgba, *, flat: boo
     """A non-colliding visual target on a mocap body: its pose is per-env state (mocap_pos)."""
     body = spec.worldbody.add_body(name=name, mocap=True, pos=[0, 0, 0])
     if flat:
-        body.add_geom(type=mujoco.mjtGeom.mjGEOM_CYLINDER, size=[radius, 0.001, 0],
-                      rgba=list(rgba), contype=0, conaffinity=0, group=1)
+        body.add_geom(
+            type=mujoco.mjtGeom.mjGEOM_CYLINDER,
+            size=[radius, 0.001, 0],
+            rgba=list(rgba),
+            contype=0,
+            conaffinity=0,
+            group=1,
+        )
     else:
-        body.add_geom(type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[radius, 0, 0],
-                      rgba=list(rgba), contype=0, conaffinity=0, group=1)
+        body.add_geom(
+            type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[radius, 0, 0], rgba=list(rgba), contype=0, conaffinity=0, group=1
+        )
     return body

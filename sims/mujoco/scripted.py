@@ -21,8 +21,15 @@ class PickPlaceExpert:
     Call :meth:`reset` for envs whose episode restarted, then :meth:`act` each step.
     """
 
-    def __init__(self, num_envs: int, *, place: bool, cfg: EEDeltaConfig = EEDeltaConfig(),
-                 gain: float = 1.0, pos_tol: float = 0.008):
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        place: bool,
+        cfg: EEDeltaConfig = EEDeltaConfig(),
+        gain: float = 1.0,
+        pos_tol: float = 0.008,
+    ):
         self.place = place
         self.cfg = cfg
         self.gain = gain

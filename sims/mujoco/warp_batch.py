@@ -39,16 +39,24 @@ def _import_warp() -> tuple[Any, Any]:
         import mujoco_warp as mjw
         import warp as wp
     except ImportError as err:
-        raise ImportError("the mujoco_gpu backend needs MuJoCo Warp: pip install mujoco-warp warp-lang "
-                          f"(missing: {err.name})") from None
+        raise ImportError(
+            f"the mujoco_gpu backend needs MuJoCo Warp: pip install mujoco-warp warp-lang (missing: {err.name})"
+        ) from None
     return wp, mjw
 
 
 class WarpBatch:
     """``nsim`` worlds of ``model`` stepped by MuJoCo Warp on ``device``."""
 
-    def __init__(self, model: mujoco.MjModel, nsim: int, device: Optional[str] = None, cuda_graph: bool = True,
-                 auto_sync: bool = True, copy_mirrors: bool = False):
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        nsim: int,
+        device: Optional[str] = None,
+        cuda_graph: bool = True,
+        auto_sync: bool = True,
+        copy_mirrors: bool = False,
+    ):
         """``copy_mirrors``: separate host copies even on Warp's ``cpu`` device, so the copies a CUDA
         device needs run (and are tested) on a machine without a GPU."""
         wp, mjw = _import_warp()
@@ -147,7 +155,8 @@ class WarpBatch:
         for name in names:
             view = self.torch_view(name)
             view[torch.as_tensor(ids, dtype=torch.long, device=view.device)] = torch.from_numpy(
-                np.ascontiguousarray(self.host[name][ids])).to(view.device)
+                np.ascontiguousarray(self.host[name][ids])
+            ).to(view.device)
 
     def step(self, ids: Optional[np.ndarray] = None, nstep: int = 1, stage: Any = None) -> None:
         """``nstep`` physics steps of worlds ``ids`` (all when None); positions are made current after."""
@@ -197,8 +206,11 @@ class WarpBatch:
                     for _ in range(nstep):
                         self.mjw.step(self.m, self.d)
             except Exception as err:  # noqa: BLE001 - capture unsupported here: step kernel by kernel
-                warnings.warn(f"CUDA graph capture of the MuJoCo Warp step failed ({err}); stepping without "
-                              "graphs", RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"CUDA graph capture of the MuJoCo Warp step failed ({err}); stepping without graphs",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
                 self.cuda_graph = False
                 self._physics(nstep)
                 return
@@ -241,8 +253,10 @@ class WarpBatch:
         data.time = float(self.host["time"][sim])
 
     def expand(self, name: str) -> np.ndarray:
-        raise NotImplementedError("per-world model changes (dynamics randomisation) are not wired to the Warp "
-                                  "backend yet; use the mujoco backend")
+        raise NotImplementedError(
+            "per-world model changes (dynamics randomisation) are not wired to the Warp "
+            "backend yet; use the mujoco backend"
+        )
 
     def set_const(self) -> None:
         raise NotImplementedError("see expand()")

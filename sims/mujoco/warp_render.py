@@ -69,8 +69,9 @@ class WarpBatchRenderer:
         model = sim.model
         missing = [c for c in cameras if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, c) < 0]
         if missing:
-            raise ValueError(f"unknown camera(s) {missing}; the scene has "
-                             f"{[model.camera(i).name for i in range(model.ncam)]}")
+            raise ValueError(
+                f"unknown camera(s) {missing}; the scene has {[model.camera(i).name for i in range(model.ncam)]}"
+            )
         if not cameras:
             raise ValueError("no cameras to render; give at least one camera name")
         if height < 1 or width < 1:
@@ -84,8 +85,15 @@ class WarpBatchRenderer:
         n, v = self.num_worlds, len(self.cameras)
         with wp.ScopedDevice(self.device):
             self._rc = mjw.create_render_context(
-                model, nworld=n, cam_res=(self.width, self.height), render_rgb=True, render_depth=False,
-                render_seg=False, cam_active=list(self.cameras), use_shadows=False, render_skybox=False,
+                model,
+                nworld=n,
+                cam_res=(self.width, self.height),
+                render_rgb=True,
+                render_depth=False,
+                render_seg=False,
+                cam_active=list(self.cameras),
+                use_shadows=False,
+                render_skybox=False,
             )
             # Warp arrays have at most 4 dims: one image per (world, camera), world-major, is the
             # memory of [N, V, H, W, 3]
@@ -115,8 +123,7 @@ class WarpBatchRenderer:
             mjw.camlight(sim.m, sim.d)
             mjw.refit_bvh(sim.m, sim.d, rc)
             mjw.render(sim.m, sim.d, rc)
-            wp.launch(_unpack_kernel(), dim=self._rgb_flat.shape[:2], inputs=[rc.rgb_data],
-                      outputs=[self._rgb_flat])
+            wp.launch(_unpack_kernel(), dim=self._rgb_flat.shape[:2], inputs=[rc.rgb_data], outputs=[self._rgb_flat])
         return self._rgb
 
     def render(self, sim: WarpBatch, ids: np.ndarray, out: np.ndarray) -> None:
@@ -148,8 +155,10 @@ class WarpBatchRenderer:
             raise RuntimeError("this renderer is closed")
         _check_sim(sim)
         if sim.nsim != self.num_worlds or sim.device != self.device:
-            raise ValueError(f"this renderer was built for {self.num_worlds} worlds on {self.device!r}, got "
-                             f"{sim.nsim} on {sim.device!r}")
+            raise ValueError(
+                f"this renderer was built for {self.num_worlds} worlds on {self.device!r}, got "
+                f"{sim.nsim} on {sim.device!r}"
+            )
         if sim.model is not self.model:
             raise ValueError("this renderer was built for another model")
 
@@ -161,5 +170,7 @@ class WarpBatchRenderer:
 
 def _check_sim(sim: Any) -> None:
     if not (hasattr(sim, "m") and hasattr(sim, "d") and hasattr(sim, "nsim")):
-        raise TypeError(f"WarpBatchRenderer renders MuJoCo Warp worlds (a sims.mujoco.warp_batch.WarpBatch, "
-                        f"physics='warp'), got {type(sim).__name__}; use sims.mujoco.render.BatchRenderer")
+        raise TypeError(
+            f"WarpBatchRenderer renders MuJoCo Warp worlds (a sims.mujoco.warp_batch.WarpBatch, "
+            f"physics='warp'), got {type(sim).__name__}; use sims.mujoco.render.BatchRenderer"
+        )

@@ -88,10 +88,16 @@ def training_init_id(suite: str, k: int) -> int:
     (k < :func:`num_training_states`; never a held-out state, :func:`heldout_states`)."""
     count = num_training_states(suite)
     if k < 0 or (count is not None and k >= count):
-        raise ValueError(f"training state {k} out of range for {suite!r}"
-                         + (f": it has {count} (init ids {training_init_id(suite, 0)}..{training_init_id(suite, count - 1)}); "
-                            "no demonstration or random start uses its other official states or its held-out "
-                            "sampled ones" if count is not None else ""))
+        raise ValueError(
+            f"training state {k} out of range for {suite!r}"
+            + (
+                f": it has {count} (init ids {training_init_id(suite, 0)}..{training_init_id(suite, count - 1)}); "
+                "no demonstration or random start uses its other official states or its held-out "
+                "sampled ones"
+                if count is not None
+                else ""
+            )
+        )
     if suite in _LIBERO:
         from sims.libero import TRAIN_STATES_FROM
 
@@ -102,7 +108,8 @@ def training_init_id(suite: str, k: int) -> int:
 def num_training_states(suite: str) -> int | None:
     """How many training states a task of ``suite`` has (None: as many as asked for)."""
     if suite in _LIBERO:
-        from sims.libero import NUM_INIT_STATES as LIBERO_STATES, TRAIN_STATES_FROM
+        from sims.libero import NUM_INIT_STATES as LIBERO_STATES
+        from sims.libero import TRAIN_STATES_FROM
 
         return LIBERO_STATES - TRAIN_STATES_FROM
     return None
@@ -192,8 +199,10 @@ def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: f
         raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
     if suite in _LIBERO:
         if env is None or getattr(env, "suite", None) != suite:
-            raise ValueError(f"{suite}'s scripted experts act on the simulator's privileged state: pass env=, a "
-                             f"sims.make('mujoco', suite={suite!r}, ...) env")
+            raise ValueError(
+                f"{suite}'s scripted experts act on the simulator's privileged state: pass env=, a "
+                f"sims.make('mujoco', suite={suite!r}, ...) env"
+            )
         from sims.libero.experts import LiberoSuiteExpert
 
         return LiberoSuiteExpert(env, gain=gain)
@@ -203,5 +212,19 @@ def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: f
     return _load(_EXPERTS[backend(suite)])(suite_tasks, num_envs, gain=gain)
 
 
-__all__ = ["NUM_INIT_STATES", "all_names", "backend", "build_tasks", "env_names", "expert", "heldout_states",
-           "init_states", "is_libero", "libero_names", "names", "num_training_states", "tasks", "training_init_id"]
+__all__ = [
+    "NUM_INIT_STATES",
+    "all_names",
+    "backend",
+    "build_tasks",
+    "env_names",
+    "expert",
+    "heldout_states",
+    "init_states",
+    "is_libero",
+    "libero_names",
+    "names",
+    "num_training_states",
+    "tasks",
+    "training_init_id",
+]

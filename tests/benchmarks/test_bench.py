@@ -20,16 +20,34 @@ BIN = Path(sys.executable).parent
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(
-        [str(BIN / "embodied-bench"), *args], check=False, capture_output=True, text=True,
-        env=env, timeout=300, cwd=cwd,
+        [str(BIN / "embodied-bench"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=cwd,
     )
 
 
 def test_bench_sim_writes_json_csv_and_table(tmp_path):
     out = tmp_path / "run"
-    proc = _run("bench=sim", f"out={out}", "num_envs=[1,2]", "num_threads=[1,2]", "steps=3",
-                "repeats=1", "warmup_steps=1", "image_size=32", "workload_suites=[goal]", "workload_num_envs=[2]",
-                "workload_chunk_sizes=[2,3]", "workload_control_steps=3", "workload_repeats=2", cwd=tmp_path)
+    proc = _run(
+        "bench=sim",
+        f"out={out}",
+        "num_envs=[1,2]",
+        "num_threads=[1,2]",
+        "steps=3",
+        "repeats=1",
+        "warmup_steps=1",
+        "image_size=32",
+        "workload_suites=[goal]",
+        "workload_num_envs=[2]",
+        "workload_chunk_sizes=[2,3]",
+        "workload_control_steps=3",
+        "workload_repeats=2",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Hydra's own files go to the run folder, not ./outputs
     assert (out / ".hydra" / "config.yaml").is_file()
@@ -74,12 +92,23 @@ def test_bench_sim_writes_json_csv_and_table(tmp_path):
     with (out / "sim.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 3 * 4
-    assert {"num_envs", "threads", "variant", "env_steps_per_s_median", "physics_steps_per_s_median",
-            "ratio_vs_raw_batch", "speedup_vs_1_thread", "overhead_ms_per_step"} <= set(rows[0])
+    assert {
+        "num_envs",
+        "threads",
+        "variant",
+        "env_steps_per_s_median",
+        "physics_steps_per_s_median",
+        "ratio_vs_raw_batch",
+        "speedup_vs_1_thread",
+        "overhead_ms_per_step",
+    } <= set(rows[0])
     assert {r["variant"] for r in rows} == {"env_state", "raw_batch", "raw_rollout", "env_rgb"}
     assert all(float(r["env_steps_per_s_median"]) > 0 for r in rows)
     # the RL workload: step_chunk rendering on demand against every step, per (N, H)
-    assert [(r["suite"], r["num_envs"], r["chunk_size"]) for r in res["rl_workload"]] == [("goal", 2, 2), ("goal", 2, 3)]
+    assert [(r["suite"], r["num_envs"], r["chunk_size"]) for r in res["rl_workload"]] == [
+        ("goal", 2, 2),
+        ("goal", 2, 3),
+    ]
     for r in res["rl_workload"]:
         assert r["control_steps"] >= 3 and len(r["on_demand_runs"]) == len(r["every_step_runs"]) == 2
         assert r["on_demand_env_steps_per_s"] > 0 and r["every_step_env_steps_per_s"] > 0 and r["speedup"] > 0
@@ -87,8 +116,18 @@ def test_bench_sim_writes_json_csv_and_table(tmp_path):
 
 
 def test_bench_state_only_without_rollout(tmp_path):
-    proc = _run("bench=sim", f"out={tmp_path}", "num_envs=[2]", "num_threads=[1]", "cameras=[]",
-                "rollout=false", "steps=2", "repeats=2", "warmup_steps=0", "workload_suites=[]")
+    proc = _run(
+        "bench=sim",
+        f"out={tmp_path}",
+        "num_envs=[2]",
+        "num_threads=[1]",
+        "cameras=[]",
+        "rollout=false",
+        "steps=2",
+        "repeats=2",
+        "warmup_steps=0",
+        "workload_suites=[]",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "sim.json").read_text())
     (case,) = res["cases"]
@@ -124,21 +163,41 @@ def test_every_bench_option_has_a_module_and_importing_the_app_loads_no_simulato
         "assert names and all(issubclass(bench_module(n).SCHEMA, BenchConfig) for n in names), names\n"
         "assert 'mujoco' not in sys.modules\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_bench_train_times_sequential_overlap_and_cluster(tmp_path):
     import policies
 
-    init = policies.save(policies.make("flow", d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3,
-                                       prefix_layers=1, expert_layers=1), tmp_path / "sft")
+    init = policies.save(
+        policies.make(
+            "flow", d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1
+        ),
+        tmp_path / "sft",
+    )
     out = tmp_path / "b"
     # one remote env runner in the cluster cases (2 envs on it): the cases' process start-ups were most of
     # the time; the same 2 envs per iteration as the local cases
-    proc = _run("bench=train", f"out={out}", f"init={init}", "num_envs=2", "image_size=32", "chunks_per_iter=2",
-                "iterations=2", "rounds=1", "warmup=0", "max_episode_steps=5", "cluster_env_runners=1")
+    proc = _run(
+        "bench=train",
+        f"out={out}",
+        f"init={init}",
+        "num_envs=2",
+        "image_size=32",
+        "chunks_per_iter=2",
+        "iterations=2",
+        "rounds=1",
+        "warmup=0",
+        "max_episode_steps=5",
+        "cluster_env_runners=1",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "train.json").read_text())
     assert set(result["cases"]) == {"local-sequential", "local-overlap", "cluster-sequential", "cluster-overlap"}

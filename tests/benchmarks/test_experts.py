@@ -15,8 +15,18 @@ BIN = Path(sys.executable).parent
 def test_experts_bench_writes_json_and_csv(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [str(BIN / "embodied-bench"), "bench=experts", f"out={tmp_path}", "suites=[dynamic]", "init_states=2",
-         "num_envs=2"], capture_output=True, text=True, env=env, timeout=600,
+        [
+            str(BIN / "embodied-bench"),
+            "bench=experts",
+            f"out={tmp_path}",
+            "suites=[dynamic]",
+            "init_states=2",
+            "num_envs=2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "experts.json").read_text())
@@ -29,6 +39,10 @@ def test_experts_bench_writes_json_and_csv(tmp_path):
 
 
 def test_experts_bench_rejects_unknown_suite(tmp_path):
-    proc = subprocess.run([str(BIN / "embodied-bench"), "bench=experts", f"out={tmp_path}", "suites=[mars]"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(BIN / "embodied-bench"), "bench=experts", f"out={tmp_path}", "suites=[mars]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0 and "unknown suite" in proc.stderr

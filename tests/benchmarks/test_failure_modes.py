@@ -18,8 +18,12 @@ def test_classify_every_mode():
 
 
 def test_summary_counts_modes_and_states():
-    rows = [{"task": 1, "init_id": 3, "mode": "dropped"}, {"task": 1, "init_id": 3, "mode": "dropped"},
-            {"task": 1, "init_id": 4, "mode": "success"}, {"task": 8, "init_id": 3, "mode": "held"}]
+    rows = [
+        {"task": 1, "init_id": 3, "mode": "dropped"},
+        {"task": 1, "init_id": 3, "mode": "dropped"},
+        {"task": 1, "init_id": 4, "mode": "success"},
+        {"task": 8, "init_id": 3, "mode": "held"},
+    ]
     s = fm.summarise(rows)
     assert s["episodes"] == 4 and s["modes"]["dropped"] == 2 and s["modes"]["held"] == 1
     assert s["tasks"]["1"]["states"] == {"dropped": {3: 2}}
@@ -29,9 +33,14 @@ def test_summary_counts_modes_and_states():
 def test_grasp_precision_and_its_table_from_episodes_csv(tmp_path, capsys):
     """The share of off-centre lifts and the success of those against centred ones; episodes that never
     lifted the object do not count; --grasp-table reads the CSVs back."""
-    rows = [{"mode": "success", "grasp_offset": 0.002}, {"mode": "success", "grasp_offset": 0.008},
-            {"mode": "dropped", "grasp_offset": 0.009}, {"mode": "dropped", "grasp_offset": 0.020},
-            {"mode": "success", "grasp_offset": 0.030}, {"mode": "missed_grasp", "grasp_offset": ""}]
+    rows = [
+        {"mode": "success", "grasp_offset": 0.002},
+        {"mode": "success", "grasp_offset": 0.008},
+        {"mode": "dropped", "grasp_offset": 0.009},
+        {"mode": "dropped", "grasp_offset": 0.020},
+        {"mode": "success", "grasp_offset": 0.030},
+        {"mode": "missed_grasp", "grasp_offset": ""},
+    ]
     g = fm.grasp_precision(rows)
     assert g["lifted"] == 5 and g["offset_p50"] == 0.009 and g["far"] == 2 and g["far_share"] == 0.4
     assert g["far_success"] == 0.5 and g["near"] == 3 and g["near_success"] == round(2 / 3, 4)
@@ -49,8 +58,23 @@ def test_expert_succeeds_and_an_untrained_policy_fails(tmp_path):
     import policies
     import sims
 
-    assert fm.main(["--expert", "--tasks", "1", "--episodes", "2", "--attempts", "1", "--gripper-sign",
-                    "--out", str(tmp_path / "expert")]) == 0
+    assert (
+        fm.main(
+            [
+                "--expert",
+                "--tasks",
+                "1",
+                "--episodes",
+                "2",
+                "--attempts",
+                "1",
+                "--gripper-sign",
+                "--out",
+                str(tmp_path / "expert"),
+            ]
+        )
+        == 0
+    )
     got = json.loads((tmp_path / "expert" / "failure_modes.json").read_text())
     assert got["checkpoint"] == "expert" and got["states"] == [0, 1] and got["gripper_sign"]
     assert got["modes"]["success"] == 2 and got["episodes"] == 2
@@ -60,10 +84,39 @@ def test_expert_succeeds_and_an_untrained_policy_fails(tmp_path):
     env = sims.make("mujoco", suite="spatial", num_envs=1, cameras=(), state_obs="privileged")
     state_dim = env.observation_spec["state"].shape[0]
     env.close()
-    ckpt = policies.save(policies.make("flow", cameras=[], state_obs="privileged", state_dim=state_dim, d_model=32,
-                                       prefix_layers=1, expert_layers=1), tmp_path / "ckpt")
-    assert fm.main(["--checkpoint", str(ckpt), "--tasks", "8", "--episodes", "1", "--first-state", "50",
-                    "--attempts", "2", "--num-envs", "2", "--out", str(tmp_path / "untrained")]) == 0
+    ckpt = policies.save(
+        policies.make(
+            "flow",
+            cameras=[],
+            state_obs="privileged",
+            state_dim=state_dim,
+            d_model=32,
+            prefix_layers=1,
+            expert_layers=1,
+        ),
+        tmp_path / "ckpt",
+    )
+    assert (
+        fm.main(
+            [
+                "--checkpoint",
+                str(ckpt),
+                "--tasks",
+                "8",
+                "--episodes",
+                "1",
+                "--first-state",
+                "50",
+                "--attempts",
+                "2",
+                "--num-envs",
+                "2",
+                "--out",
+                str(tmp_path / "untrained"),
+            ]
+        )
+        == 0
+    )
     got = json.loads((tmp_path / "untrained" / "failure_modes.json").read_text())
     assert got["episodes"] == 2 and got["modes"]["success"] == 0
     assert sum(got["modes"].values()) == 2
@@ -72,12 +125,15 @@ def test_expert_succeeds_and_an_untrained_policy_fails(tmp_path):
     assert all(r.split(",")[4] == "220" for r in rows[1:])  # the task's step limit
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--suite", "libero_spatial", "--tasks", "0"], "only our MuJoCo suites"),
-    (["--suite", "goal", "--tasks", "0"], "no pick_place step"),
-    (["--suite", "spatial", "--tasks", "10"], "has tasks 0..9"),
-    (["--suite", "nope", "--tasks", "0"], "unknown suite"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "libero_spatial", "--tasks", "0"], "only our MuJoCo suites"),
+        (["--suite", "goal", "--tasks", "0"], "no pick_place step"),
+        (["--suite", "spatial", "--tasks", "10"], "has tasks 0..9"),
+        (["--suite", "nope", "--tasks", "0"], "unknown suite"),
+    ],
+)
 def test_refusals(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit):
         fm.main(["--expert", *argv, "--out", str(tmp_path)])

@@ -44,8 +44,12 @@ def test_real_run_and_per_chunk_gradients_add_up(tmp_path):
 
     with sims.make("mujoco", suite="goal", num_envs=2, cameras=(), state_obs="privileged") as env:
         width = int(env.observation_spec["state"].shape[0])
-        policy = policies.make("flow", **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
-                               sampler="sde", expert_layers=1)
+        policy = policies.make(
+            "flow",
+            **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
+            sampler="sde",
+            expert_layers=1,
+        )
         obs = env.reset(seed=0, task_ids=[2, 2])
         rollout, _ = collect_chunks(env, policy, obs, 2, generator=torch.Generator().manual_seed(0))
     batch = ppo_batch(rollout, normalize=False, truncation="fail")
@@ -60,17 +64,41 @@ def test_real_run_and_per_chunk_gradients_add_up(tmp_path):
 
     ckpt = policies.save(policy, tmp_path / "policy")
     out = tmp_path / "signal"
-    assert gs.main(["--checkpoint", str(ckpt), "--suite", "goal", "--tasks", "2", "--num-envs", "2", "--chunks", "2",
-                    "--warmup", "1", "--sde-steps", "2", "--out", str(out)]) == 0
+    assert (
+        gs.main(
+            [
+                "--checkpoint",
+                str(ckpt),
+                "--suite",
+                "goal",
+                "--tasks",
+                "2",
+                "--num-envs",
+                "2",
+                "--chunks",
+                "2",
+                "--warmup",
+                "1",
+                "--sde-steps",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     saved = json.loads((out / "gradient_signal.json").read_text())
     assert saved["chunks"] == 4 and saved["sde_steps"] == 2 and set(saved["by_step"]) <= {"0", "1"}
     assert saved["trace_sigma"] >= 0 and 0 < saved["effective_chunks"] <= 4
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--suite", "goal", "--tasks", "2", "--num-envs", "1", "--chunks", "2"], "at least 4 chunks"),
-    (["--suite", "goal", "--tasks", "99"], "has tasks 0.."),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "goal", "--tasks", "2", "--num-envs", "1", "--chunks", "2"], "at least 4 chunks"),
+        (["--suite", "goal", "--tasks", "99"], "has tasks 0.."),
+    ],
+)
 def test_refusals(tmp_path, capsys, argv, message):
     ckpt = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "policy")
     with pytest.raises(SystemExit):

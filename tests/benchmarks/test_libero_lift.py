@@ -24,11 +24,17 @@ def _states(rate: float) -> list:
 
 
 def _results(sft: float, rl: float, control: float | None) -> dict:
-    res = {"eval_sft": {"success_rate": sft, "tasks": [{"task": 0, "state_successes": _states(sft)}]},
-           "eval_rl": {"success_rate": rl, "comparison": {"paired": _paired(sft, rl, rl - sft - 0.05)},
-                       "tasks": [{"task": 0, "state_successes": _states(rl)}]},
-           "rl": {"iterations": 40, "env_steps": 128000, "updates": {"approx_kl": 0.01, "clip_fraction": 0.1}},
-           "stage_seconds": {"rl": 600, "eval_rl": 60}, "stages_done": ["eval_rl", "eval_control"]}
+    res = {
+        "eval_sft": {"success_rate": sft, "tasks": [{"task": 0, "state_successes": _states(sft)}]},
+        "eval_rl": {
+            "success_rate": rl,
+            "comparison": {"paired": _paired(sft, rl, rl - sft - 0.05)},
+            "tasks": [{"task": 0, "state_successes": _states(rl)}],
+        },
+        "rl": {"iterations": 40, "env_steps": 128000, "updates": {"approx_kl": 0.01, "clip_fraction": 0.1}},
+        "stage_seconds": {"rl": 600, "eval_rl": 60},
+        "stages_done": ["eval_rl", "eval_control"],
+    }
     if control is not None:
         res["eval_control"] = {"success_rate": control}
         res["rl_vs_control"] = {"paired": _paired(control, rl, rl - control - 0.05)}
@@ -59,8 +65,13 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     low_seed = m.phase_row(_results(0.6, 0.80, None), tmp_path)
     held = {c.split(" ")[1]: ok for c, ok, _ in m.verdicts(0.75, {0: good, 1: low_seed}, {**reference, "rl": 0.7})}
     assert held["below"] is False and held["RL"] is False and held["reference"] is False
-    report = {"sft": 0.6, "phases": {0: [good], 1: [seed1]}, "reference": reference, "pro": {},
-              "verdicts": m.verdicts(0.6, {0: good, 1: seed1}, reference)}
+    report = {
+        "sft": 0.6,
+        "phases": {0: [good], 1: [seed1]},
+        "reference": reference,
+        "pro": {},
+        "verdicts": m.verdicts(0.6, {0: good, 1: seed1}, reference),
+    }
     table = m.markdown(report, "python benchmarks/libero_lift.py --out X")
     assert "| 0 | 40 | 128000 | 92.0% |" in table and "| 5 | 80.0% | 55.0% |" in table and "**no**" not in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
@@ -71,19 +82,35 @@ def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path)
     its dataset, videos, logs or SFT's optimizer state; a fresh OUT gets the cell back before anything runs."""
     lift = _module()
     cell = tmp_path / "out" / "rl_s0"
-    files = {"results.json": "{}", "eval_rl/episodes.jsonl": "{}\n", "eval_rl/videos/libero_spatial/a.mp4": "v",
-             "eval_rl/plots/libero_spatial.png": "p", "rl/checkpoint/policy/model.safetensors": "w",
-             "rl/checkpoint/train_state/state.safetensors": "o", "rl/metrics.csv": "iteration\n", "rl/tb/events": "e",
-             "rl/ray/session/log": "r", "data/meta/info.json": "{}", "sft/ckpt/model.safetensors": "w",
-             "sft/train_state/state.safetensors": "o", "cell.log": "l", "pipeline.log": "l"}
+    files = {
+        "results.json": "{}",
+        "eval_rl/episodes.jsonl": "{}\n",
+        "eval_rl/videos/libero_spatial/a.mp4": "v",
+        "eval_rl/plots/libero_spatial.png": "p",
+        "rl/checkpoint/policy/model.safetensors": "w",
+        "rl/checkpoint/train_state/state.safetensors": "o",
+        "rl/metrics.csv": "iteration\n",
+        "rl/tb/events": "e",
+        "rl/ray/session/log": "r",
+        "data/meta/info.json": "{}",
+        "sft/ckpt/model.safetensors": "w",
+        "sft/train_state/state.safetensors": "o",
+        "cell.log": "l",
+        "pipeline.log": "l",
+    }
     for rel, text in files.items():
         (cell / rel).parent.mkdir(parents=True, exist_ok=True)
         (cell / rel).write_text(text)
     records = tmp_path / "records"
     kept = lift.archive(cell, records)
     assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
-        "eval_rl/episodes.jsonl", "results.json", "rl/checkpoint/policy/model.safetensors",
-        "rl/checkpoint/train_state/state.safetensors", "rl/metrics.csv", "sft/ckpt/model.safetensors"]
+        "eval_rl/episodes.jsonl",
+        "results.json",
+        "rl/checkpoint/policy/model.safetensors",
+        "rl/checkpoint/train_state/state.safetensors",
+        "rl/metrics.csv",
+        "sft/ckpt/model.safetensors",
+    ]
     fresh = tmp_path / "fresh" / "rl_s0"
     assert lift.restore(fresh, records) and (fresh / "rl/checkpoint/train_state/state.safetensors").read_text() == "o"
     assert not lift.restore(fresh, records)  # a cell already there is left as it is

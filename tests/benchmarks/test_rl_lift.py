@@ -16,13 +16,23 @@ def _module():
 
 
 def _results(sft: float, rl: float, lo: float, control: float) -> dict:
-    paired = lambda before, now, low: {"before": before, "now": now, "difference": now - before,  # noqa: E731
-                                       "ci95": [low, now - before + 0.05], "states": 50}
-    return {"eval_rl": {"comparison": {"paired": paired(sft, rl, lo)}, "success_rate": rl},
-            "rl_vs_control": {"paired": paired(control, rl, lo)},
-            "eval_control": {"comparison": {"paired": paired(sft, control, -0.05)}},
-            "eval_sft": {"success_rate": sft}, "rl": {"updates": {"approx_kl_first": 0.001}},
-            "stage_seconds": {"sft": 300, "rl": 600}}
+    def paired(before, now, low):
+        return {
+            "before": before,
+            "now": now,
+            "difference": now - before,
+            "ci95": [low, now - before + 0.05],
+            "states": 50,
+        }
+
+    return {
+        "eval_rl": {"comparison": {"paired": paired(sft, rl, lo)}, "success_rate": rl},
+        "rl_vs_control": {"paired": paired(control, rl, lo)},
+        "eval_control": {"comparison": {"paired": paired(sft, control, -0.05)}},
+        "eval_sft": {"success_rate": sft},
+        "rl": {"updates": {"approx_kl_first": 0.001}},
+        "stage_seconds": {"sft": 300, "rl": 600},
+    }
 
 
 def test_verdicts_follow_the_three_criteria():
@@ -75,14 +85,16 @@ def test_table_shows_the_largest_kl_and_a_rewrite_keeps_the_notes(tmp_path):
     m = _module()
     cell = tmp_path / "cells" / "d5_s0"
     (cell / "rl").mkdir(parents=True)
-    (cell / "results.json").write_text(json.dumps(
-        _results(0.5, 0.7, 0.05, 0.5) | {"stages_done": ["eval_rl", "eval_control"]}))
-    (cell / "rl" / "metrics.csv").write_text(
-        "iteration,approx_kl,actor_updated\n1,9.0,0\n2,0.2281,1\n3,0.012,1\n4,5.0")
+    (cell / "results.json").write_text(
+        json.dumps(_results(0.5, 0.7, 0.05, 0.5) | {"stages_done": ["eval_rl", "eval_control"]})
+    )
+    (cell / "rl" / "metrics.csv").write_text("iteration,approx_kl,actor_updated\n1,9.0,0\n2,0.2281,1\n3,0.012,1\n4,5.0")
     docs = tmp_path / "rl-lift.md"
     docs.write_text("# old table\n\n## Notes\n\nkept by hand\n")
-    assert m.main(["--out", str(tmp_path / "cells"), "--seeds", "0", "--demos", "5", "--docs", str(docs),
-                   "--table-only"]) == 0
+    assert (
+        m.main(["--out", str(tmp_path / "cells"), "--seeds", "0", "--demos", "5", "--docs", str(docs), "--table-only"])
+        == 0
+    )
     text = docs.read_text()
     assert "old table" not in text and "| 0.2281 [" not in text and " / 0.228 |" in text
     assert text.endswith("## Notes\n\nkept by hand\n") and text.count("## Notes") == 1
@@ -92,13 +104,22 @@ def test_table_shows_the_largest_kl_and_a_rewrite_keeps_the_notes(tmp_path):
 
 def _anchor_results(sft: float, rl: float, heldout: tuple[float, float], iterations: int = 80) -> dict:
     """A finished anchor cell: the main job's stages plus the held-out evaluations of rl.init_states=protocol."""
-    paired = lambda before, now: {"before": before, "now": now, "difference": now - before,  # noqa: E731
-                                  "ci95": [now - before - 0.05, now - before + 0.05], "states": 100}
+
+    def paired(before, now):
+        return {
+            "before": before,
+            "now": now,
+            "difference": now - before,
+            "ci95": [now - before - 0.05, now - before + 0.05],
+            "states": 100,
+        }
+
     return _results(sft, rl, rl - sft - 0.05, sft) | {
         "eval_rl_heldout": {"comparison": {"paired": paired(*heldout)}},
         "rl_vs_control_heldout": {"paired": paired(*heldout)},
         "rl": {"iterations": iterations, "updates": {"approx_kl": 0.02, "clip_fraction": 0.1}},
-        "stages_done": ["eval_rl", "eval_control", "eval_rl_heldout", "eval_control_heldout"]}
+        "stages_done": ["eval_rl", "eval_control", "eval_rl_heldout", "eval_control_heldout"],
+    }
 
 
 def test_states_moved_counts_each_way():
@@ -137,8 +158,9 @@ def test_anchor_table_from_its_phases(tmp_path):
         if i:  # a later phase's own stages are its RL and evaluations; the rest were copied
             res |= {"init_from": {"stages": ["sft", "rl_control"]}}
         (cell / "results.json").write_text(json.dumps(res))
-        code = m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only",
-                       "--docs", str(docs)])
+        code = m.main(
+            ["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--table-only", "--docs", str(docs)]
+        )
         assert code == (0 if i == len(m.ANCHOR_PHASES) - 1 else 1)
         text = docs.read_text()
         assert f"After phase {i + 1} of {len(m.ANCHOR_PHASES)}:" in text
@@ -176,6 +198,7 @@ def test_anchor_phases_carry_the_previous_phase_on(tmp_path, monkeypatch):
             (cell / "results.json").write_text(json.dumps(_anchor_results(0.5, 0.8, (0.5, 0.7))))
             return True
         return False
+
     monkeypatch.setattr(m, "run_cell", fake_run)
     assert m.main(["--out", str(out), "--seeds", "0", "--demos", "5", "--anchor", "--", "eval.workers=1"]) == 1
     grid, first, second, third = commands
@@ -200,8 +223,21 @@ def test_init_from_starts_each_cell_from_the_earlier_runs_cell(tmp_path, monkeyp
     (earlier / "d5_s0" / "results.json").write_text("{}")
     commands = []
     monkeypatch.setattr(m, "run_cell", lambda cell, cmd, label: commands.append(cmd) or False)
-    m.main(["--out", str(tmp_path / "new"), "--seeds", "0", "--demos", "5", "20", "--init-from", str(earlier),
-            "--", "rl.iterations=40"])
+    m.main(
+        [
+            "--out",
+            str(tmp_path / "new"),
+            "--seeds",
+            "0",
+            "--demos",
+            "5",
+            "20",
+            "--init-from",
+            str(earlier),
+            "--",
+            "rl.iterations=40",
+        ]
+    )
     assert [c[1] for c in commands] == [f"out={tmp_path / 'new' / 'd5_s0'}", f"out={tmp_path / 'new' / 'd20_s0'}"]
     assert f"init_from={earlier.resolve() / 'd5_s0'}" in commands[0] and commands[0][-1] == "rl.iterations=40"
     assert not any(a.startswith("init_from=") for a in commands[1])
@@ -222,12 +258,30 @@ def test_eval_seeds_evaluate_the_last_phase_again_and_their_mean_decides(tmp_pat
 
     def write_eval(folder: Path, seed: int, first: int, rate: float) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "eval_config.json").write_text(json.dumps({
-            "checkpoint": str(phase / "rl/checkpoint/policy"), "suite": "spatial", "tasks": [1, 8], "episodes": 50,
-            "first_state": first, "num_envs": 25, "image_size": 64, "mode": "greedy", "seed": seed, "attempts": 4,
-            "max_steps": None, "device": "cpu", "sha256": "x"}))
-        (folder / "results.json").write_text(json.dumps(  # success_rate: the first attempts only
-            {"suites": {"spatial": {"success_rate": rate - 0.1, "pass_at_k": [rate, 0.99, 1.0, 1.0]}}}))
+        (folder / "eval_config.json").write_text(
+            json.dumps(
+                {
+                    "checkpoint": str(phase / "rl/checkpoint/policy"),
+                    "suite": "spatial",
+                    "tasks": [1, 8],
+                    "episodes": 50,
+                    "first_state": first,
+                    "num_envs": 25,
+                    "image_size": 64,
+                    "mode": "greedy",
+                    "seed": seed,
+                    "attempts": 4,
+                    "max_steps": None,
+                    "device": "cpu",
+                    "sha256": "x",
+                }
+            )
+        )
+        (folder / "results.json").write_text(
+            json.dumps(  # success_rate: the first attempts only
+                {"suites": {"spatial": {"success_rate": rate - 0.1, "pass_at_k": [rate, 0.99, 1.0, 1.0]}}}
+            )
+        )
 
     (phase / "results.json").parent.mkdir(parents=True)
     (phase / "results.json").write_text(json.dumps(_anchor_results(0.6, 0.92, (0.6, 0.9))))
@@ -245,6 +299,7 @@ def test_eval_seeds_evaluate_the_last_phase_again_and_their_mean_decides(tmp_pat
         stage, seed = folder.name.rsplit("_seed", 1)
         write_eval(folder, int(args["seed"]), int(args["first_state"]), readings[(stage, int(seed))])
         return True
+
     monkeypatch.setattr(m, "run_cell", fake_run)
     m.main(["--out", str(out), "--anchor-only", "--eval-seeds", "1", "2", "--seeds", "0", "--demos", "5"])
     evals = [c for c in commands if c[0].endswith("embodied-eval")]
@@ -257,14 +312,23 @@ def test_eval_seeds_evaluate_the_last_phase_again_and_their_mean_decides(tmp_pat
     assert f"out={phase / 'eval_rl_heldout_seed2'}" in evals[-1] and "first_state=50" in evals[-1]
     saved = json.loads((out / "rl_lift.json").read_text())
     assert saved["anchor"]["rl_seeds"] == {"0": 0.92, "1": 0.88, "2": 0.87}
-    assert abs(saved["anchor"]["rl_seed_mean"] - 0.89) < 1e-9 and abs(saved["anchor"]["heldout_rl_seed_mean"] - 0.87) < 1e-9
+    assert (
+        abs(saved["anchor"]["rl_seed_mean"] - 0.89) < 1e-9
+        and abs(saved["anchor"]["heldout_rl_seed_mean"] - 0.87) < 1e-9
+    )
     _, ok, why = saved["anchor_verdict"]
     assert ok is False and "92.0% at 80 iterations (89.0% over evaluation seeds 0, 1, 2)" in why
     commands.clear()  # a rerun finds the evaluations done and runs none of them again
     m.main(["--out", str(out), "--anchor-only", "--eval-seeds", "1", "2"])
     assert not [c for c in commands if c[0].endswith("embodied-eval")]
-    text = m.anchor_markdown([m.anchor_row(json.loads((phase / "results.json").read_text()))
-                              | m.seed_columns(phase, [1, 2]) | {"own_minutes": 1.0}], None)
+    text = m.anchor_markdown(
+        [
+            m.anchor_row(json.loads((phase / "results.json").read_text()))
+            | m.seed_columns(phase, [1, 2])
+            | {"own_minutes": 1.0}
+        ],
+        None,
+    )
     assert "88.0% (seed 1), 87.0% (seed 2); mean **89.0%**" in "\n".join(text)
     assert m.anchor_verdict(m.anchor_row(_anchor_results(0.6, 0.92, (0.6, 0.9))))[1] is True  # one seed: 92% holds
 
@@ -281,7 +345,8 @@ def test_anchor_only_docs_replace_the_anchors_section_alone(tmp_path):
         cell = m.anchor_folder(out, i)
         cell.mkdir(parents=True)
         res = _anchor_results(0.6, 0.8 + 0.03 * i, (0.6, 0.7), iterations) | {
-            "machine": {"platform": "Linux", "cpu_count": 2, "cpu": "AMD"}}
+            "machine": {"platform": "Linux", "cpu_count": 2, "cpu": "AMD"}
+        }
         (cell / "results.json").write_text(json.dumps(res))
     docs = tmp_path / "rl-lift.md"
     docs.write_text(f"# grid\n\n| grid table |\n\n{m.ANCHOR_HEADING}\n\nold anchor text\n\n## Notes\n\nby hand\n")
@@ -292,6 +357,8 @@ def test_anchor_only_docs_replace_the_anchors_section_alone(tmp_path):
     assert f"Command: `python benchmarks/rl_lift.py --out {out} --anchor-only`" in text
     assert "| yes | 60.0% -> 89.0% at 880 iterations" not in text and "| **no** | 60.0% -> 89.0% at 880" in text
     assert "cores (AMD); " in text  # dated by its phases' results
-    assert m.replace_anchor_section("# grid\n\n## Notes\n\nn\n", ["## The anchor's protocol on `spatial`", "", "x"]) \
+    assert (
+        m.replace_anchor_section("# grid\n\n## Notes\n\nn\n", ["## The anchor's protocol on `spatial`", "", "x"])
         == "# grid\n\n## The anchor's protocol on `spatial`\n\nx\n\n## Notes\n\nn\n"
+    )
     assert m.replace_anchor_section("# grid\n", [m.ANCHOR_HEADING, "", "x"]) == f"# grid\n\n{m.ANCHOR_HEADING}\n\nx\n\n"

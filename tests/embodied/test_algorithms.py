@@ -83,8 +83,15 @@ def test_ppo_clipping_dual_clip_and_value_clip():
     loss, _ = _ppo(huge, torch.zeros(1), torch.tensor([-1.0]), dual_clip=3.0)
     assert loss.item() == pytest.approx(3.0)
     # value clipping keeps the larger of the clipped and unclipped errors
-    _, stats = _ppo(torch.zeros(1), torch.zeros(1), torch.ones(1), values=torch.tensor([1.0]),
-                        old_values=torch.tensor([0.0]), returns=torch.tensor([1.0]), value_clip=0.2)
+    _, stats = _ppo(
+        torch.zeros(1),
+        torch.zeros(1),
+        torch.ones(1),
+        values=torch.tensor([1.0]),
+        old_values=torch.tensor([0.0]),
+        returns=torch.tensor([1.0]),
+        value_clip=0.2,
+    )
     assert stats.value_loss == pytest.approx(0.5 * 0.8**2)
     with pytest.raises(ValueError, match="dual_clip"):
         _ppo(torch.zeros(1), torch.zeros(1), -torch.ones(1), dual_clip=0.5)
@@ -181,8 +188,13 @@ def test_run_epochs_shuffles_every_epoch_and_stops_at_the_kl_target():
 
     def step(rows: torch.Tensor) -> dict[str, float]:
         seen.append(rows.tolist())
-        return {"policy_loss": 1.0, "value_loss": 0.5, "entropy": 0.0, "clip_fraction": 0.1 * len(seen),
-                "approx_kl": next(kls)}
+        return {
+            "policy_loss": 1.0,
+            "value_loss": 0.5,
+            "entropy": 0.0,
+            "clip_fraction": 0.1 * len(seen),
+            "approx_kl": next(kls),
+        }
 
     out = run_epochs(step, 10, epochs=3, minibatch_size=5, generator=torch.Generator().manual_seed(1))
     assert out["minibatches"] == 6 and out["epochs_run"] == 3 and out["kl_stop"] == 0
@@ -210,6 +222,7 @@ def test_gradient_cosine_of_the_first_epoch_and_the_noise_scale():
             out = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
             cos = next(it)
             return out if cos is None else out | {"grad_cos": cos}
+
         return step
 
     out = run_epochs(step_reporting([None, 0.25, None, None]), 8, epochs=2, minibatch_size=4)
@@ -222,9 +235,16 @@ def test_gradient_cosine_of_the_first_epoch_and_the_noise_scale():
     g[0] = 1.0
     trace, b = 50.0, 10  # B_noise = 50: minibatches of 10 rows are mostly noise
     gen = torch.Generator().manual_seed(0)
-    cos = [float(torch.nn.functional.cosine_similarity(
-        g + torch.randn(400, generator=gen) * (trace / 400 / b) ** 0.5,
-        g + torch.randn(400, generator=gen) * (trace / 400 / b) ** 0.5, dim=0)) for _ in range(400)]
+    cos = [
+        float(
+            torch.nn.functional.cosine_similarity(
+                g + torch.randn(400, generator=gen) * (trace / 400 / b) ** 0.5,
+                g + torch.randn(400, generator=gen) * (trace / 400 / b) ** 0.5,
+                dim=0,
+            )
+        )
+        for _ in range(400)
+    ]
     assert gradient_noise_scale(float(np.mean(cos)), b) == pytest.approx(trace, rel=0.15)
     assert gradient_noise_scale(1.0, b) == 0.0 and gradient_noise_scale(0.0, b) == float("inf")
 
@@ -238,8 +258,7 @@ def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_e
 
         def step(rows: torch.Tensor) -> dict[str, float]:
             seen.append(rows.tolist())
-            return {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0,
-                    "approx_kl": next(it)}
+            return {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": next(it)}
 
         return seen, step
 
@@ -248,7 +267,7 @@ def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_e
     out = run_epochs(step, 11, epochs=2, minibatch_size=4, generator=torch.Generator().manual_seed(0))
     assert out["minibatches"] == 6 and out["epochs_run"] == 2 and out["kl_stop"] == 0
     for e in range(2):
-        epoch = seen[3 * e:3 * e + 3]
+        epoch = seen[3 * e : 3 * e + 3]
         assert sorted(len(r) for r in epoch) == [3, 4, 4] and sorted(sum(epoch, [])) == list(range(11))
     # the same seed gives the same schedule (a resumed iteration shuffles as the original did)
     again, step = recorder([0.0] * 6)
@@ -268,11 +287,25 @@ def test_run_epochs_cuts_even_minibatches_whole_batches_and_stops_in_the_first_e
     # with undo (kl_rollback) the stop calls it once; a run that never stops never does
     undone: list[int] = []
     seen, step = recorder([0.0, 0.01, 0.3, 0.0])
-    out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0),
-                     undo=lambda: undone.append(len(seen)))
+    out = run_epochs(
+        step,
+        8,
+        epochs=2,
+        minibatch_size=4,
+        target_kl=0.1,
+        generator=torch.Generator().manual_seed(0),
+        undo=lambda: undone.append(len(seen)),
+    )
     assert undone == [3] and (out["minibatches"], out["kl_stop"], out["kl_rollback"]) == (3, 1, 1)
     assert out["approx_kl_max"] == 0.3 and out["approx_kl"] == pytest.approx(0.31 / 3)
     seen, step = recorder([0.0] * 4)
-    out = run_epochs(step, 8, epochs=2, minibatch_size=4, target_kl=0.1, generator=torch.Generator().manual_seed(0),
-                     undo=lambda: undone.append(len(seen)))
+    out = run_epochs(
+        step,
+        8,
+        epochs=2,
+        minibatch_size=4,
+        target_kl=0.1,
+        generator=torch.Generator().manual_seed(0),
+        undo=lambda: undone.append(len(seen)),
+    )
     assert undone == [3] and (out["kl_stop"], out["kl_rollback"]) == (0, 0)

@@ -9,8 +9,15 @@ import torch
 import policies
 import sims
 from embodied.algorithms.batch import ppo_batch
-from embodied.algorithms.critic import (CriticInputs, EpisodeClock, PrivilegedCritic, RunningNorm, build_critic,
-                                critic_features, critic_input_dim)
+from embodied.algorithms.critic import (
+    CriticInputs,
+    EpisodeClock,
+    PrivilegedCritic,
+    RunningNorm,
+    build_critic,
+    critic_features,
+    critic_input_dim,
+)
 from embodied.algorithms.params import split_parameters
 from embodied.algorithms.rollout import collect_chunks
 from embodied.rllib.module import PolicyRLModule, module_config
@@ -53,8 +60,7 @@ def test_critic_features_layout():
     obs = {"state": torch.arange(6.0).view(2, 3), "privileged": torch.ones(2, 2), "task_id": torch.tensor([1, 0])}
     f = critic_features(obs, torch.tensor([10, 30]), torch.tensor([40, 100, 50]), num_tasks=3)
     assert f.shape == (2, critic_input_dim(3, 2, 3)) == (2, 9)
-    torch.testing.assert_close(f, torch.tensor([[0, 1, 2, 1, 1, 0, 1, 0, 10 / 100],
-                                                [3, 4, 5, 1, 1, 1, 0, 0, 30 / 40]]))
+    torch.testing.assert_close(f, torch.tensor([[0, 1, 2, 1, 1, 0, 1, 0, 10 / 100], [3, 4, 5, 1, 1, 1, 0, 0, 30 / 40]]))
 
 
 def test_privileged_critic_checks_and_build():
@@ -83,8 +89,9 @@ def test_module_with_a_separate_critic_splits_parameters_and_values_from_it():
     assert not any(".value_mlp." in names[id(p)] for p in actor + critic)  # the unused value head steps in neither
     assert not any(p.requires_grad for n, p in module.named_parameters() if ".value_mlp." in n)
     assert set(module.critic_state()) >= {"norm.mean", "norm.var", "norm.count", "head.weight"}
-    plain = PolicyRLModule(observation_space=None, action_space=None, inference_only=False,
-                           model_config=module_config(policy, ["a task"]))
+    plain = PolicyRLModule(
+        observation_space=None, action_space=None, inference_only=False, model_config=module_config(policy, ["a task"])
+    )
     assert plain.critic is None and plain.critic_state() == {}
     plain_names = {id(p): n for n, p in plain.named_parameters()}
     assert all(".value_mlp." in plain_names[id(p)] for p in split_parameters(plain)[1])
@@ -98,14 +105,15 @@ def test_rollout_valued_by_the_privileged_critic():
         dim = critic_input_dim(s, p, len(env.tasks))
         inputs = CriticInputs(PrivilegedCritic(dim, hidden=(16,)), env.num_envs, [5] * len(env.tasks))
         obs = env.reset(seed=0, task_ids=[0, 1, 2])
-        rollout, obs = collect_chunks(env, policy, obs, num_chunks=4, generator=torch.Generator().manual_seed(0),
-                                      critic=inputs)
+        rollout, obs = collect_chunks(
+            env, policy, obs, num_chunks=4, generator=torch.Generator().manual_seed(0), critic=inputs
+        )
     assert rollout.critic_obs.shape == (4, 3, dim)
     # the time input: 0, 3 steps into the 5-step episode, then a new episode (truncated at step 5)
     torch.testing.assert_close(rollout.critic_obs[:, :, -1], torch.tensor([0.0, 0.6, 0.0, 0.6])[:, None].expand(4, 3))
     # the policy's obs["time_left"] comes from the same clock: the fraction of the limit still left
     torch.testing.assert_close(rollout.time_left, 1.0 - rollout.critic_obs[:, :, -1])
-    onehot = rollout.critic_obs[0, :, s + p:s + p + len(env.tasks)]
+    onehot = rollout.critic_obs[0, :, s + p : s + p + len(env.tasks)]
     assert onehot.argmax(1).tolist() == [0, 1, 2]
     torch.testing.assert_close(rollout.value, inputs.critic(rollout.critic_obs.flatten(0, 1)).view(4, 3).detach())
     assert rollout.trunc[1].all() and rollout.trunc[3].all() and inputs.clock.elapsed.tolist() == [0, 0, 0]
@@ -119,8 +127,14 @@ def test_rollout_valued_by_the_privileged_critic():
         inputs.critic.norm.var.fill_(1.0)
     with sims.make("mujoco", suite="goal", num_envs=3, image_size=32, max_steps=5) as env:
         inputs.clock.reset()
-        timed, _ = collect_chunks(env, policy, env.reset(seed=0, task_ids=[0, 1, 2]), num_chunks=2,
-                                    generator=torch.Generator().manual_seed(0), critic=inputs)
+        timed, _ = collect_chunks(
+            env,
+            policy,
+            env.reset(seed=0, task_ids=[0, 1, 2]),
+            num_chunks=2,
+            generator=torch.Generator().manual_seed(0),
+            critic=inputs,
+        )
     fractions = torch.tensor([0.0, 0.6])[:, None].expand(2, 3)
     torch.testing.assert_close(timed.value, torch.tanh(fractions))
     torch.testing.assert_close(timed.final_value[1], torch.tanh(torch.ones(3)))

@@ -35,15 +35,23 @@ def test_sft_frames_are_the_rendered_frames_bit_for_bit(tmp_path, record_propert
     """What SFT trains on is what RL and evaluation see: the frames ``load_demonstrations`` yields for
     episode e, step t equal (max abs pixel error 0) both the env observation the collector recorded
     and the render of a fresh env reset to the episode's initial state and stepped with its actions."""
-    import sims
     import torch
+
+    import sims
     from embodied.data.collect import collect_suite
     from embodied.data.lerobot_format import Dataset, video_key
     from embodied.data.training import load_demonstrations
 
     recorded = {}
-    result = collect_suite("goal", tmp_path / "ds", episodes_per_task=2, task_ids=[8], num_envs=2, image_size=32,
-                           on_episode=lambda ep: recorded.setdefault(ep["init_id"], ep["rgb"]))
+    result = collect_suite(
+        "goal",
+        tmp_path / "ds",
+        episodes_per_task=2,
+        task_ids=[8],
+        num_envs=2,
+        image_size=32,
+        on_episode=lambda ep: recorded.setdefault(ep["init_id"], ep["rgb"]),
+    )
     ds = Dataset(result.root)
     assert ds.num_episodes == 2 and ds.cameras == ["agentview", "wrist"]
     demos = load_demonstrations(str(result.root), chunk_size=4, image_size=32)
@@ -72,11 +80,29 @@ def _write_random_dataset(root: Path, frames: np.ndarray, video_codec: str | Non
     from embodied.data.lerobot_format import DatasetWriter, Episode
 
     t, v, size = frames.shape[0], frames.shape[1], frames.shape[2]
-    writer = DatasetWriter(root, fps=20.0, cameras=["agentview", "wrist"][:v], image_size=size,
-                           state_names=["s"], action_names=["a"], privileged_dim=0, video_codec=video_codec)
-    writer.add_episode(Episode(task_index=0, instruction="x", state=np.zeros((t, 1)), privileged=np.zeros((t, 0)),
-                               action=np.zeros((t, 1)), reward=np.zeros(t), done=np.arange(t) == t - 1,
-                               success=np.zeros(t, bool), rgb=frames))
+    writer = DatasetWriter(
+        root,
+        fps=20.0,
+        cameras=["agentview", "wrist"][:v],
+        image_size=size,
+        state_names=["s"],
+        action_names=["a"],
+        privileged_dim=0,
+        video_codec=video_codec,
+    )
+    writer.add_episode(
+        Episode(
+            task_index=0,
+            instruction="x",
+            state=np.zeros((t, 1)),
+            privileged=np.zeros((t, 0)),
+            action=np.zeros((t, 1)),
+            reward=np.zeros(t),
+            done=np.arange(t) == t - 1,
+            success=np.zeros(t, bool),
+            rgb=frames,
+        )
+    )
     writer.close()
 
 
@@ -98,18 +124,22 @@ def test_dataset_video_is_lossless_and_older_mp4v_datasets_still_load(tmp_path):
         assert ds.lossless_video and ds.features[video_key("wrist")]["info"]["video.codec"] == codec
         np.testing.assert_array_equal(ds.episode(0)["rgb"], frames)
     # an old dataset: the same layout, videos in mp4v and info.json saying so
-    smooth = np.broadcast_to(np.linspace(0, 255, 32, dtype=np.uint8)[None, None, None, :, None],
-                             (12, 2, 32, 32, 3)).copy()
+    smooth = np.broadcast_to(
+        np.linspace(0, 255, 32, dtype=np.uint8)[None, None, None, :, None], (12, 2, 32, 32, 3)
+    ).copy()
     smooth[..., 1] = np.arange(12, dtype=np.uint8)[:, None, None, None] * 10
     _write_random_dataset(tmp_path / "old", smooth)
     info = json.loads((tmp_path / "old" / "meta" / "info.json").read_text())
     for v, cam in enumerate(ds.cameras):
-        with VideoWriter(tmp_path / "old" / info["video_path"].format(video_key=video_key(cam), chunk_index=0,
-                                                                      file_index=0), fps=20.0) as w:
+        with VideoWriter(
+            tmp_path / "old" / info["video_path"].format(video_key=video_key(cam), chunk_index=0, file_index=0),
+            fps=20.0,
+        ) as w:
             for f in smooth[:, v]:
                 w.write(f)
-        info["features"][video_key(cam)]["info"].update({"video.codec": "mpeg4", "video.pix_fmt": "yuv420p",
-                                                          "video.fps": 20.0})
+        info["features"][video_key(cam)]["info"].update(
+            {"video.codec": "mpeg4", "video.pix_fmt": "yuv420p", "video.fps": 20.0}
+        )
     info["fps"] = 20.0
     (tmp_path / "old" / "meta" / "info.json").write_text(json.dumps(info))
     old = Dataset(tmp_path / "old")
@@ -128,15 +158,19 @@ def test_dataset_video_decodes_identically_with_another_ffmpeg(tmp_path):
     frames = np.random.default_rng(1).integers(0, 256, (6, 1, 16, 16, 3), dtype=np.uint8)
     _write_random_dataset(tmp_path / "ds", frames)
     path = tmp_path / "ds" / "videos" / "observation.images.agentview" / "chunk-000" / "file-000.mp4"
-    raw = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "rawvideo",
-                          "-pix_fmt", "rgb24", "-"], capture_output=True, check=True).stdout
+    raw = subprocess.run(
+        [imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+        capture_output=True,
+        check=True,
+    ).stdout
     np.testing.assert_array_equal(np.frombuffer(raw, np.uint8).reshape(6, 16, 16, 3), frames[:, 0])
 
 
 def _replay_states(ep: dict) -> np.ndarray:
     """The states ``[T, 15]`` that replaying the episode's recorded actions open loop visits."""
-    import sims
     import torch
+
+    import sims
 
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=()) as env:
         obs = env.reset(task_ids=[ep["meta"]["suite_task_index"]], init_ids=[ep["meta"]["init_id"]])
@@ -154,8 +188,15 @@ def test_collect_with_action_noise_records_the_experts_clean_actions(tmp_path):
 
     eps = {}
     for noise in (0.0, 0.1):
-        result = collect_suite("goal", tmp_path / f"ds{noise}", episodes_per_task=1, task_ids=[2], num_envs=1,
-                             cameras=(), action_noise=noise)
+        result = collect_suite(
+            "goal",
+            tmp_path / f"ds{noise}",
+            episodes_per_task=1,
+            task_ids=[2],
+            num_envs=1,
+            cameras=(),
+            action_noise=noise,
+        )
         ds = Dataset(result.root)
         assert ds.info["embodied"]["action_noise"] == noise and ds.episodes[0]["success"]
         eps[noise] = ds.episode(0, images=False)
@@ -165,8 +206,12 @@ def test_collect_with_action_noise_records_the_experts_clean_actions(tmp_path):
     # with noise the states drift from where the clean actions alone lead, yet the expert still succeeds
     drift = np.abs(_replay_states(noisy)[:, :3] - noisy["observation.state"][:, :3]).max()
     assert drift > 5e-3
-    assert not np.allclose(noisy["observation.state"][: len(clean["action"])][:, :3],
-                           clean["observation.state"][: len(noisy["action"])][:, :3], atol=1e-3)
+    assert not np.allclose(
+        noisy["observation.state"][: len(clean["action"])][:, :3],
+        clean["observation.state"][: len(noisy["action"])][:, :3],
+        atol=1e-3,
+    )
     with pytest.raises(ValueError, match="action_noise"):
-        collect_suite("goal", tmp_path / "bad", episodes_per_task=1, task_ids=[2], num_envs=1, cameras=(),
-                      action_noise=-0.1)
+        collect_suite(
+            "goal", tmp_path / "bad", episodes_per_task=1, task_ids=[2], num_envs=1, cameras=(), action_noise=-0.1
+        )

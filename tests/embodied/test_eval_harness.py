@@ -44,7 +44,11 @@ def test_paired_difference_interval():
     diffs = [0.5, 0.0, 0.0, 0.5, -0.5]
     se = (sum((x - 0.1) ** 2 for x in diffs) / 4 / 5) ** 0.5
     d, lo, hi = paired_difference_interval(now, before)
-    assert d == pytest.approx(0.1) and lo == pytest.approx(0.1 - 1.96 * se, abs=1e-3) and hi == pytest.approx(0.1 + 1.96 * se, abs=1e-3)
+    assert (
+        d == pytest.approx(0.1)
+        and lo == pytest.approx(0.1 - 1.96 * se, abs=1e-3)
+        and hi == pytest.approx(0.1 + 1.96 * se, abs=1e-3)
+    )
     # pairing is tighter than pooling when the policies agree on which states are hard
     hard_easy_before, hard_easy_now = [0.0] * 25 + [0.5] * 25, [0.25] * 25 + [0.75] * 25
     _, lo_paired, _ = paired_difference_interval(hard_easy_now, hard_easy_before)
@@ -60,8 +64,11 @@ def test_compare_pairs_the_states_both_runs_played():
     from embodied.eval.report import aggregate, compare
 
     def run(outcomes):  # {init id: [success per attempt]}
-        recs = [EpisodeRecord("goal", 0, "t", i, 0, ok, 10, False, a)
-                for i, oks in outcomes.items() for a, ok in enumerate(oks)]
+        recs = [
+            EpisodeRecord("goal", 0, "t", i, 0, ok, 10, False, a)
+            for i, oks in outcomes.items()
+            for a, ok in enumerate(oks)
+        ]
         return aggregate(recs, ["goal"], {"goal": [0]}, {"goal": ["t"]})
 
     before = run({0: [False, False], 1: [True, False], 2: [True, True], 3: [False, True]})
@@ -69,12 +76,20 @@ def test_compare_pairs_the_states_both_runs_played():
     assert before["goal"]["tasks"][0]["state_successes"] == [[0, 0, 2], [1, 1, 2], [2, 2, 2], [3, 1, 2]]
     cmp = compare(after, {"suites": before})["goal"]
     paired = cmp["tasks"][0]["paired"]
-    assert paired["states"] == 3 and paired["before"] == pytest.approx(0.5) and paired["now"] == pytest.approx(5 / 6, abs=1e-4)
+    assert (
+        paired["states"] == 3
+        and paired["before"] == pytest.approx(0.5)
+        and paired["now"] == pytest.approx(5 / 6, abs=1e-4)
+    )
     assert paired["difference"] == pytest.approx(1 / 3, abs=1e-4) and cmp["paired"] == paired
     # a previous results.json without per-state successes (older runs) compares as before, unpaired
-    old = {"suites": {"goal": {"tasks": [{k: v for k, v in before["goal"]["tasks"][0].items() if k != "state_successes"}]}}}
+    old = {
+        "suites": {"goal": {"tasks": [{k: v for k, v in before["goal"]["tasks"][0].items() if k != "state_successes"}]}}
+    }
     cmp_old = compare(after, old)["goal"]
-    assert "paired" not in cmp_old and "paired" not in cmp_old["tasks"][0] and cmp_old["tasks"][0]["difference"] == 0.5  # attempt 0: 2 of 4 -> 4 of 4
+    assert (
+        "paired" not in cmp_old and "paired" not in cmp_old["tasks"][0] and cmp_old["tasks"][0]["difference"] == 0.5
+    )  # attempt 0: 2 of 4 -> 4 of 4
 
 
 def test_pass_at_k_and_its_aggregation_over_attempts():
@@ -88,8 +103,11 @@ def test_pass_at_k_and_its_aggregation_over_attempts():
     assert wave_seed(0, "goal", 1) == wave_seed(0, "goal", 1, 0) != wave_seed(0, "goal", 1, 1)
     # task 0: state 0 succeeds at attempt 0 only, state 1 at attempt 2 only, state 2 never
     outcomes = {0: [True, False, False], 1: [False, False, True], 2: [False, False, False]}
-    records = [EpisodeRecord("goal", 0, "t", init_id, 0, ok, 10, False, attempt)
-               for init_id, oks in outcomes.items() for attempt, ok in enumerate(oks)]
+    records = [
+        EpisodeRecord("goal", 0, "t", init_id, 0, ok, 10, False, attempt)
+        for init_id, oks in outcomes.items()
+        for attempt, ok in enumerate(oks)
+    ]
     res = aggregate(records, ["goal"], {"goal": [0]}, {"goal": ["t"]})["goal"]
     row = res["tasks"][0]
     assert row["episodes"] == 3 and row["successes"] == 1 and row["failures"] == [1, 2]  # attempt 0: the protocol
@@ -100,8 +118,17 @@ def test_pass_at_k_and_its_aggregation_over_attempts():
 
 def test_experts_through_the_harness_meet_the_protocol(tmp_path):
     out = tmp_path / "experts"
-    proc = _eval("policy=expert", "suite=goal", "tasks=[0,6]", "episodes=4", "num_envs=4", f"out={out}",
-                 "image_size=32", "videos=all", "video_max=1")
+    proc = _eval(
+        "policy=expert",
+        "suite=goal",
+        "tasks=[0,6]",
+        "episodes=4",
+        "num_envs=4",
+        f"out={out}",
+        "image_size=32",
+        "videos=all",
+        "video_max=1",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     goal = res["suites"]["goal"]
@@ -119,8 +146,17 @@ def test_experts_through_the_harness_meet_the_protocol(tmp_path):
 def test_experts_run_when_episodes_are_fewer_than_envs(tmp_path, execution):
     """The evaluation shrinks the env count to the episodes it has; the experts follow it."""
     out = tmp_path / "few"
-    proc = _eval("policy=expert", "suite=goal", "tasks=[2]", "episodes=2", "num_envs=8", "image_size=32",
-                 "videos=none", *execution, f"out={out}")
+    proc = _eval(
+        "policy=expert",
+        "suite=goal",
+        "tasks=[2]",
+        "episodes=2",
+        "num_envs=8",
+        "image_size=32",
+        "videos=none",
+        *execution,
+        f"out={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     task = json.loads((out / "results.json").read_text())["suites"]["goal"]["tasks"][0]
     assert task["episodes"] == 2 and task["success_rate"] == 1.0
@@ -129,8 +165,16 @@ def test_experts_run_when_episodes_are_fewer_than_envs(tmp_path, execution):
 def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
     ckpt = policies.save(policies.make("flow", **TINY), tmp_path / "ckpt")
     # episodes cut at 40 steps (an untrained policy would play the 160-220 steps of the tasks' limits)
-    args = [f"checkpoint={ckpt}", "suite=dynamic", "tasks=[0,3]", "episodes=2", "num_envs=2", "image_size=32",
-            "videos=none", "max_steps=40"]
+    args = [
+        f"checkpoint={ckpt}",
+        "suite=dynamic",
+        "tasks=[0,3]",
+        "episodes=2",
+        "num_envs=2",
+        "image_size=32",
+        "videos=none",
+        "max_steps=40",
+    ]
     a = tmp_path / "a"
     assert _eval(*args, f"out={a}").returncode == 0
     ra = json.loads((a / "results.json").read_text())
@@ -146,23 +190,31 @@ def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
     rc = full_c["suites"]["dynamic"]
     assert rc["success_rate"] == ra["suites"]["dynamic"]["success_rate"] and len(rc["pass_at_k"]) == 2
     per_attempt = ("pass_at_k", "state_successes")  # over every attempt
-    assert ({k: v for k, v in rc.items() if k not in per_attempt + ("tasks",)}
-            == {k: v for k, v in ra["suites"]["dynamic"].items() if k not in per_attempt + ("tasks",)})
-    assert ([{k: v for k, v in t.items() if k not in per_attempt} for t in rc["tasks"]]
-            == [{k: v for k, v in t.items() if k not in per_attempt} for t in ra["suites"]["dynamic"]["tasks"]])
+    assert {k: v for k, v in rc.items() if k not in per_attempt + ("tasks",)} == {
+        k: v for k, v in ra["suites"]["dynamic"].items() if k not in per_attempt + ("tasks",)
+    }
+    assert [{k: v for k, v in t.items() if k not in per_attempt} for t in rc["tasks"]] == [
+        {k: v for k, v in t.items() if k not in per_attempt} for t in ra["suites"]["dynamic"]["tasks"]
+    ]
     assert all(n == 2 for t in rc["tasks"] for _, _, n in t["state_successes"])
     lines = [json.loads(line) for line in (c / "episodes.jsonl").read_text().splitlines()]
     assert all(r["length"] <= 40 for r in lines) and "cut at 40 steps" in (c / "report.md").read_text()
     assert sorted((r["attempt"], r["task"], r["init_id"]) for r in lines) == [
-        (a, t, i) for a in (0, 1) for t in (0, 3) for i in (0, 1)]
+        (a, t, i) for a in (0, 1) for t in (0, 3) for i in (0, 1)
+    ]
     assert "pass@2" in (c / "report.md").read_text()
     d = tmp_path / "d"  # two worker processes share the waves out: the same episodes
     proc = _eval(*args, f"out={d}", "attempts=2", "workers=2", "videos=all", "video_max=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rd = json.loads((d / "results.json").read_text())
     assert rd["suites"]["dynamic"] == rc
-    assert sorted((d / "episodes.jsonl").read_text().splitlines()) == sorted((c / "episodes.jsonl").read_text().splitlines())
-    assert rd["latency"]["dynamic"]["requests"] == json.loads((c / "results.json").read_text())["latency"]["dynamic"]["requests"]
+    assert sorted((d / "episodes.jsonl").read_text().splitlines()) == sorted(
+        (c / "episodes.jsonl").read_text().splitlines()
+    )
+    assert (
+        rd["latency"]["dynamic"]["requests"]
+        == json.loads((c / "results.json").read_text())["latency"]["dynamic"]["requests"]
+    )
     assert len(rd["videos"]) == 3  # video_max over both workers
 
 
@@ -170,13 +222,27 @@ def test_policy_evaluation_is_reproducible_and_compares(tmp_path):
 def test_interrupted_run_keeps_episodes_and_resumes(tmp_path, workers):
     out = tmp_path / "run"
     # 15 waves of 2 episodes: far more work than the 3 episodes waited for before the interrupt
-    args = ["policy=expert", "suite=goal", "tasks=[2,3]", "episodes=15", "num_envs=2", "image_size=32",
-            "videos=none", f"out={out}", f"workers={workers}"]
+    args = [
+        "policy=expert",
+        "suite=goal",
+        "tasks=[2,3]",
+        "episodes=15",
+        "num_envs=2",
+        "image_size=32",
+        "videos=none",
+        f"out={out}",
+        f"workers={workers}",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     # a shell running the suite in the background ignores SIGINT, and a child would inherit that
-    proc = subprocess.Popen([str(BIN / "embodied-eval"), *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [str(BIN / "embodied-eval"), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     log = out / "episodes.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 3):
@@ -198,12 +264,17 @@ def test_interrupted_run_keeps_episodes_and_resumes(tmp_path, workers):
 
 def test_clear_errors(tmp_path):
     from conftest import compose
+
     from embodied.runners.eval import EvalError, run
     from policies import CheckpointError, SpecMismatchError
 
     ckpt = policies.save(policies.make("flow", action_dim=8, **TINY), tmp_path / "ckpt8")
-    token = policies.save(policies.make("autoregressive", d_model=32, image_size=32, vision_channels=[8, 16],
-                                        chunk_size=2, prefix_layers=1), tmp_path / "token")
+    token = policies.save(
+        policies.make(
+            "autoregressive", d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=2, prefix_layers=1
+        ),
+        tmp_path / "token",
+    )
     proc = _eval(f"checkpoint={ckpt}", "suite=goal", "episodes=1", f"out={tmp_path / 'cli'}", "image_size=32")
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and last.startswith("embodied-eval:") and "8-D actions but the env expects 7-D" in last
@@ -234,8 +305,17 @@ def test_a_stop_request_ends_the_run_between_control_steps():
 
     records = []
     with pytest.raises(KeyboardInterrupt):
-        run_suite(ExpertAgent("goal", 2), "goal", tasks=[8], episodes=50, num_envs=2, image_size=32, seed=0,
-                  on_episode=records.append, should_stop=should_stop)
+        run_suite(
+            ExpertAgent("goal", 2),
+            "goal",
+            tasks=[8],
+            episodes=50,
+            num_envs=2,
+            image_size=32,
+            seed=0,
+            on_episode=records.append,
+            should_stop=should_stop,
+        )
     assert len(polls) == 61  # polled once per control step, stopped at the first True
     assert 0 < len(records) < 50 and all(r.success for r in records)
 
@@ -267,8 +347,9 @@ class _RecordingAgent:
     def episode_done(self, mask) -> None: ...
 
 
-@pytest.mark.parametrize("latency", [dict(mode="sync", action_steps=3), dict(mode="async", delay=1),
-                                     dict(mode="rtc", delay=2, threshold=2)])
+@pytest.mark.parametrize(
+    "latency", [dict(mode="sync", action_steps=3), dict(mode="async", delay=1), dict(mode="rtc", delay=2, threshold=2)]
+)
 def test_latency_modes_read_mid_chunk_frames_as_rendered_every_step(latency):
     """The harness renders only the steps whose observation a chunk request reads (or a video): the
     requests see the pixels of rendering every step, and a video gets every frame."""
@@ -279,9 +360,20 @@ def test_latency_modes_read_mid_chunk_frames_as_rendered_every_step(latency):
 
     def run(film: bool):
         agent, videos, records = _RecordingAgent(), [], []
-        run_suite(agent, "goal", tasks=[8], episodes=2, num_envs=2, image_size=32, seed=3, max_steps=9,
-                  latency=LatencyConfig(**latency), record_frames=film, on_episode=records.append,
-                  on_frames=lambda *a: videos.append(a))
+        run_suite(
+            agent,
+            "goal",
+            tasks=[8],
+            episodes=2,
+            num_envs=2,
+            image_size=32,
+            seed=3,
+            max_steps=9,
+            latency=LatencyConfig(**latency),
+            record_frames=film,
+            on_episode=records.append,
+            on_frames=lambda *a: videos.append(a),
+        )
         return agent.seen, videos, records
 
     lazy, _, _ = run(False)
@@ -307,9 +399,20 @@ def test_filming_stops_when_the_sink_wants_no_more_videos():
             videos.append(args)
             return wants_more
 
-        run_suite(agent, "goal", tasks=[8], episodes=3, num_envs=3, image_size=32, seed=3, max_steps=7,
-                  latency=LatencyConfig(mode="sync"), record_frames=film, on_episode=records.append,
-                  on_frames=sink)
+        run_suite(
+            agent,
+            "goal",
+            tasks=[8],
+            episodes=3,
+            num_envs=3,
+            image_size=32,
+            seed=3,
+            max_steps=7,
+            latency=LatencyConfig(mode="sync"),
+            record_frames=film,
+            on_episode=records.append,
+            on_frames=sink,
+        )
         return videos, records
 
     every, records = run(True, True)

@@ -8,8 +8,15 @@ import torch
 
 import policies
 import sims
-from embodied.latency import (ActionQueue, ChunkExecutor, LatencyConfig, LatencyStats, augment_state, delay_steps,
-                              widen_state_input)
+from embodied.latency import (
+    ActionQueue,
+    ChunkExecutor,
+    LatencyConfig,
+    LatencyStats,
+    augment_state,
+    delay_steps,
+    widen_state_input,
+)
 from embodied.latency.delay_env import DelayedChunkEnv
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], prefix_layers=1)
@@ -120,7 +127,7 @@ def test_execution_modes_follow_their_timelines():
     assert (acts[2:8, 0, 1] * 10).round().long().tolist() == [0, 1, 2, 3, 4, 5]
     # the augmented state holds exactly the committed actions (the last 2 of the previous chunk)
     second = agent.seen_states[1][0]
-    committed = second[15:15 + 14].reshape(2, 7)
+    committed = second[15 : 15 + 14].reshape(2, 7)
     assert (committed[:, 1] * 10).round().long().tolist() == [4, 5] and float(second[-1]) == 1.0
     # rtc: the frozen actions are the ones that were queued, so nothing jumps at the switch
     _, ex, acts, ok = _run("rtc", 2, steps=20, threshold=3)
@@ -158,8 +165,11 @@ def test_augment_and_widen_keep_the_policy_output():
     assert (aug[1, 15:43] == 0).all() and aug[:, -1].tolist() == [0.5, 0.0]
     policy = policies.make("flow", chunk_size=6, expert_layers=1, **TINY).eval()
     wide = widen_state_input(policy, 29).eval()
-    obs = {"rgb": torch.randint(0, 255, (2, 2, 32, 32, 3), dtype=torch.uint8), "state": state,
-           "instruction": ["a", "b"]}
+    obs = {
+        "rgb": torch.randint(0, 255, (2, 2, 32, 32, 3), dtype=torch.uint8),
+        "state": state,
+        "instruction": ["a", "b"],
+    }
     a = policy.act(obs, generator=torch.Generator().manual_seed(0))
     b = wide.act(dict(obs, state=aug), generator=torch.Generator().manual_seed(0))
     assert torch.allclose(a, b, atol=1e-5) and wide.config.state_dim == 44
@@ -194,8 +204,17 @@ def test_simulated_delay_evaluation_is_deterministic():
 
     def once(mode):
         records = []
-        stats = run_suite(PolicyAgent(policy), "goal", tasks=[8], episodes=2, num_envs=2, image_size=32, seed=0,
-                          latency=LatencyConfig(mode=mode, delay=2), on_episode=records.append)
+        stats = run_suite(
+            PolicyAgent(policy),
+            "goal",
+            tasks=[8],
+            episodes=2,
+            num_envs=2,
+            image_size=32,
+            seed=0,
+            latency=LatencyConfig(mode=mode, delay=2),
+            on_episode=records.append,
+        )
         return [(r.init_id, r.success, r.length) for r in records], stats["latency"]
 
     for mode in ("sync", "rtc"):
@@ -214,14 +233,31 @@ def test_latency_aware_training_then_the_latency_bench(tmp_path):
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, OMP_NUM_THREADS="1")
     init = policies.save(policies.make("flow", chunk_size=6, expert_layers=1, **TINY), tmp_path / "sft")
-    proc = subprocess.run([str(bin_dir / "embodied-train"), f"init={init}", f"out={tmp_path / 'rl'}", "suite=goal",
-                           "tasks=[8]", "num_envs=2", "image_size=32", "chunks_per_iter=2", "algo.minibatch_size=4",
-                           "iterations=1", "latency_delays=[0,2]"], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            str(bin_dir / "embodied-train"),
+            f"init={init}",
+            f"out={tmp_path / 'rl'}",
+            "suite=goal",
+            "tasks=[8]",
+            "num_envs=2",
+            "image_size=32",
+            "chunks_per_iter=2",
+            "algo.minibatch_size=4",
+            "iterations=1",
+            "latency_delays=[0,2]",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     aware = tmp_path / "rl" / "checkpoint" / "policy"
     assert policies.load(aware).config.state_dim == 15 + 2 * 7 + 1
     from conftest import compose
+
     from embodied.runners.train import TrainError, train
 
     with pytest.raises(TrainError, match="below the policy's chunk size"):
@@ -233,9 +269,23 @@ def test_latency_aware_training_then_the_latency_bench(tmp_path):
 
     out = tmp_path / "bench"
     out.mkdir()
-    run(compose("bench", "bench=latency", f"out={out}", f"checkpoint={init}", f"aware_checkpoint={aware}", "suite=goal",
-                "tasks=[8]", "episodes=1", "num_envs=1", "image_size=32", "delays=[0,2,6]", "latency_probe_chunks=2"),
-        out)
+    run(
+        compose(
+            "bench",
+            "bench=latency",
+            f"out={out}",
+            f"checkpoint={init}",
+            f"aware_checkpoint={aware}",
+            "suite=goal",
+            "tasks=[8]",
+            "episodes=1",
+            "num_envs=1",
+            "image_size=32",
+            "delays=[0,2,6]",
+            "latency_probe_chunks=2",
+        ),
+        out,
+    )
     result = json.loads((out / "latency.json").read_text())
     cells = {(c["mode"], c["delay"]): c for c in result["cells"]}
     assert len(cells) == 12 and result["measured_latency"]["count"] == 2

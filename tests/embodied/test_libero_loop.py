@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_libero_venv
 
 import policies
 import sims
@@ -19,13 +20,17 @@ from embodied.data.collect import collect_suite
 from embodied.data.training import load_demonstrations
 from sims.libero import scenes
 
-from conftest import needs_libero_venv
-
 pytestmark = needs_libero_venv  # the scene export runs in the reference venv
 
 BIN = Path(sys.executable).parent
-TINY = ["policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]", "policy.chunk_size=4",
-        "policy.prefix_layers=1", "policy.expert_layers=1"]
+TINY = [
+    "policy.d_model=32",
+    "policy.image_size=32",
+    "policy.vision_channels=[8,16]",
+    "policy.chunk_size=4",
+    "policy.prefix_layers=1",
+    "policy.expert_layers=1",
+]
 
 
 def _run(command: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
@@ -59,14 +64,37 @@ def test_collect_sft_eval_and_train_on_libero_spatial(libero_exported, tmp_path,
 
     # evaluation on held-out states, episodes cut short (a quick check, said in the report)
     out = tmp_path / "eval"
-    results = run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", tasks=[0], episodes=2, num_envs=2,
-                             max_steps=6, image_size=32, videos="none", out=str(out)))
+    results = run(
+        EvalConfig(
+            checkpoint=str(ckpt),
+            suite="libero_spatial",
+            tasks=[0],
+            episodes=2,
+            num_envs=2,
+            max_steps=6,
+            image_size=32,
+            videos="none",
+            out=str(out),
+        )
+    )
     suite = results["suites"]["libero_spatial"]
     assert suite["episodes"] == 2 and results["env_steps"] == 12
     assert "cut at 6 steps" in (out / "report.md").read_text()
     # the same with the visual meshes as the reference draws them (the policy saw decimated ones)
-    full = run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", tasks=[0], episodes=2, num_envs=2,
-                          max_steps=6, image_size=32, videos="none", meshes="full", out=str(tmp_path / "full")))
+    full = run(
+        EvalConfig(
+            checkpoint=str(ckpt),
+            suite="libero_spatial",
+            tasks=[0],
+            episodes=2,
+            num_envs=2,
+            max_steps=6,
+            image_size=32,
+            videos="none",
+            meshes="full",
+            out=str(tmp_path / "full"),
+        )
+    )
     assert full["env_steps"] == 12 and full["config"]["meshes"] == "full"
     assert "meshes=full" in (tmp_path / "full" / "report.md").read_text()
     with pytest.raises(EvalError, match="meshes must be one of"):
@@ -74,14 +102,29 @@ def test_collect_sft_eval_and_train_on_libero_spatial(libero_exported, tmp_path,
     with pytest.raises(EvalError, match="real LIBERO's suites only"):
         run(EvalConfig(checkpoint=str(ckpt), suite="spatial", meshes="full", out=str(tmp_path / "bad")))
     with pytest.raises(EvalError, match="within real LIBERO's 100 init states"):  # 50 official, 50 sampled
-        run(EvalConfig(checkpoint=str(ckpt), suite="libero_spatial", first_state=90, episodes=11,
-                       out=str(tmp_path / "bad")))
+        run(
+            EvalConfig(
+                checkpoint=str(ckpt), suite="libero_spatial", first_state=90, episodes=11, out=str(tmp_path / "bad")
+            )
+        )
 
     # Flow-SDE PPO on the same scenes, starting from the training states
     rl = tmp_path / "rl"
-    proc = _run("embodied-train", f"init={ckpt}", "algo=flow_sde", f"out={rl}", "suite=libero_spatial", "tasks=[0]",
-                "num_envs=2", "image_size=32", "iterations=1", "chunks_per_iter=2", "max_episode_steps=8",
-                "algo.minibatch_size=4", cache=cache)
+    proc = _run(
+        "embodied-train",
+        f"init={ckpt}",
+        "algo=flow_sde",
+        f"out={rl}",
+        "suite=libero_spatial",
+        "tasks=[0]",
+        "num_envs=2",
+        "image_size=32",
+        "iterations=1",
+        "chunks_per_iter=2",
+        "max_episode_steps=8",
+        "algo.minibatch_size=4",
+        cache=cache,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader(open(rl / "metrics.csv")))
     assert len(rows) == 1 and int(rows[0]["env_steps"]) == 2 * 2 * 4
@@ -150,8 +193,9 @@ def test_collect_repeats_training_states_only_with_dart_noise(libero_exported, t
         collect_suite("libero_spatial", tmp_path / "refused", episodes_per_task=26, task_ids=[0])
     monkeypatch.setattr(sims.suites, "num_training_states", lambda suite: 1)  # one training state: 25
     data = tmp_path / "data"
-    result = collect_suite("libero_spatial", data, episodes_per_task=2, task_ids=[0], num_envs=2, image_size=32,
-                           action_noise=0.1)
+    result = collect_suite(
+        "libero_spatial", data, episodes_per_task=2, task_ids=[0], num_envs=2, image_size=32, action_noise=0.1
+    )
     assert result.episodes == 2
     episodes = [json.loads(line) for line in (data / "meta" / "embodied" / "episodes.jsonl").read_text().splitlines()]
     assert [e["init_id"] for e in episodes] == [25, 25]

@@ -34,7 +34,9 @@ def _wait_for(what: str, done, proc: subprocess.Popen, log: Path, timeout: float
     deadline = time.time() + timeout
     while not done():
         if proc.poll() is not None:
-            raise AssertionError(f"embodied-train ended (rc {proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+            raise AssertionError(
+                f"embodied-train ended (rc {proc.returncode}) before {what}:\n{log.read_text()[-3000:]}"
+            )
         if time.time() > deadline:
             raise AssertionError(f"no {what} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)
@@ -65,8 +67,9 @@ def test_a_restarted_env_runner_samples_its_share_with_the_current_weights(tmp_p
     env_config = make_env_config(suite="goal", tasks=[2, 3], num_envs=2, image_size=32, chunks_per_iter=3)
     instructions = [t.instruction for t in sims.suites.tasks("goal")]
     started = start_ray(RuntimeConfig(name="cluster", num_env_runners=2), tmp_path)
-    algo = build_algorithm(policy, instructions=instructions, env_config=env_config, rl={"minibatch_size": 4},
-                           num_env_runners=2)
+    algo = build_algorithm(
+        policy, instructions=instructions, env_config=env_config, rl={"minibatch_size": 4}, num_env_runners=2
+    )
     try:
         rows = [algo.run_iteration(0), algo.run_iteration(1)]
         victim = next(p for p in algo.placement()["env_runners"] if p["worker_index"] == 2)
@@ -98,8 +101,16 @@ def test_training_goes_on_when_a_node_is_lost_and_resumes_after_the_driver_is_ki
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
     log = tmp_path / "train.log"
-    args = [str(BIN / "embodied-train"), f"init={init}", f"out={out}", "save_every=1", *RUN, "runtime=cluster",
-            "runtime.num_env_runners=2", "runtime.learner_threads=1"]
+    args = [
+        str(BIN / "embodied-train"),
+        f"init={init}",
+        f"out={out}",
+        "save_every=1",
+        *RUN,
+        "runtime=cluster",
+        "runtime.num_env_runners=2",
+        "runtime.learner_threads=1",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with local_cluster(tmp_path / "ray", head_cpus=2, worker_cpus=1) as cluster:
         head = cluster.head_id
@@ -112,21 +123,31 @@ def test_training_goes_on_when_a_node_is_lost_and_resumes_after_the_driver_is_ki
             assert sorted(nodes) == sorted([cluster.head_id[:8], cluster.worker_id[:8]])
             lost_at = len(_rows(out))
             cluster.kill_worker_node()
-            _wait_for("recovery and two iterations after it",
-                      lambda: any(float(r["runner_restarts"]) for r in _rows(out)) and len(_rows(out)) >= lost_at + 3,
-                      proc, log)
+            _wait_for(
+                "recovery and two iterations after it",
+                lambda: any(float(r["runner_restarts"]) for r in _rows(out)) and len(_rows(out)) >= lost_at + 3,
+                proc,
+                log,
+            )
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # the driver; Ray ends its actors with it
             proc.wait()
         recoveries = [json.loads(line) for line in (out / "runner_recoveries.jsonl").read_text().splitlines()]
-        assert [(r["worker_index"], r["node_id"]) for r in recoveries] == [(nodes.index(cluster.worker_id[:8]) + 1,
-                                                                           cluster.head_id)]
+        assert [(r["worker_index"], r["node_id"]) for r in recoveries] == [
+            (nodes.index(cluster.worker_id[:8]) + 1, cluster.head_id)
+        ]
         assert recoveries[0]["lost_node_id"] == cluster.worker_id
         assert "back on" in log.read_text() and "sampling its share again" in log.read_text()
         killed_at = json.loads((out / "checkpoint" / "train_state" / "state.json").read_text())["step"]
         target = killed_at + 2
-        proc = subprocess.run(args + [f"runtime.address={cluster.address}", f"iterations={target}", "resume=true"],
-                              capture_output=True, text=True, env=env, timeout=600, check=False)
+        proc = subprocess.run(
+            args + [f"runtime.address={cluster.address}", f"iterations={target}", "resume=true"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == list(range(1, target + 1))
@@ -155,8 +176,14 @@ def test_a_runner_with_no_free_cpu_to_come_back_on_stops_the_run_with_what_to_do
     with local_cluster(tmp_path / "ray", head_cpus=1, worker_cpus=1) as cluster:
         ray.init(address=cluster.address, log_to_driver=False)
         try:
-            algo = build_algorithm(policy, instructions=instructions, env_config=env_config,
-                                   rl={"minibatch_size": 4}, num_env_runners=2, runner_restart_timeout_s=3)
+            algo = build_algorithm(
+                policy,
+                instructions=instructions,
+                env_config=env_config,
+                rl={"minibatch_size": 4},
+                num_env_runners=2,
+                runner_restart_timeout_s=3,
+            )
             try:
                 algo.run_iteration(0)
                 cluster.kill_worker_node()
@@ -174,5 +201,13 @@ def test_runner_restart_timeout_must_be_positive(tmp_path):
     from embodied.runners.train import TrainError, train
 
     with pytest.raises(TrainError, match="runner_restart_timeout_s must be > 0"):
-        train(compose("train", f"out={tmp_path / 'bad'}", "policy=flow", *RUN, "runtime=cluster",
-                      "runtime.runner_restart_timeout_s=0"))
+        train(
+            compose(
+                "train",
+                f"out={tmp_path / 'bad'}",
+                "policy=flow",
+                *RUN,
+                "runtime=cluster",
+                "runtime.runner_restart_timeout_s=0",
+            )
+        )

@@ -21,13 +21,36 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / script), *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-TINY_PIPELINE = ["sim.suite=goal", "tasks=[2,8]", "episodes_per_task=1", "sim.num_envs=2", "sim.image_size=32",
-                 "video_tasks=2", "policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]",
-                 "policy.chunk_size=3", "policy.prefix_layers=1", "policy.expert_layers=1", "sft.steps=3",
-                 "sft.batch_size=4", "sft.warmup_steps=1", "rl.iterations=2", "rl.num_envs=2", "rl.chunks_per_iter=2",
-                 "rl.algo.critic_warmup=1", "rl.truncation=fail", "rl.max_episode_steps=6", "eval.episodes=2",
-                 "eval.num_envs=4", "eval.video_max=1", "eval.attempts=2", "eval.workers=1",
-                 "rl.runtime.num_env_runners=1", "eval.max_steps=30"]
+TINY_PIPELINE = [
+    "sim.suite=goal",
+    "tasks=[2,8]",
+    "episodes_per_task=1",
+    "sim.num_envs=2",
+    "sim.image_size=32",
+    "video_tasks=2",
+    "policy.d_model=32",
+    "policy.image_size=32",
+    "policy.vision_channels=[8,16]",
+    "policy.chunk_size=3",
+    "policy.prefix_layers=1",
+    "policy.expert_layers=1",
+    "sft.steps=3",
+    "sft.batch_size=4",
+    "sft.warmup_steps=1",
+    "rl.iterations=2",
+    "rl.num_envs=2",
+    "rl.chunks_per_iter=2",
+    "rl.algo.critic_warmup=1",
+    "rl.truncation=fail",
+    "rl.max_episode_steps=6",
+    "eval.episodes=2",
+    "eval.num_envs=4",
+    "eval.video_max=1",
+    "eval.attempts=2",
+    "eval.workers=1",
+    "rl.runtime.num_env_runners=1",
+    "eval.max_steps=30",
+]
 # Process start-ups were most of these runs' time: eval.workers=1 runs each evaluation in the pipeline's
 # process (workers=K, the same episodes from K worker processes, is embodied-eval's: test_eval_harness.py),
 # and the RL stage's Ray cluster runtime has one remote env runner holding both envs (several runners:
@@ -64,20 +87,27 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         p1, p2 = results[key]["pass_at_k"]
         assert 0.0 <= p1 <= p2 <= 1.0 and p1 == pytest.approx(cmp["paired"]["before" if key == "eval_sft" else "now"])
     report = (out / "report.md").read_text()
-    assert "| 2 put_the_cube_on_the_plate |" in report and "RL - SFT:" in report and "Paired over the 4 initial states (2 episodes" in report
+    assert (
+        "| 2 put_the_cube_on_the_plate |" in report
+        and "RL - SFT:" in report
+        and "Paired over the 4 initial states (2 episodes" in report
+    )
     assert "pass@1..K" in report
     assert (out / "plots" / "pipeline.png").stat().st_size > 1000
     assert (out / ".hydra" / "config.yaml").is_file() and (out / "data" / "meta" / "info.json").is_file()
     # in-process from here (the same config the command builds, without another start-up)
     from conftest import compose
+
     from embodied.runners.pipeline import PipelineError, run
 
     rerun = run(compose("pipeline", f"out={out}", *TINY_PIPELINE))
     assert "done in a previous run" in capsys.readouterr().out
     assert rerun["stages_done"] == results["stages_done"] and rerun["eval_rl"] == results["eval_rl"]
     # stages= only chooses what runs: fewer (or, later, more) stages go on in the same folder
-    assert run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "stages=[collect,sft,eval_sft]")
-               )["stages_done"] == results["stages_done"]
+    assert (
+        run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "stages=[collect,sft,eval_sft]"))["stages_done"]
+        == results["stages_done"]
+    )
     # rl.control=true adds the frozen-actor control to the finished run: the same RL stage with algo.lr=0
     control = run(compose("pipeline", f"out={out}", *TINY_PIPELINE, "rl.control=true"))
     assert control["stages_done"] == results["stages_done"] + ["rl_control", "eval_control"]
@@ -102,8 +132,9 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert forked["init_from"] == {"run": str(out), "stages": ["collect", "sft", "eval_sft"]}
     assert forked["stages_done"] == ["collect", "sft", "eval_sft", "rl", "eval_rl"]
     assert forked["sft"] == results["sft"] and forked["eval_sft"] == results["eval_sft"]
-    assert (fork / "sft" / "ckpt" / "model.safetensors").read_bytes() == \
-        (out / "sft" / "ckpt" / "model.safetensors").read_bytes()
+    assert (fork / "sft" / "ckpt" / "model.safetensors").read_bytes() == (
+        out / "sft" / "ckpt" / "model.safetensors"
+    ).read_bytes()
     assert (fork / "videos" / "collect.mp4").is_file() and (fork / "data" / "meta" / "info.json").is_file()
     assert forked["config"]["rl"]["algo"]["lr"] == 3e-5 and forked["eval_rl"]["comparison"]["paired"]["states"] == 4
     assert f"Stages collect, sft, eval_sft were copied from the run `{out}`" in (fork / "report.md").read_text()
@@ -117,8 +148,9 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
         raise RuntimeError("killed")
 
     cont = tmp_path / "cont"
-    carry = compose("pipeline", f"out={cont}", *local, f"init_from={out}", "continue_rl=true", "rl.iterations=3",
-                    "rl.algo.lr=1e-5")
+    carry = compose(
+        "pipeline", f"out={cont}", *local, f"init_from={out}", "continue_rl=true", "rl.iterations=3", "rl.algo.lr=1e-5"
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline_module, "stage_rl", crash)
         with pytest.raises(RuntimeError, match="killed"):
@@ -126,8 +158,11 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     assert json.loads((cont / "results.json").read_text())["init_from"]["rl_from_iteration"] == 2
     carried = run(carry)
     assert "RL carried on from its iteration 2" in capsys.readouterr().out
-    assert carried["init_from"] == {"run": str(out), "stages": ["collect", "sft", "eval_sft", "rl_control", "eval_control"],
-                                    "rl_from_iteration": 2}
+    assert carried["init_from"] == {
+        "run": str(out),
+        "stages": ["collect", "sft", "eval_sft", "rl_control", "eval_control"],
+        "rl_from_iteration": 2,
+    }
     assert set(carried["stages_done"]) == set(control["stages_done"]) and carried["config"]["rl"]["algo"]["lr"] == 1e-5
     assert carried["eval_control"] == control["eval_control"] and carried["rl_control"]["iterations"] == 2
     assert carried["rl"]["iterations"] == 3 and carried["rl_vs_control"]["paired"]["states"] == 4
@@ -141,8 +176,16 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     with pytest.raises(PipelineError, match="continue_rl=true carries another run's RL on: name that run"):
         run(compose("pipeline", f"out={tmp_path / 'other'}", *local, "continue_rl=true"))
     with pytest.raises(PipelineError, match="differs from this one in episodes_per_task, seed; only rl"):
-        run(compose("pipeline", f"out={tmp_path / 'other'}", *TINY_PIPELINE, f"init_from={out}", "seed=1",
-                    "episodes_per_task=2"))
+        run(
+            compose(
+                "pipeline",
+                f"out={tmp_path / 'other'}",
+                *TINY_PIPELINE,
+                f"init_from={out}",
+                "seed=1",
+                "episodes_per_task=2",
+            )
+        )
     with pytest.raises(PipelineError, match="no pipeline run there"):
         run(compose("pipeline", f"out={tmp_path / 'other'}", *TINY_PIPELINE, f"init_from={tmp_path / 'none'}"))
     # another configuration into the same folder refuses instead of mixing runs
@@ -151,7 +194,11 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
     # a folder from before a config field existed, at the top or nested (the policy group's, rl.algo's),
     # resumes, and starts another run, while the field keeps its default; at another value it differs
     stored = json.loads((out / "results.json").read_text())
-    del stored["config"]["action_noise"], stored["config"]["policy"]["sde_steps"], stored["config"]["rl"]["algo"]["sde_steps"]
+    del (
+        stored["config"]["action_noise"],
+        stored["config"]["policy"]["sde_steps"],
+        stored["config"]["rl"]["algo"]["sde_steps"],
+    )
     (out / "results.json").write_text(json.dumps(stored))
     assert run(compose("pipeline", f"out={out}", *TINY_PIPELINE))["stages_done"] == control["stages_done"]
     with pytest.raises(PipelineError, match="another configuration"):
@@ -183,6 +230,7 @@ def test_pipeline_end_to_end_at_tiny_size(tmp_path, capsys):
 def test_rl_seed_is_the_rl_stages_own(tmp_path, monkeypatch):
     """rl.seed seeds the RL stages (RL and its control) alone; unset, they take the run's seed."""
     from conftest import compose
+
     import embodied.runners.train as train_module
     from embodied.runners.pipeline import stage_rl
 
@@ -202,8 +250,9 @@ def test_rl_stage_composes_embodied_train_groups_and_old_keys_still_work(capsys)
     from dataclasses import asdict
 
     from conftest import compose
+
     from embodied.config import rewrite_moved_keys
-    from embodied.runners.pipeline import MOVED_RL_KEYS, PipelineConfig, run_identity, moved_rl_override, upgrade_config
+    from embodied.runners.pipeline import MOVED_RL_KEYS, PipelineConfig, moved_rl_override, run_identity, upgrade_config
     from embodied.runs import same_config
 
     cfg = compose("pipeline")
@@ -214,21 +263,48 @@ def test_rl_stage_composes_embodied_train_groups_and_old_keys_still_work(capsys)
     assert local.rl.runtime.name == "local" and local.rl.runtime.num_env_runners == 0
     argv = ["out=o", "rl.algo=flow_noise", "rl.lr=3e-6", "rl.env_runners=0", "++rl.overlap=true", "rl.iterations=5"]
     new = rewrite_moved_keys("embodied-pipeline", argv, MOVED_RL_KEYS, moved_rl_override)
-    assert new == ["out=o", "algo@rl.algo=flow_noise", "rl.algo.lr=3e-6", "runtime@rl.runtime=local",
-                   "rl.runtime.num_env_runners=0", "rl.runtime.overlap=true", "rl.iterations=5"]
+    assert new == [
+        "out=o",
+        "algo@rl.algo=flow_noise",
+        "rl.algo.lr=3e-6",
+        "runtime@rl.runtime=local",
+        "rl.runtime.num_env_runners=0",
+        "rl.runtime.overlap=true",
+        "rl.iterations=5",
+    ]
     err = capsys.readouterr().err
     assert err.count("is deprecated") == 4 and "rl.lr= is deprecated" in err and "use rl.algo.lr=3e-6" in err
     moved = compose("pipeline", *new[1:])
     assert (moved.rl.algo.name, moved.rl.algo.lr, moved.rl.runtime.name, moved.rl.runtime.overlap) == (
-        "flow_noise", 3e-6, "local", True)
-    old = {k: v for k, v in asdict(cfg).items() if k != "rl"} | {"rl": {
-        "algo": "flow_sde", "iterations": cfg.rl.iterations, "num_envs": cfg.rl.num_envs, "chunks_per_iter": 16, "max_episode_steps": 60,
-        "truncation": "fail", "lr": 1e-05, "critic_warmup": 4, "critic": "policy", "reward_type": "sparse",
-        "overlap": False, "env_runners": 2, "save_every": 10, "init_states": "random", "control": False}}
+        "flow_noise",
+        3e-6,
+        "local",
+        True,
+    )
+    old = {k: v for k, v in asdict(cfg).items() if k != "rl"} | {
+        "rl": {
+            "algo": "flow_sde",
+            "iterations": cfg.rl.iterations,
+            "num_envs": cfg.rl.num_envs,
+            "chunks_per_iter": 16,
+            "max_episode_steps": 60,
+            "truncation": "fail",
+            "lr": 1e-05,
+            "critic_warmup": 4,
+            "critic": "policy",
+            "reward_type": "sparse",
+            "overlap": False,
+            "env_runners": 2,
+            "save_every": 10,
+            "init_states": "random",
+            "control": False,
+        }
+    }
     # as a resume compares them (the runtime's learner threads, 1 then, change the wall time, not the run)
     assert same_config(run_identity(upgrade_config(old)), run_identity(asdict(cfg)), PipelineConfig)
-    assert not same_config(run_identity(upgrade_config(old | {"rl": old["rl"] | {"lr": 3e-6}})), run_identity(asdict(cfg)),
-                           PipelineConfig)
+    assert not same_config(
+        run_identity(upgrade_config(old | {"rl": old["rl"] | {"lr": 3e-6}})), run_identity(asdict(cfg)), PipelineConfig
+    )
     assert upgrade_config(asdict(cfg)) == asdict(cfg)
 
 
@@ -236,14 +312,26 @@ def test_protocol_training_is_also_scored_on_held_out_states(tmp_path):
     """rl.init_states=protocol: each policy is evaluated on the protocol's states and on states 50.., the
     RL one compared with the SFT one on both."""
     from conftest import compose
+
     from embodied.runners.pipeline import run
 
     out = tmp_path / "proto"
     # one attempt per state (pass@k is the end-to-end test's): one wave per evaluation instead of two
     tiny = [a for a in TINY_PIPELINE if not a.startswith("rl.runtime.")]  # runtime=local: no env runners
-    res = run(compose("pipeline", f"out={out}", *tiny, "tasks=[8]", "rl.init_states=protocol",
-                      "eval.heldout_episodes=3", "runtime@rl.runtime=local", "video_tasks=0", "eval.videos=none",
-                      "eval.attempts=1"))
+    res = run(
+        compose(
+            "pipeline",
+            f"out={out}",
+            *tiny,
+            "tasks=[8]",
+            "rl.init_states=protocol",
+            "eval.heldout_episodes=3",
+            "runtime@rl.runtime=local",
+            "video_tasks=0",
+            "eval.videos=none",
+            "eval.attempts=1",
+        )
+    )
     assert res["stages_done"] == ["collect", "sft", "eval_sft", "eval_sft_heldout", "rl", "eval_rl", "eval_rl_heldout"]
 
     def states(stage: str) -> set[int]:
@@ -262,8 +350,15 @@ def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):
     import pyarrow.parquet as pq
 
     out = tmp_path / "ds"
-    proc = _run("embodied-collect", "suite=dynamic", "episodes_per_task=2", f"out={out}", "tasks=[0,3]",
-                "image_size=32", "num_envs=4")
+    proc = _run(
+        "embodied-collect",
+        "suite=dynamic",
+        "episodes_per_task=2",
+        f"out={out}",
+        "tasks=[0,3]",
+        "image_size=32",
+        "num_envs=4",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert [t["task"] for t in summary["tasks"]] == [0, 3]
@@ -272,8 +367,16 @@ def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):
     assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 4
     data = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet")
     assert data.num_rows == info["total_frames"]
-    assert {"observation.state", "action", "next.reward", "next.done", "next.success", "episode_index",
-            "task_index", "timestamp"} <= set(data.column_names)
+    assert {
+        "observation.state",
+        "action",
+        "next.reward",
+        "next.done",
+        "next.success",
+        "episode_index",
+        "task_index",
+        "timestamp",
+    } <= set(data.column_names)
     episodes = pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet").to_pylist()
     assert [e["length"] for e in episodes] == np.bincount(data.column("episode_index").to_numpy()).tolist()
     # our per-episode fields sit beside LeRobot's columns (LeRobot appends rows of its columns only)

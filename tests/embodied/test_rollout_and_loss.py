@@ -15,9 +15,14 @@ from embodied.algorithms.rollout import collect_chunks
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1)
 
 
-@pytest.mark.parametrize("family,extra", [("flow", {"sampler": "sde", "expert_layers": 1}),
-                                          ("flow", {"sampler": "noise", "expert_layers": 1}),
-                                          ("autoregressive", {"decoder_layers": 1})])
+@pytest.mark.parametrize(
+    "family,extra",
+    [
+        ("flow", {"sampler": "sde", "expert_layers": 1}),
+        ("flow", {"sampler": "noise", "expert_layers": 1}),
+        ("autoregressive", {"decoder_layers": 1}),
+    ],
+)
 def test_rollout_then_the_chunk_ppo_loss(family, extra):
     torch.manual_seed(0)
     policy = policies.make(family, **TINY, **extra)
@@ -74,15 +79,28 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
     success[1, 0] = True
     reward = success.float()
     z = torch.zeros(t, n)
-    rollout = Rollout(rgb=torch.zeros(t, n, 1, 2, 2, 3, dtype=torch.uint8), state=torch.zeros(t, n, 15),
-                      task_id=torch.zeros(t, n, dtype=torch.long), extras={"noise": torch.randn(t, n, 2)},
-                      logprob=z, value=z, reward=reward, done=done, trunc=torch.zeros_like(done), success=success,
-                      final_value=z, last_value=torch.zeros(n), instructions=["x"], env_steps=0)
+    rollout = Rollout(
+        rgb=torch.zeros(t, n, 1, 2, 2, 3, dtype=torch.uint8),
+        state=torch.zeros(t, n, 15),
+        task_id=torch.zeros(t, n, dtype=torch.long),
+        extras={"noise": torch.randn(t, n, 2)},
+        logprob=z,
+        value=z,
+        reward=reward,
+        done=done,
+        trunc=torch.zeros_like(done),
+        success=success,
+        final_value=z,
+        last_value=torch.zeros(n),
+        instructions=["x"],
+        env_steps=0,
+    )
     batch, info = grpo_batch(rollout, group_size=2)
     assert info == {"groups": 2.0, "groups_kept": 1.0}
     assert batch["advantages"].shape == (4,) and batch["x.noise"].shape == (4, 2)
-    torch.testing.assert_close(batch["advantages"].sort().values,
-                               torch.tensor([-0.7071, -0.7071, 0.7071, 0.7071]), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        batch["advantages"].sort().values, torch.tensor([-0.7071, -0.7071, 0.7071, 0.7071]), atol=1e-3, rtol=0
+    )
     with pytest.raises(ValueError, match="groups of 3"):
         grpo_batch(rollout, group_size=3)
     with pytest.raises(ValueError, match="weighting must be one of"):
@@ -125,8 +143,9 @@ def test_per_dimension_ratio_is_the_geometric_mean():
     mb = {"old_logprob": torch.zeros(4), "advantages": torch.ones(4)}
     new = torch.full((4,), 0.35, requires_grad=True)
     _, whole = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb, LossConfig(use_critic=False))
-    _, per_dim = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb,
-                                LossConfig(use_critic=False, logprob_scale=1 / 35))
+    _, per_dim = chunk_ppo_loss(
+        new, torch.zeros(4), torch.zeros(4), mb, LossConfig(use_critic=False, logprob_scale=1 / 35)
+    )
     assert whole.clip_fraction == 1.0 and per_dim.clip_fraction == 0.0
     assert abs(per_dim.policy_loss + float(torch.exp(torch.tensor(0.01)))) < 1e-6
 
@@ -136,11 +155,15 @@ def test_negative_advantages_scaled():
     from embodied.algorithms.loss import chunk_ppo_loss
 
     mb = {"old_logprob": torch.zeros(4), "advantages": torch.tensor([1.0, -1.0, -2.0, 0.5])}
-    for scale, expected in ((1.0, -(1.0 - 1.0 - 2.0 + 0.5) / 4), (0.0, -(1.0 + 0.5) / 4),
-                            (0.5, -(1.0 - 0.5 - 1.0 + 0.5) / 4)):
+    for scale, expected in (
+        (1.0, -(1.0 - 1.0 - 2.0 + 0.5) / 4),
+        (0.0, -(1.0 + 0.5) / 4),
+        (0.5, -(1.0 - 0.5 - 1.0 + 0.5) / 4),
+    ):
         new = torch.zeros(4, requires_grad=True)
-        loss, st = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb,
-                                  LossConfig(use_critic=False, neg_adv_scale=scale))
+        loss, st = chunk_ppo_loss(
+            new, torch.zeros(4), torch.zeros(4), mb, LossConfig(use_critic=False, neg_adv_scale=scale)
+        )
         loss.backward()
         assert abs(st.policy_loss - expected) < 1e-6
         assert (new.grad[1:3] == 0).all() == (scale == 0.0)
@@ -166,8 +189,9 @@ def test_state_only_policy_rollout():
     torch.manual_seed(0)
     with sims.make("mujoco", suite="goal", num_envs=2, cameras=(), max_steps=4, state_obs="privileged") as env:
         s = env.observation_spec["state"].shape[0]
-        policy = policies.make("flow", **{**TINY, "cameras": [], "state_dim": s, "state_obs": "privileged"},
-                               sampler="sde", expert_layers=1)
+        policy = policies.make(
+            "flow", **{**TINY, "cameras": [], "state_dim": s, "state_obs": "privileged"}, sampler="sde", expert_layers=1
+        )
         assert policy.prefix.vision is None
         policy.check_env(env)
         rollout, _ = collect_chunks(env, policy, env.reset(seed=0), num_chunks=2, generator=torch.Generator())
@@ -214,8 +238,10 @@ def test_rollout_time_left_column_reaches_the_value_and_the_learner():
     with torch.no_grad():
         _, _, val = evaluate_minibatch(policy, batch, rollout.instructions)
         torch.testing.assert_close(val, rollout.value.flatten(), rtol=1e-5, atol=1e-6)
-        blind = policy.logprob({k: v for k, v in policy_obs(batch, rollout.instructions).items() if k != "time_left"},
-                               rollout.flat_extras(torch.arange(9)))[2]
+        blind = policy.logprob(
+            {k: v for k, v in policy_obs(batch, rollout.instructions).items() if k != "time_left"},
+            rollout.flat_extras(torch.arange(9)),
+        )[2]
     assert not torch.allclose(blind, val)  # the column matters: without it the value reads time_left=1
 
 
@@ -224,9 +250,12 @@ def test_token_vla_value_is_detached_and_reads_time_left():
     torch.manual_seed(0)
     policy = policies.make("autoregressive", decoder_layers=1, **TINY)
     g = torch.Generator().manual_seed(0)
-    obs = {"rgb": torch.randint(0, 256, (4, 2, 32, 32, 3), dtype=torch.uint8, generator=g),
-           "state": torch.randn(4, 15, generator=g), "instruction": ["a", "b", "c", "d"],
-           "time_left": torch.tensor([1.0, 0.6, 0.3, 0.0])}
+    obs = {
+        "rgb": torch.randint(0, 256, (4, 2, 32, 32, 3), dtype=torch.uint8, generator=g),
+        "state": torch.randn(4, 15, generator=g),
+        "instruction": ["a", "b", "c", "d"],
+        "time_left": torch.tensor([1.0, 0.6, 0.3, 0.0]),
+    }
     sample = policy.sample(obs, generator=g)
     _, _, value = policy.logprob(obs, sample.extras)
     torch.testing.assert_close(value, sample.value)
@@ -241,8 +270,9 @@ def test_token_vla_value_is_detached_and_reads_time_left():
     assert not torch.allclose(early, late)
 
 
-@pytest.mark.parametrize("family,extra", [("flow", {"sampler": "sde", "expert_layers": 1}),
-                                          ("autoregressive", {"decoder_layers": 1})])
+@pytest.mark.parametrize(
+    "family,extra", [("flow", {"sampler": "sde", "expert_layers": 1}), ("autoregressive", {"decoder_layers": 1})]
+)
 def test_learner_encodes_each_row_once_with_a_frozen_encoder(family, extra):
     """With the encoder frozen (RL's freeze_prefix) the module keeps each row's prefix tokens from the
     first minibatch that holds it: later minibatches (other rows mixed, instructions of other lengths, so
@@ -259,8 +289,12 @@ def test_learner_encodes_each_row_once_with_a_frozen_encoder(family, extra):
         instructions = rollout.instructions
     assert len({len(instructions[i]) for i in (0, 1, 8)}) == 3
     batch = ppo_batch(rollout)
-    module = PolicyRLModule(observation_space=None, action_space=None, inference_only=False,
-                            model_config=module_config(policy, instructions))
+    module = PolicyRLModule(
+        observation_space=None,
+        action_space=None,
+        inference_only=False,
+        model_config=module_config(policy, instructions),
+    )
     module.policy.load_state_dict(policy.state_dict())
     split_parameters(module, freeze_prefix=True)
     assert module.policy.frozen_prefix
@@ -284,8 +318,11 @@ def test_learner_encodes_each_row_once_with_a_frozen_encoder(family, extra):
     for key in ("logprob", "entropy", "value"):
         torch.testing.assert_close(kept[key], fresh[key], rtol=1e-5, atol=1e-5)
     kept["logprob"].sum().backward()  # the actor still gets its gradient through the kept tokens
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in module.named_parameters()
-               if not n.startswith("policy.prefix."))
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for n, p in module.named_parameters()
+        if not n.startswith("policy.prefix.")
+    )
     # an encoder that trains is never kept: its tokens change with every step
     for p in module.policy.prefix.parameters():
         p.requires_grad_(True)

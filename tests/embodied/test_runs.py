@@ -28,8 +28,7 @@ def test_read_complete_rows_drops_torn_and_stale_rows(tmp_path):
     path = tmp_path / "metrics.csv"
     # rows 1..3, a row with a field missing, row 4 past the checkpoint, then row 5 cut inside its last
     # field by a crash (no line terminator, yet it parses with every field)
-    path.write_text("iteration,loss,lr\n1,0.5,1e-4\n2,0.4,1e-4\n2.5,0.3\nx,0.1,1e-4\n3,0.3,1e-4\n"
-                    "4,0.2,1e-4\n5,0.1,1e-")
+    path.write_text("iteration,loss,lr\n1,0.5,1e-4\n2,0.4,1e-4\n2.5,0.3\nx,0.1,1e-4\n3,0.3,1e-4\n4,0.2,1e-4\n5,0.1,1e-")
     header, rows = read_complete_rows(path, "iteration", upto=3)
     assert header == ["iteration", "loss", "lr"]
     assert [r["iteration"] for r in rows] == ["1", "2", "3"]

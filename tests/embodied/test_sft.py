@@ -14,8 +14,15 @@ import pytest
 import policies
 
 BIN = Path(sys.executable).parent
-TINY = ["policy.d_model=32", "policy.image_size=32", "policy.vision_channels=[8,16]", "policy.chunk_size=3",
-        "policy.prefix_layers=1", "batch_size=8", "log_every=2"]
+TINY = [
+    "policy.d_model=32",
+    "policy.image_size=32",
+    "policy.vision_channels=[8,16]",
+    "policy.chunk_size=3",
+    "policy.prefix_layers=1",
+    "batch_size=8",
+    "log_every=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +67,19 @@ def test_sft_trains_checkpoints_and_resumes(demos, tmp_path):
 
 def test_sft_autoregressive_with_evaluation(demos, tmp_path):
     out = tmp_path / "ar"
-    proc = _sft(f"data={demos}", f"out={out}", "policy=autoregressive", "steps=2", "eval.suite=goal",
-                "augment_shift=2", "policy.vision_keypoints=2",
-                "eval.tasks=[1,2]", "eval.episodes_per_task=1", "eval.num_envs=2", *TINY)
+    proc = _sft(
+        f"data={demos}",
+        f"out={out}",
+        "policy=autoregressive",
+        "steps=2",
+        "eval.suite=goal",
+        "augment_shift=2",
+        "policy.vision_keypoints=2",
+        "eval.tasks=[1,2]",
+        "eval.episodes_per_task=1",
+        "eval.num_envs=2",
+        *TINY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "eval.json").read_text())
     assert [t["task"] for t in result["tasks"]] == [1, 2] and 0.0 <= result["success_rate"] <= 1.0
@@ -73,8 +90,18 @@ def test_sft_autoregressive_with_evaluation(demos, tmp_path):
 
 def test_sft_state_only_policy_sized_from_the_data(demos, tmp_path):
     out = tmp_path / "state"
-    proc = _sft(f"data={demos}", f"out={out}", "policy.cameras=[]", "policy.state_obs=privileged", "steps=2",
-                "eval.suite=goal", "eval.tasks=[2]", "eval.episodes_per_task=1", "eval.num_envs=1", *TINY)
+    proc = _sft(
+        f"data={demos}",
+        f"out={out}",
+        "policy.cameras=[]",
+        "policy.state_obs=privileged",
+        "steps=2",
+        "eval.suite=goal",
+        "eval.tasks=[2]",
+        "eval.episodes_per_task=1",
+        "eval.num_envs=1",
+        *TINY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     policy = policies.load(out / "ckpt")
     import sims
@@ -89,6 +116,7 @@ def test_sft_state_only_policy_sized_from_the_data(demos, tmp_path):
 
 def test_sft_errors_are_clear(tmp_path):
     from conftest import compose
+
     from embodied.runners.sft import train
 
     proc = _sft(f"data={tmp_path / 'missing'}", f"out={tmp_path / 'x'}", *TINY)

@@ -27,8 +27,9 @@ RUN = ["suite=goal", "tasks=[2,3]", "num_envs=2", "image_size=32", "chunks_per_i
 
 def _train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([str(BIN / "embodied-train"), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    return subprocess.run(
+        [str(BIN / "embodied-train"), *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def _rows(out: Path) -> list[dict[str, str]]:
@@ -45,8 +46,19 @@ def test_flow_sde_ppo_runs_checkpoints_and_resumes(tmp_path, algo, sampler):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == [1, 2] and int(rows[-1]["env_steps"]) == 2 * 2 * 3 * 3
-    for key in ("entropy", "clip_fraction", "approx_kl", "value_loss", "explained_variance", "env_steps_per_s",
-                "sim_s", "inference_s", "learn_s", "actor_updated", "advantage_std"):
+    for key in (
+        "entropy",
+        "clip_fraction",
+        "approx_kl",
+        "value_loss",
+        "explained_variance",
+        "env_steps_per_s",
+        "sim_s",
+        "inference_s",
+        "learn_s",
+        "actor_updated",
+        "advantage_std",
+    ):
         assert rows[-1][key] != ""
     assert (out / "ray").is_dir() and not (out / ".checkpoint.tmp").exists()
     bundle = policies.load(out / "checkpoint" / "policy")
@@ -80,8 +92,16 @@ def test_greedy_probe_scores_the_policy_as_evaluation_does_while_it_trains(tmp_p
 
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
-    proc = _train(f"init={init}", f"out={out}", "iterations=3", "greedy_every=2", "greedy_states=2",
-                  "init_pool=protocol", "algo.lr=0", *RUN)
+    proc = _train(
+        f"init={init}",
+        f"out={out}",
+        "iterations=3",
+        "greedy_every=2",
+        "greedy_states=2",
+        "init_pool=protocol",
+        "algo.lr=0",
+        *RUN,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
     assert [r["greedy_episodes"] for r in rows] == ["", "4", "4"]  # iteration 2, then the last
@@ -92,8 +112,9 @@ def test_greedy_probe_scores_the_policy_as_evaluation_does_while_it_trains(tmp_p
         assert sorted((r["task"], r["init_id"]) for r in recs) == [(2, 0), (2, 1), (3, 0), (3, 1)]
     played = [sorted((r["task"], r["init_id"], r["success"], r["length"]) for r in probes[it]) for it in (2, 3)]
     assert played[0] == played[1]
-    proc = _train(f"init={init}", f"out={tmp_path / 'bad'}", "greedy_states=51", "greedy_every=1",
-                  "init_pool=protocol", *RUN)
+    proc = _train(
+        f"init={init}", f"out={tmp_path / 'bad'}", "greedy_states=51", "greedy_every=1", "init_pool=protocol", *RUN
+    )
     assert proc.returncode != 0 and "protocol pool has 50 states per task" in proc.stderr
 
 
@@ -101,10 +122,22 @@ def test_resume_after_sigkill(tmp_path):
     """SIGKILL mid-run: the last complete checkpoint survives and resume=true finishes the run."""
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
-    args = [str(BIN / "embodied-train"), f"init={init}", "algo=flow_noise", f"out={out}", "iterations=400",
-            "save_every=1", *RUN]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    args = [
+        str(BIN / "embodied-train"),
+        f"init={init}",
+        "algo=flow_noise",
+        f"out={out}",
+        "iterations=400",
+        "save_every=1",
+        *RUN,
+    ]
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 300
         while time.time() < deadline:
@@ -176,9 +209,18 @@ def test_cluster_runtime_with_two_remote_env_runners_and_a_remote_learner(tmp_pa
     kept on the remote learner, its weights reach the remote runners and come back in the checkpoint."""
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
-    proc = _train(f"init={init}", f"out={out}", "runtime=cluster", f"runtime.address={two_node_cluster.address}",
-                  "runtime.num_env_runners=2", "runtime.num_learners=1", "iterations=2", "algo.critic=privileged",
-                  "algo.critic_hidden=[32,32]", *RUN)
+    proc = _train(
+        f"init={init}",
+        f"out={out}",
+        "runtime=cluster",
+        f"runtime.address={two_node_cluster.address}",
+        "runtime.num_env_runners=2",
+        "runtime.num_learners=1",
+        "iterations=2",
+        "algo.critic=privileged",
+        "algo.critic_hidden=[32,32]",
+        *RUN,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     placement = json.loads((out / "train.json").read_text())["placement"]
     actors = placement["env_runners"] + placement["learners"]
@@ -211,7 +253,9 @@ def test_configuration_errors(tmp_path):
     # the command line prints the reason as its last line
     proc = _train(f"out={tmp_path / 'cli'}", *RUN, f"init={joint}")
     last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
-    assert proc.returncode != 0 and last.startswith("embodied-train: ") and "8-D actions but the env expects 7-D" in last
+    assert (
+        proc.returncode != 0 and last.startswith("embodied-train: ") and "8-D actions but the env expects 7-D" in last
+    )
     cases = [
         ((f"init={ar}", "algo=flow_sde"), "trains a flow policy, but the policy is autoregressive"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=3"), "multiple of algo.group_size"),
@@ -238,10 +282,14 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.grpo_keep=all"), "choose success or return"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "init_states=0"), "init_states must be >= 1"),
         ((f"init={ar}", "algo=flow_grpo", "algo.group_size=2"), "trains a flow policy, but the policy is autoreg"),
-        ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.critic_warmup=2"),
-         "algo=flow_grpo has no critic to warm up"),
-        ((f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.temperature=0.5"),
-         "token VLA's sampling temperature"),
+        (
+            (f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.critic_warmup=2"),
+            "algo=flow_grpo has no critic to warm up",
+        ),
+        (
+            (f"init={joint}", "algo=flow_grpo", "algo.group_size=2", "algo.temperature=0.5"),
+            "token VLA's sampling temperature",
+        ),
         ((f"init={joint}", "algo=flow_fpo", "algo.group_size=2", "algo.ent_coef=0.01"), "no closed-form entropy"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.neg_adv_scale=2"), "must lie in \\[0, 1\\]"),
         ((f"init={flow}", "algo=flow_noise", "algo.sde_steps=2"), "picks Flow-SDE's stochastic step"),
@@ -249,10 +297,20 @@ def test_configuration_errors(tmp_path):
         ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=99"), "is more than the policy's"),
     ]
     if not torch.cuda.is_available():
-        cases += [((f"init={ar}", "algo=ppo", "device=cuda"), "torch sees no CUDA device"),
-                  # after Ray's start: the GPUs asked for are not in the cluster (Ray would wait forever)
-                  ((f"init={ar}", "algo=ppo", "runtime=cluster", "runtime.num_env_runners=1",
-                    "runtime.num_gpus_per_env_runner=1"), "asks for 1 GPUs .* but the Ray cluster has 0")]
+        cases += [
+            ((f"init={ar}", "algo=ppo", "device=cuda"), "torch sees no CUDA device"),
+            # after Ray's start: the GPUs asked for are not in the cluster (Ray would wait forever)
+            (
+                (
+                    f"init={ar}",
+                    "algo=ppo",
+                    "runtime=cluster",
+                    "runtime.num_env_runners=1",
+                    "runtime.num_gpus_per_env_runner=1",
+                ),
+                "asks for 1 GPUs .* but the Ray cluster has 0",
+            ),
+        ]
     for i, (args, message) in enumerate(cases):  # in-process: the same checks, without a start-up each
         with pytest.raises((TrainError, CheckpointError, SpecMismatchError), match=message):
             train(compose("train", f"out={tmp_path / str(i)}", *RUN, *args))
@@ -274,8 +332,8 @@ def test_fresh_state_only_policy_is_told_to_set_policy_state_dim(tmp_path):
 
 
 def test_group_initial_states_new_or_from_a_fixed_pool():
-    from sims.protocol import TRAIN_INIT_OFFSET
     from embodied.rllib.env_runner import group_initial_states
+    from sims.protocol import TRAIN_INIT_OFFSET
 
     def draw(pool, runners=1):  # 3 iterations of 4 groups split over the runners, tasks 1 and 8
         out = []
@@ -300,13 +358,36 @@ def test_group_initial_states_new_or_from_a_fixed_pool():
 def test_token_grpo_runs_on_groups(tmp_path):
     ar = policies.save(policies.make("autoregressive", decoder_layers=1, **TINY), tmp_path / "ar")
     out = tmp_path / "grpo"
-    proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=1", "suite=goal", "tasks=[1]", "num_envs=4",
-                  "algo.group_size=2", "image_size=32", "chunks_per_iter=2", "algo.minibatch_size=4")
+    proc = _train(
+        f"init={ar}",
+        "algo=grpo",
+        f"out={out}",
+        "iterations=1",
+        "suite=goal",
+        "tasks=[1]",
+        "num_envs=4",
+        "algo.group_size=2",
+        "image_size=32",
+        "chunks_per_iter=2",
+        "algo.minibatch_size=4",
+    )
     assert proc.returncode != 0 and "must cover the step limit" in proc.stderr
     # a 30-step training limit: 10 chunks of 3 cover it
-    proc = _train(f"init={ar}", "algo=grpo", f"out={out}", "iterations=2", "suite=goal", "tasks=[1]", "num_envs=4",
-                  "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
-                  "algo.minibatch_size=16", "algo.temperature=0.7")
+    proc = _train(
+        f"init={ar}",
+        "algo=grpo",
+        f"out={out}",
+        "iterations=2",
+        "suite=goal",
+        "tasks=[1]",
+        "num_envs=4",
+        "algo.group_size=2",
+        "image_size=32",
+        "chunks_per_iter=10",
+        "max_episode_steps=30",
+        "algo.minibatch_size=16",
+        "algo.temperature=0.7",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert policies.load(out / "checkpoint" / "policy").config.temperature == 0.7  # rollouts sampled at 0.7
     rows = _rows(out)
@@ -314,18 +395,37 @@ def test_token_grpo_runs_on_groups(tmp_path):
     assert all(r["groups_kept"] != "" for r in rows)
 
 
-@pytest.mark.parametrize("algo,sampler,task,extra", [
-    ("flow_grpo", "sde", 1, ()), ("flow_fpo", "fpo", 1, ()), ("flow_dsrl_grpo", "steer", 1, ()),
-    ("flow_grpo", "sde", 2, ("reward_type=shaped", "algo.grpo_keep=return", "algo.grpo_std_norm=false"))])  # 2: put the cube on the plate
+@pytest.mark.parametrize(
+    "algo,sampler,task,extra",
+    [
+        ("flow_grpo", "sde", 1, ()),
+        ("flow_fpo", "fpo", 1, ()),
+        ("flow_dsrl_grpo", "steer", 1, ()),
+        ("flow_grpo", "sde", 2, ("reward_type=shaped", "algo.grpo_keep=return", "algo.grpo_std_norm=false")),
+    ],
+)  # 2: put the cube on the plate
 def test_flow_grpo_runs_on_groups(tmp_path, algo, sampler, task, extra):
     """GRPO on a flow VLA: Flow-SDE (or FPO: ODE; or DSRL: ODE from steered noise) rollouts in groups of
     shared initial states, no critic. With shaped rewards and ``grpo_keep=return`` the untrained
     policy's all-failure groups, whose rollouts got to different places, are kept and trained on."""
     flow = policies.save(policies.make("flow", expert_layers=1, sampler="ode", **TINY), tmp_path / "flow")
     out = tmp_path / "fgrpo"
-    proc = _train(f"init={flow}", f"algo={algo}", f"out={out}", "iterations=2", "suite=goal", f"tasks=[{task}]",
-                  "num_envs=4", "algo.group_size=2", "image_size=32", "chunks_per_iter=10", "max_episode_steps=30",
-                  "algo.minibatch_size=null", "algo.epochs=2", *extra)
+    proc = _train(
+        f"init={flow}",
+        f"algo={algo}",
+        f"out={out}",
+        "iterations=2",
+        "suite=goal",
+        f"tasks=[{task}]",
+        "num_envs=4",
+        "algo.group_size=2",
+        "image_size=32",
+        "chunks_per_iter=10",
+        "max_episode_steps=30",
+        "algo.minibatch_size=null",
+        "algo.epochs=2",
+        *extra,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert policies.load(out / "checkpoint" / "policy").config.sampler == sampler  # the rollouts' sampler
     rows = _rows(out)
@@ -364,17 +464,33 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
 
     torch.manual_seed(0)
     instructions = [t.instruction for t in sims.suites.tasks("goal")]
-    env_config = make_env_config(suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=3,
-                                 reward_type="dense")
+    env_config = make_env_config(
+        suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=3, reward_type="dense"
+    )
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
         width = int(env.observation_spec["state"].shape[0])
     cases = [
-        (policies.make("autoregressive", decoder_layers=1, **TINY),
-         dict(critic_warmup=1, minibatch_size=None, num_epochs=1, overlap=False), 1.0),
-        (policies.make("flow", **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
-                       sampler="sde", expert_layers=1),
-         dict(critic_warmup=1, minibatch_size=4, num_epochs=2, target_kl=None,
-              loss=dataclasses.replace(LossConfig(), ent_coef=0.01, kl_coef=0.1)), 4.0),
+        (
+            policies.make("autoregressive", decoder_layers=1, **TINY),
+            dict(critic_warmup=1, minibatch_size=None, num_epochs=1, overlap=False),
+            1.0,
+        ),
+        (
+            policies.make(
+                "flow",
+                **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
+                sampler="sde",
+                expert_layers=1,
+            ),
+            dict(
+                critic_warmup=1,
+                minibatch_size=4,
+                num_epochs=2,
+                target_kl=None,
+                loss=dataclasses.replace(LossConfig(), ent_coef=0.01, kl_coef=0.1),
+            ),
+            4.0,
+        ),
     ]
     started = start_ray(RuntimeConfig(), tmp_path)
     algo = None
@@ -399,8 +515,15 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
             row = algo.run_iteration(1)
             assert row["actor_updated"] == 1.0 and row["minibatches"] == minibatches
             assert row["epochs_run"] == rl["num_epochs"] and row["kl_stop"] == 0.0
-            for key in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "approx_kl_first",
-                        "explained_variance"):
+            for key in (
+                "policy_loss",
+                "value_loss",
+                "entropy",
+                "clip_fraction",
+                "approx_kl",
+                "approx_kl_first",
+                "explained_variance",
+            ):
                 assert math.isfinite(row[key]), (key, row[key])
             # the first two minibatches' actor gradients compared where an epoch has two (disjoint rows)
             if rl["minibatch_size"] is None:
@@ -434,19 +557,27 @@ def test_kl_rollback_ends_the_iteration_on_weights_measured_within_the_target(tm
     from embodied.runners.train import RuntimeConfig
 
     instructions = [t.instruction for t in sims.suites.tasks("goal")]
-    env_config = make_env_config(suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=4,
-                                 reward_type="dense")
+    env_config = make_env_config(
+        suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=4, reward_type="dense"
+    )
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
         width = int(env.observation_spec["state"].shape[0])
     started = start_ray(RuntimeConfig(), tmp_path)
     try:
         for rollback in (True, False):
             torch.manual_seed(0)
-            policy = policies.make("flow", **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
-                                   sampler="sde", expert_layers=1)
-            algo = build_algorithm(policy, instructions=instructions, env_config=env_config,
-                                   rl=dict(lr=3e-2, critic_warmup=0, minibatch_size=4, num_epochs=2, target_kl=1e-6,
-                                           kl_rollback=rollback))
+            policy = policies.make(
+                "flow",
+                **{**TINY, "cameras": [], "state_dim": width, "state_obs": "privileged"},
+                sampler="sde",
+                expert_layers=1,
+            )
+            algo = build_algorithm(
+                policy,
+                instructions=instructions,
+                env_config=env_config,
+                rl=dict(lr=3e-2, critic_warmup=0, minibatch_size=4, num_epochs=2, target_kl=1e-6, kl_rollback=rollback),
+            )
             try:
                 before = {k: v.clone() for k, v in algo.policy_state().items()}
                 row = algo.run_iteration(0)

@@ -11,8 +11,10 @@ from embodied.video import VideoWriter, annotate_frame, count_frames, video_code
 def test_videos_for_people_are_h264_with_every_frame(tmp_path):
     assert watch_codec() == "h264"  # imageio-ffmpeg's ffmpeg has libx264
     rng = np.random.default_rng(0)
-    frames = [annotate_frame([rng.integers(0, 256, (33, 33, 3), dtype=np.uint8)] * 2, ["put the bowl", f"step {k}"])
-              for k in range(12)]
+    frames = [
+        annotate_frame([rng.integers(0, 256, (33, 33, 3), dtype=np.uint8)] * 2, ["put the bowl", f"step {k}"])
+        for k in range(12)
+    ]
     with VideoWriter(tmp_path / "episode.mp4", fps=20.0) as writer:
         for frame in frames:
             writer.write(frame)

@@ -14,8 +14,11 @@ import shutil
 import numpy as np
 import pytest
 
-pytest.importorskip("lerobot", reason="LeRobot is not installed here: these tests run in .venv-lerobot "
-                                      "(bash scripts/setup.sh makes it; bash scripts/test.sh runs them there)")
+pytest.importorskip(
+    "lerobot",
+    reason="LeRobot is not installed here: these tests run in .venv-lerobot "
+    "(bash scripts/setup.sh makes it; bash scripts/test.sh runs them there)",
+)
 
 from lerobot.configs.video import encoder_config_from_video_info  # noqa: E402
 from lerobot.datasets.dataset_tools import delete_episodes, split_dataset  # noqa: E402
@@ -23,7 +26,13 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
 
 from embodied.data.collect import collect_suite  # noqa: E402
 from embodied.data.lerobot_format import (  # noqa: E402
-    QUANTILE_KEYS, Dataset, DatasetWriter, integer_fps, lerobot_rgb_encoder, video_key)
+    QUANTILE_KEYS,
+    Dataset,
+    DatasetWriter,
+    integer_fps,
+    lerobot_rgb_encoder,
+    video_key,
+)
 from embodied.video import video_codec  # noqa: E402
 
 MAX_PIXEL_ERROR = 0  # lossless storage: what SFT decodes is what the simulator rendered
@@ -35,8 +44,15 @@ def collected(tmp_path_factory):
     frames as rendered, ``[T, V, H, W, 3]``, in the dataset's episode order."""
     base = tmp_path_factory.mktemp("lerobot_tools")
     rendered = {}
-    result = collect_suite("goal", base / "ds", episodes_per_task=1, task_ids=[2, 3], num_envs=2, image_size=32,
-                           on_episode=lambda ep: rendered.__setitem__((ep["task"], ep["init_id"]), ep["rgb"]))
+    result = collect_suite(
+        "goal",
+        base / "ds",
+        episodes_per_task=1,
+        task_ids=[2, 3],
+        num_envs=2,
+        image_size=32,
+        on_episode=lambda ep: rendered.__setitem__((ep["task"], ep["init_id"]), ep["rgb"]),
+    )
     ours = Dataset(result.root)
     renders = [rendered[(m["suite_task_index"], m["init_id"])] for m in ours.episodes]
     return base, result.root, renders
@@ -94,8 +110,9 @@ def test_lerobot_opens_our_dataset_with_integer_fps_and_a_codec_its_tools_accept
     # LeRobot takes integer rates only
     assert integer_fps(20.0) == 20
     with pytest.raises(ValueError, match="integer"):
-        DatasetWriter(base / "bad", fps=20.5, cameras=(), image_size=32, state_names=["s"], action_names=["a"],
-                      privileged_dim=0)
+        DatasetWriter(
+            base / "bad", fps=20.5, cameras=(), image_size=32, state_names=["s"], action_names=["a"], privileged_dim=0
+        )
 
 
 def test_delete_episodes_and_split_dataset_keep_the_frames(collected, record_property):
@@ -126,14 +143,19 @@ def test_resume_and_append_an_episode_then_reload(collected, record_property):
     shutil.copytree(root, app)
     ours = Dataset(root)
     ep = ours.episode(1)
-    writer = LeRobotDataset.resume("local/appended", root=app, rgb_encoder=lerobot_rgb_encoder(app),
-                                   video_backend="pyav")
+    writer = LeRobotDataset.resume(
+        "local/appended", root=app, rgb_encoder=lerobot_rgb_encoder(app), video_backend="pyav"
+    )
     for t in range(len(ep["action"])):
-        frame = {"observation.state": ep["observation.state"][t],
-                 "observation.privileged": ep["observation.privileged"][t], "action": ep["action"][t],
-                 "next.reward": np.array([ep["next.reward"][t]], np.float32),
-                 "next.done": np.array([ep["next.done"][t]]), "next.success": np.array([ep["next.success"][t]]),
-                 "task": ep["instruction"]}
+        frame = {
+            "observation.state": ep["observation.state"][t],
+            "observation.privileged": ep["observation.privileged"][t],
+            "action": ep["action"][t],
+            "next.reward": np.array([ep["next.reward"][t]], np.float32),
+            "next.done": np.array([ep["next.done"][t]]),
+            "next.success": np.array([ep["next.success"][t]]),
+            "task": ep["instruction"],
+        }
         for v, cam in enumerate(ours.cameras):
             frame[video_key(cam)] = ep["rgb"][t, v]
         writer.add_frame(frame)

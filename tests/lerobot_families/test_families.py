@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("lerobot", reason="LeRobot is not installed here: these tests run in .venv-lerobot "
-                                      "(bash scripts/setup.sh makes it; bash scripts/test.sh runs them there)")
+pytest.importorskip(
+    "lerobot",
+    reason="LeRobot is not installed here: these tests run in .venv-lerobot "
+    "(bash scripts/setup.sh makes it; bash scripts/test.sh runs them there)",
+)
 
 import policies  # noqa: E402
 from embodied.algorithms.params import split_parameters  # noqa: E402
@@ -20,9 +23,11 @@ N = 3
 
 def obs(n: int = N, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    return {"rgb": torch.as_tensor(rng.integers(0, 256, (n, 2, 48, 48, 3), dtype=np.uint8)),
-            "state": torch.as_tensor(rng.normal(size=(n, 15)), dtype=torch.float32),
-            "instruction": ["pick up the red cube", "put the bowl on the plate", "open the top drawer"][:n]}
+    return {
+        "rgb": torch.as_tensor(rng.integers(0, 256, (n, 2, 48, 48, 3), dtype=np.uint8)),
+        "state": torch.as_tensor(rng.normal(size=(n, 15)), dtype=torch.float32),
+        "instruction": ["pick up the red cube", "put the bowl on the plate", "open the top drawer"][:n],
+    }
 
 
 #: each family's VLM parameters (frozen by train_expert_only) and action-expert parameters
@@ -32,7 +37,9 @@ EXPERT = {"pi0": ".gemma_expert.", "pi05": ".gemma_expert.", "smolvla": ".lm_exp
 
 @pytest.fixture(scope="module", params=["pi0", "pi05", "smolvla"])
 def family_kwargs(request, tiny_pi0_kwargs, tiny_pi05_kwargs, tiny_smolvla_kwargs):
-    return request.param, {"pi0": tiny_pi0_kwargs, "pi05": tiny_pi05_kwargs, "smolvla": tiny_smolvla_kwargs}[request.param]
+    return request.param, {"pi0": tiny_pi0_kwargs, "pi05": tiny_pi05_kwargs, "smolvla": tiny_smolvla_kwargs}[
+        request.param
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +121,16 @@ def test_sft_lowers_the_flow_matching_loss(family_kwargs):
     assert loss() < 0.5 * before
 
 
-STATS = {"state_mean": [0.1] * 15, "state_std": [2.0] * 15, "action_mean": [0.05] * 7, "action_std": [0.5] * 7,
-         "state_q01": [-2.0] * 15, "state_q99": [2.5] * 15, "action_q01": [-0.8] * 7, "action_q99": [0.6] * 7}
+STATS = {
+    "state_mean": [0.1] * 15,
+    "state_std": [2.0] * 15,
+    "action_mean": [0.05] * 7,
+    "action_std": [0.5] * 7,
+    "state_q01": [-2.0] * 15,
+    "state_q99": [2.5] * 15,
+    "action_q01": [-0.8] * 7,
+    "action_q99": [0.6] * 7,
+}
 
 
 def test_pi05_prompts_are_lerobots(tiny_pi05_kwargs):
@@ -128,7 +143,9 @@ def test_pi05_prompts_are_lerobots(tiny_pi05_kwargs):
     state = torch.linspace(-1.2, 1.2, 2 * 15).reshape(2, 15)
     texts = ["pick_up the cube\n", " open the drawer"]
     step = Pi05PrepareStateTokenizerProcessorStep()
-    out = step({TransitionKey.OBSERVATION: {"observation.state": state}, TransitionKey.COMPLEMENTARY_DATA: {"task": texts}})
+    out = step(
+        {TransitionKey.OBSERVATION: {"observation.state": state}, TransitionKey.COMPLEMENTARY_DATA: {"task": texts}}
+    )
     assert adapter("pi05").prompts(texts, state) == out[TransitionKey.COMPLEMENTARY_DATA]["task"]
 
 
@@ -139,16 +156,19 @@ def test_bundle_round_trip(pi0, tmp_path, family_kwargs):
         loaded = policies.load(tmp_path / "ckpt")
         assert loaded.family == pi0.family and loaded.config == pi0.config
         noise = torch.randn(N, 4, pi0.max_action_dim, generator=torch.Generator().manual_seed(5))
-        torch.testing.assert_close(loaded.sample(obs(), mode="greedy", noise=noise).actions,
-                                   pi0.sample(obs(), mode="greedy", noise=noise).actions)
+        torch.testing.assert_close(
+            loaded.sample(obs(), mode="greedy", noise=noise).actions,
+            pi0.sample(obs(), mode="greedy", noise=noise).actions,
+        )
     finally:
         pi0.processor.set_stats(None)
 
 
 def test_export_loads_in_lerobot_and_back(pi0, tmp_path, family_kwargs):
     family, kwargs = family_kwargs
-    pi0.processor.set_stats({"state_mean": [0.0] * 15, "state_std": [1.0] * 15,
-                             "action_mean": [0.1] * 7, "action_std": [0.5] * 7})
+    pi0.processor.set_stats(
+        {"state_mean": [0.0] * 15, "state_std": [1.0] * 15, "action_mean": [0.1] * 7, "action_std": [0.5] * 7}
+    )
     try:
         folder = policies.lerobot.export_lerobot(pi0, tmp_path / "lerobot")
         o = obs()
@@ -158,14 +178,16 @@ def test_export_loads_in_lerobot_and_back(pi0, tmp_path, family_kwargs):
         out = theirs.predict_action_chunk(pi0.lerobot_batch(o), noise=noise)
         ours = pi0.sample(o, mode="greedy", noise=noise).actions
         torch.testing.assert_close(pi0.processor.unnormalize_actions(out), ours, atol=1e-5, rtol=0)
-        back = policies.lerobot.load_lerobot(folder, tokenizer=kwargs.get("tokenizer", ""),
-                                             model_sizes_override=kwargs.get("model_sizes"))
+        back = policies.lerobot.load_lerobot(
+            folder, tokenizer=kwargs.get("tokenizer", ""), model_sizes_override=kwargs.get("model_sizes")
+        )
         assert back.config.cameras == ["agentview", "wrist"] and back.config.action_dim == 7
         assert back.processor.stats == pi0.processor.stats
         renamed = policies.load(folder, cameras=["front", "hand"])
         assert renamed.config.cameras == ["front", "hand"] and renamed.config.image_keys() == pi0.config.image_keys()
-        torch.testing.assert_close(back.lerobot.predict_action_chunk(back.lerobot_batch(o), noise=noise), out,
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            back.lerobot.predict_action_chunk(back.lerobot_batch(o), noise=noise), out, atol=1e-5, rtol=0
+        )
     finally:
         pi0.processor.set_stats(None)
 

@@ -13,8 +13,16 @@ from policies.autoregressive.modeling_autoregressive import AutoregressivePolicy
 from policies.autoregressive.tokenization import actions_to_bins, bin_width, bins_to_actions
 
 N = 3
-TINY = {"d_model": 32, "image_size": 32, "vision_channels": [8, 16], "chunk_size": 2, "prefix_layers": 1,
-        "prefix_heads": 2, "max_text_len": 16, "temperature": 0.8}
+TINY = {
+    "d_model": 32,
+    "image_size": 32,
+    "vision_channels": [8, 16],
+    "chunk_size": 2,
+    "prefix_layers": 1,
+    "prefix_heads": 2,
+    "max_text_len": 16,
+    "temperature": 0.8,
+}
 
 
 def make_obs(n: int = N, seed: int = 0) -> dict:
@@ -109,8 +117,11 @@ def test_layer_cache_prefill_in_blocks(policy: AutoregressivePolicy) -> None:
     with torch.no_grad():
         full = layer(x, kv, mask)
         cache = {k: torch.empty(2, layer.heads, 6, layer.head_dim) for k in ("k", "v")}
-        parts = [layer(x[:, :2], kv, mask, cache=cache, pos=0), layer(x[:, 2:3], kv, mask, cache=cache, pos=2),
-                 layer(x[:, 3:], kv, mask, cache=cache, pos=3)]
+        parts = [
+            layer(x[:, :2], kv, mask, cache=cache, pos=0),
+            layer(x[:, 2:3], kv, mask, cache=cache, pos=2),
+            layer(x[:, 3:], kv, mask, cache=cache, pos=3),
+        ]
     torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=0)
 
 

@@ -16,14 +16,18 @@ TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, pr
 
 def _obs(n: int = 3) -> dict:
     g = torch.Generator().manual_seed(0)
-    return {"rgb": torch.randint(0, 256, (n, 2, 32, 32, 3), dtype=torch.uint8, generator=g),
-            "state": torch.randn(n, 15, generator=g), "instruction": ["open the drawer"] * n}
+    return {
+        "rgb": torch.randint(0, 256, (n, 2, 32, 32, 3), dtype=torch.uint8, generator=g),
+        "state": torch.randn(n, 15, generator=g),
+        "instruction": ["open the drawer"] * n,
+    }
 
 
 def test_round_trip_gives_identical_outputs(tmp_path):
     policy = policies.make("flow", **TINY)
-    policy.processor.set_stats({"state_mean": [0.1] * 15, "state_std": [2.0] * 15,
-                                "action_mean": [0.05] * 7, "action_std": [0.5] * 7})
+    policy.processor.set_stats(
+        {"state_mean": [0.1] * 15, "state_std": [2.0] * 15, "action_mean": [0.05] * 7, "action_std": [0.5] * 7}
+    )
     folder = policies.save(policy, tmp_path / "ckpt", extra={"step": 7})
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "stats.json"]
     loaded = policies.load(folder)

@@ -84,14 +84,17 @@ def test_determinism_with_seeded_generator():
     g1 = policy.sample(obs, mode="greedy").actions  # no generator: the fixed greedy_seed
     g2 = policy.sample(obs, mode="greedy").actions
     assert torch.equal(g1, g2)
-    assert torch.equal(policy.sample(obs, mode="greedy", generator=_gen(3)).actions,
-                       policy.sample(obs, mode="greedy", generator=_gen(3)).actions)
+    assert torch.equal(
+        policy.sample(obs, mode="greedy", generator=_gen(3)).actions,
+        policy.sample(obs, mode="greedy", generator=_gen(3)).actions,
+    )
 
 
 def test_save_load_round_trip(tmp_path):
     policy = _policy(inference_steps=5).eval()
-    policy.processor.set_stats({"state_mean": [0.1] * 15, "state_std": [2.0] * 15,
-                                "action_mean": [0.05] * 7, "action_std": [0.5] * 7})
+    policy.processor.set_stats(
+        {"state_mean": [0.1] * 15, "state_std": [2.0] * 15, "action_mean": [0.05] * 7, "action_std": [0.5] * 7}
+    )
     policies.save(policy, tmp_path / "ckpt")
     loaded = policies.load(tmp_path / "ckpt")
     assert isinstance(loaded, DiffusionPolicy)
@@ -103,8 +106,10 @@ def test_save_load_round_trip(tmp_path):
     assert sd0.keys() == sd1.keys() and all(torch.equal(sd0[k], sd1[k]) for k in sd0)
     obs = _obs()
     for mode in ("explore", "greedy"):
-        assert torch.equal(policy.sample(obs, mode=mode, generator=_gen(11)).actions,
-                           loaded.sample(obs, mode=mode, generator=_gen(11)).actions)
+        assert torch.equal(
+            policy.sample(obs, mode=mode, generator=_gen(11)).actions,
+            loaded.sample(obs, mode=mode, generator=_gen(11)).actions,
+        )
 
 
 def test_sft_loss_decreases():
@@ -176,8 +181,16 @@ def test_policy_bench_smoke_on_diffusion(tmp_path):
     from benchmarks.policy import PolicyBenchConfig, run
 
     over = {k: v for k, v in TINY.items() if k != "image_size"}
-    cfg = PolicyBenchConfig(out=str(tmp_path), families=["diffusion"], batch_sizes=[1, 2], repeats=2, warmup=0,
-                            image_size=32, obs_image_size=40, policy_overrides=over)
+    cfg = PolicyBenchConfig(
+        out=str(tmp_path),
+        families=["diffusion"],
+        batch_sizes=[1, 2],
+        repeats=2,
+        warmup=0,
+        image_size=32,
+        obs_image_size=40,
+        policy_overrides=over,
+    )
     run(cfg, tmp_path, progress=False)
     res = json.loads((tmp_path / "policy.json").read_text())
     fam = res["families"]["diffusion"]
@@ -190,5 +203,7 @@ def test_policy_bench_smoke_on_diffusion(tmp_path):
     assert {"python", "torch"} <= set(res["machine"])
     with open(tmp_path / "policy.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert [(r["family"], r["sampler"], r["batch"]) for r in rows] == [("diffusion", "ddim", "1"),
-                                                                        ("diffusion", "ddim", "2")]
+    assert [(r["family"], r["sampler"], r["batch"]) for r in rows] == [
+        ("diffusion", "ddim", "1"),
+        ("diffusion", "ddim", "2"),
+    ]

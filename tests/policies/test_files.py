@@ -48,8 +48,9 @@ def test_folder_swap_flushes_every_file_before_the_rename(tmp_path, monkeypatch)
     (tmp / "sub" / "b.bin").write_bytes(b"b")
     synced: list[str] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.path.realpath(f"/proc/self/fd/{fd}")),
-                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (synced.append(os.path.realpath(f"/proc/self/fd/{fd}")), real_fsync(fd))[1]
+    )
     final = swap_in_folder(tmp, tmp_path / "ckpt")
     assert {str(tmp / "a.bin"), str(tmp / "sub" / "b.bin"), str(tmp / "sub"), str(tmp)} <= set(synced[:-1])
     assert synced[-1] == str(tmp_path)  # the rename itself

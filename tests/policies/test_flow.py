@@ -35,7 +35,9 @@ def test_sde_transition_logprob_equals_torch_normal():
     expected_ent = torch.distributions.Normal(mean, std).entropy().flatten(1).sum(1)
     torch.testing.assert_close(S.gaussian_entropy(std), expected_ent, rtol=1e-6, atol=1e-5)
     # at t=1 the next time replaces t in 1 - t: sigma = a * sqrt(1 / dt)
-    assert torch.allclose(S.sde_sigma(torch.tensor([1.0]), 0.2, 0.5, x_t[:1]).flatten(), torch.tensor([0.5 * math.sqrt(5.0)]))
+    assert torch.allclose(
+        S.sde_sigma(torch.tensor([1.0]), 0.2, 0.5, x_t[:1]).flatten(), torch.tensor([0.5 * math.sqrt(5.0)])
+    )
 
 
 @pytest.mark.parametrize("sampler", ["sde", "sde_full", "noise", "fpo", "steer"])
@@ -112,8 +114,10 @@ def test_steering_starts_as_the_flow_and_trains_only_its_noise_policy(tmp_path):
     # a bundle of the steered policy carries the steering weights and the sampler
     loaded = policies.load(policies.save(policy, tmp_path / "steered"))
     assert loaded.config.sampler == "steer"
-    torch.testing.assert_close(loaded.sample(obs, generator=torch.Generator().manual_seed(9)).actions,
-                               policy.sample(obs, generator=torch.Generator().manual_seed(9)).actions)
+    torch.testing.assert_close(
+        loaded.sample(obs, generator=torch.Generator().manual_seed(9)).actions,
+        policy.sample(obs, generator=torch.Generator().manual_seed(9)).actions,
+    )
     policy.config.sampler = "sde"  # trained on with Flow-SDE afterwards: the steer.* weights stay loadable
     assert policy.rl_trainable is None
     again = policies.load(policies.save(policy, tmp_path / "after"))
@@ -124,14 +128,18 @@ def test_steering_starts_as_the_flow_and_trains_only_its_noise_policy(tmp_path):
 
 def test_accelerated_sde_draws_one_stochastic_step_per_sample():
     policy = policies.make("flow", sampler="sde", **TINY)
-    steps = torch.cat([policy.sample(_obs(), generator=torch.Generator().manual_seed(s)).extras["step"] for s in range(30)])
+    steps = torch.cat(
+        [policy.sample(_obs(), generator=torch.Generator().manual_seed(s)).extras["step"] for s in range(30)]
+    )
     assert steps.min() >= 0 and steps.max() < policy.config.num_steps
     assert len(steps.unique()) == policy.config.num_steps  # uniform over the K steps
     # sde_steps=2: only the first two (the noisiest) steps are stochastic; logprob() scores the same step
     policy.config.sde_steps = 2
     obs = _obs()
     sample = policy.sample(obs, generator=torch.Generator().manual_seed(0))
-    steps = torch.cat([policy.sample(obs, generator=torch.Generator().manual_seed(s)).extras["step"] for s in range(30)])
+    steps = torch.cat(
+        [policy.sample(obs, generator=torch.Generator().manual_seed(s)).extras["step"] for s in range(30)]
+    )
     assert sorted(steps.unique().tolist()) == [0, 1]
     torch.testing.assert_close(policy.logprob(obs, sample.extras)[0], sample.logprob, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="sde_steps must lie in 1..num_steps"):
@@ -240,8 +248,9 @@ def test_detached_value_loss_reaches_the_value_head_only(sampler):
     for value in (lambda: policy.value(obs), lambda: policy.logprob(obs, sample.extras)[2]):
         grads = _value_loss_grads(policy, value())
         assert any(n.startswith("prefix.") for n in grads) and any(n.startswith("expert.") for n in grads)
-        assert all(_no_grad(g) for n, g in grads.items() if not n.startswith(head)), \
-            sorted(n for n, g in grads.items() if not n.startswith(head) and not _no_grad(g))[:5]
+        assert all(_no_grad(g) for n, g in grads.items() if not n.startswith(head)), sorted(
+            n for n, g in grads.items() if not n.startswith(head) and not _no_grad(g)
+        )[:5]
         assert any(not _no_grad(g) for n, g in grads.items() if n.startswith(head))
 
 
@@ -311,8 +320,10 @@ def test_old_bundle_keeps_its_value_head_and_a_misfit_head_is_reinitialised(tmp_
     assert misfit.config.value_features == "shared"
     kept = {k: v for k, v in new.state_dict().items() if ".value_mlp." not in f".{k}"}
     assert all(torch.equal(v, misfit.state_dict()[k]) for k, v in kept.items())
-    torch.testing.assert_close(misfit.sample(obs, generator=torch.Generator().manual_seed(2)).actions,
-                               new.sample(obs, generator=torch.Generator().manual_seed(2)).actions)
+    torch.testing.assert_close(
+        misfit.sample(obs, generator=torch.Generator().manual_seed(2)).actions,
+        new.sample(obs, generator=torch.Generator().manual_seed(2)).actions,
+    )
     # RL from an old SFT bundle: switch it to the detached critic (a fresh head; nothing else moves)
     before = {k: v.clone() for k, v in loaded.state_dict().items() if ".value_mlp." not in f".{k}"}
     loaded.use_value_features("detached")
@@ -361,8 +372,11 @@ def test_soft_mask_shape():
 def test_rtc_returns_exactly_the_committed_actions_on_the_frozen_steps():
     torch.manual_seed(0)
     policy = policies.make("flow", chunk_size=6, expert_layers=1, **RTC_TINY).eval()
-    obs = {"rgb": torch.randint(0, 255, (3, 2, 32, 32, 3), dtype=torch.uint8), "state": torch.randn(3, 15),
-           "instruction": ["a", "b", "c"]}
+    obs = {
+        "rgb": torch.randint(0, 255, (3, 2, 32, 32, 3), dtype=torch.uint8),
+        "state": torch.randn(3, 15),
+        "instruction": ["a", "b", "c"],
+    }
     prev = torch.rand(3, 6, 7) * 2 - 1
     valid = torch.zeros(3, 6, dtype=torch.bool)
     valid[:, :4] = True

@@ -10,8 +10,8 @@ import torch
 
 import policies
 import sims
-from embodied.data.training import DemoTensors
 from embodied.algorithms.loss import policy_obs
+from embodied.data.training import DemoTensors
 from policies.io import INPUT_KEYS, env_inputs, indexed_inputs, instruction_texts, policy_inputs, task_instructions
 from sims.core import obs_views
 
@@ -29,8 +29,11 @@ def _assert_same(new: dict, old: dict) -> None:
 
 def _hand_built(obs: dict, env) -> dict:
     """The dict evaluation and rollouts built before policies.io."""
-    return {"rgb": obs_views(obs), "state": obs["state"],
-            "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]]}
+    return {
+        "rgb": obs_views(obs),
+        "state": obs["state"],
+        "instruction": [env.tasks[int(t)].instruction for t in obs["task_id"]],
+    }
 
 
 @pytest.mark.parametrize("cameras", [("agentview", "wrist"), ()])
@@ -70,22 +73,37 @@ def test_indexed_inputs_are_the_batch_columns_dicts():
     _assert_same(policy_obs({**minibatch, "time_left": tleft}, texts), {**old, "time_left": tleft})
 
     # demonstrations (embodied.data.training.DemoTensors.batch)
-    demos = DemoTensors(rgb=rgb, state=state, actions=torch.randn(4, 7, generator=g), episode=torch.zeros(4),
-                        instruction_ids=ids, instructions=texts, chunk_index=torch.zeros(4, 3, dtype=torch.long),
-                        chunk_pad=torch.zeros(4, 3, dtype=torch.bool), cameras=["agentview", "wrist"], frame_size=8)
+    demos = DemoTensors(
+        rgb=rgb,
+        state=state,
+        actions=torch.randn(4, 7, generator=g),
+        episode=torch.zeros(4),
+        instruction_ids=ids,
+        instructions=texts,
+        chunk_index=torch.zeros(4, 3, dtype=torch.long),
+        chunk_pad=torch.zeros(4, 3, dtype=torch.bool),
+        cameras=["agentview", "wrist"],
+        frame_size=8,
+    )
     idx = torch.tensor([3, 1])
     obs, _ = demos.batch(idx)
-    _assert_same(obs, {"rgb": rgb[idx], "state": state[idx],
-                       "instruction": [texts[i] for i in ids[idx].tolist()]})
+    _assert_same(obs, {"rgb": rgb[idx], "state": state[idx], "instruction": [texts[i] for i in ids[idx].tolist()]})
 
 
 def test_policy_inputs_of_decoded_wire_arrays_share_their_memory():
     rng = np.random.default_rng(0)
-    decoded = [{"rgb": rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8),
-                "state": rng.standard_normal(15).astype(np.float32), "prompt": p} for p in ("lift", "stack")]
+    decoded = [
+        {
+            "rgb": rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8),
+            "state": rng.standard_normal(15).astype(np.float32),
+            "prompt": p,
+        }
+        for p in ("lift", "stack")
+    ]
     rgb, state = np.stack([o["rgb"] for o in decoded]), np.stack([o["state"] for o in decoded])
     new = policy_inputs(rgb, state, [o["prompt"] for o in decoded])
-    _assert_same(new, {"rgb": torch.from_numpy(rgb), "state": torch.from_numpy(state),
-                       "instruction": ["lift", "stack"]})
+    _assert_same(
+        new, {"rgb": torch.from_numpy(rgb), "state": torch.from_numpy(state), "instruction": ["lift", "stack"]}
+    )
     assert np.shares_memory(new["rgb"].numpy(), rgb) and np.shares_memory(new["state"].numpy(), state)
     assert "time_left" not in new

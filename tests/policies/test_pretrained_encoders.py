@@ -16,8 +16,9 @@ import torch
 from policies.flow import FlowConfig
 
 TINY = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
-TINY_SIGLIP = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                   image_size=32, patch_size=8)
+TINY_SIGLIP = dict(
+    hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8
+)
 
 
 def _obs(n: int = 4, seed: int = 0, instructions: list[str] | None = None) -> dict:
@@ -178,10 +179,18 @@ def test_siglip_encoder_from_config_pools_and_resizes():
 def test_paligemma_folder_loads_its_vision_tower(tmp_path, no_network):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=1, head_dim=16, vocab_size=300)
-    config = transformers.PaliGemmaConfig(vision_config=TINY_SIGLIP, text_config=text, projection_dim=32,
-                                          image_token_index=299)
+    text = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=300,
+    )
+    config = transformers.PaliGemmaConfig(
+        vision_config=TINY_SIGLIP, text_config=text, projection_dim=32, image_token_index=299
+    )
     model = transformers.PaliGemmaForConditionalGeneration(config)
     model.save_pretrained(tmp_path / "paligemma")
     saved = {k: v.clone() for k, v in model.model.vision_tower.state_dict().items()}
@@ -217,4 +226,3 @@ def test_bad_vision_settings_give_clear_errors(tmp_path, siglip_dir, monkeypatch
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
     with pytest.raises(ImportError, match="requirements/pretrained.txt"):
         _flow_policy(vision_encoder="siglip", pretrained_vision=str(siglip_dir[0]))
-

@@ -36,14 +36,19 @@ def test_view_encoder_adds_keypoint_tokens_and_old_bundles_keep_their_keys(tmp_p
     assert with_kp(images).shape == (3, 2 * (16 + 5), 32)
     # the conv stack's parameter names are unchanged, so bundles saved before keypoints existed load
     assert {k for k in plain.state_dict() if k.startswith("cnn.")} == {
-        k for k in with_kp.state_dict() if k.startswith("cnn.")}
+        k for k in with_kp.state_dict() if k.startswith("cnn.")
+    }
     with pytest.raises(ValueError, match="vision_keypoints"):
         ViewEncoder([8], d_model=8, num_views=1, keypoints=-1)
 
-    policy = policies.make("flow", d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3,
-                           prefix_layers=1, vision_keypoints=4)
-    obs = {"rgb": torch.randint(0, 255, (2, 2, 32, 32, 3), dtype=torch.uint8), "state": torch.randn(2, 15),
-           "instruction": ["pick up the cube"] * 2}
+    policy = policies.make(
+        "flow", d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, vision_keypoints=4
+    )
+    obs = {
+        "rgb": torch.randint(0, 255, (2, 2, 32, 32, 3), dtype=torch.uint8),
+        "state": torch.randn(2, 15),
+        "instruction": ["pick up the cube"] * 2,
+    }
     loss = policy.sft_loss(obs, torch.rand(2, 3, 7) * 2 - 1)
     loss.backward()
     assert policy.prefix.vision.keypoints.attend.weight.grad is not None

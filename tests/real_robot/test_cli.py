@@ -17,7 +17,7 @@ import numpy as np
 from conftest import SERVED_TINY as TINY
 
 import policies
-from real_robot.client import Deployer, DeployConfig
+from real_robot.client import DeployConfig, Deployer
 from real_robot.policy_client import PolicyClient, ReconnectPolicy
 from real_robot.robots.sim_robot import SimRobot
 
@@ -29,15 +29,24 @@ def test_killing_the_server_mid_episode_holds_then_stops(tmp_path):
     period while it tries to reconnect, then gives up and stops (and disconnects) the robot."""
     ckpt = policies.save(policies.make("flow", chunk_size=6, **TINY), tmp_path / "ckpt")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([str(BIN / "embodied-serve"), f"checkpoint={ckpt}", "port=0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "embodied-serve"), f"checkpoint={ckpt}", "port=0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         port = _port_of(proc)
         robot = SimRobot(suite="goal", task=8, image_size=32, realtime=True)
         robot.connect()
-        dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}", reconnect=ReconnectPolicy(max_total_s=1.0)),
-                       DeployConfig(mode="async", max_steps=400, hold_timeout_s=0.2, stop_timeout_s=0.8),
-                       robot.instruction)
+        dep = Deployer(
+            robot,
+            PolicyClient(f"ws://127.0.0.1:{port}", reconnect=ReconnectPolicy(max_total_s=1.0)),
+            DeployConfig(mode="async", max_steps=400, hold_timeout_s=0.2, stop_timeout_s=0.8),
+            robot.instruction,
+        )
         killed_at: list[int] = []
 
         def kill(step, obs, sent):
@@ -53,7 +62,7 @@ def test_killing_the_server_mid_episode_holds_then_stops(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert res.reason == "server_lost" and not robot.connected and res.steps < 400
     assert res.server_hold_s > 0 and "gave up reconnecting" in dep.last_error
-    after = res.actions[killed_at[0] + 2:]
+    after = res.actions[killed_at[0] + 2 :]
     assert after and all(np.abs(a[:6]).max() == 0 for a in after)  # holding still
 
 
@@ -81,19 +90,49 @@ def test_serve_and_deploy_commands_record_a_dataset(tmp_path):
 
     ckpt = policies.save(policies.make("flow", chunk_size=6, **TINY), tmp_path / "ckpt")
     env = dict(os.environ, OMP_NUM_THREADS="1", EMBODIED_API_KEY="k3y")
-    proc = subprocess.Popen([str(BIN / "embodied-serve"), f"checkpoint={ckpt}", "port=0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "embodied-serve"), f"checkpoint={ckpt}", "port=0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         port = _port_of(proc)
         out = tmp_path / "deploy"
-        run = subprocess.run([str(BIN / "embodied-deploy"), f"server=ws://127.0.0.1:{port}", f"out={out}",
-                              "sim.image_size=32", "episodes=2", "max_steps=12", "mode=rtc",
-                              "reconnect.max_total_s=5"],
-                             capture_output=True, text=True, env=env, timeout=300, check=False)
+        run = subprocess.run(
+            [
+                str(BIN / "embodied-deploy"),
+                f"server=ws://127.0.0.1:{port}",
+                f"out={out}",
+                "sim.image_size=32",
+                "episodes=2",
+                "max_steps=12",
+                "mode=rtc",
+                "reconnect.max_total_s=5",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
-        wrong = subprocess.run([str(BIN / "embodied-deploy"), f"server=ws://127.0.0.1:{port}",
-                                f"out={tmp_path / 'd2'}", "api_key=nope", "sim.image_size=32"],
-                               capture_output=True, text=True, env=env, timeout=300, check=False)
+        wrong = subprocess.run(
+            [
+                str(BIN / "embodied-deploy"),
+                f"server=ws://127.0.0.1:{port}",
+                f"out={tmp_path / 'd2'}",
+                "api_key=nope",
+                "sim.image_size=32",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         assert wrong.returncode != 0 and "401" in wrong.stderr
     finally:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -8,7 +8,7 @@ import pytest
 from conftest import SERVED_TINY as TINY
 
 import policies
-from real_robot.client import Deployer, DeployConfig, DeployError, Watchdog
+from real_robot.client import DeployConfig, Deployer, DeployError, Watchdog
 from real_robot.policy_client import PolicyClient
 from real_robot.robots.sim_robot import SimRobot
 from real_robot.server import PolicyServer, ServerThread
@@ -38,8 +38,12 @@ def test_sim_robot_episode_through_the_server(tiny_server, mode):
     _, port = tiny_server
     robot = SimRobot(suite="goal", task=8, image_size=32, realtime=True)
     robot.connect()
-    dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}", api_key="s3cret"),
-                   DeployConfig(mode=mode, max_steps=25), robot.instruction)
+    dep = Deployer(
+        robot,
+        PolicyClient(f"ws://127.0.0.1:{port}", api_key="s3cret"),
+        DeployConfig(mode=mode, max_steps=25),
+        robot.instruction,
+    )
     res = dep.run_episode()
     dep.close()
     robot.disconnect()
@@ -52,8 +56,12 @@ def test_camera_stall_and_emergency_stop(tiny_server):
     _, port = tiny_server
     robot = SimRobot(suite="goal", task=8, image_size=32, realtime=True, stall_camera="wrist", stall_camera_after=5)
     robot.connect()
-    dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}", api_key="s3cret"),
-                   DeployConfig(mode="async", max_steps=200, stall_timeout_s=0.3), robot.instruction)
+    dep = Deployer(
+        robot,
+        PolicyClient(f"ws://127.0.0.1:{port}", api_key="s3cret"),
+        DeployConfig(mode="async", max_steps=200, stall_timeout_s=0.3),
+        robot.instruction,
+    )
     res = dep.run_episode()
     assert res.reason == "camera_stalled:wrist" and res.steps < 200 and not robot.connected
     robot = SimRobot(suite="goal", task=8, image_size=32, realtime=True)
@@ -80,8 +88,9 @@ def test_latency_aware_policy_deploys_in_aware_mode_only():
         robot.connect()
         with pytest.raises(DeployError, match="use mode=aware"):
             Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}"), DeployConfig(mode="async"), "x")
-        dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}"), DeployConfig(mode="aware", max_steps=20),
-                       robot.instruction)
+        dep = Deployer(
+            robot, PolicyClient(f"ws://127.0.0.1:{port}"), DeployConfig(mode="aware", max_steps=20), robot.instruction
+        )
         assert dep.max_delay == 2
         res = dep.run_episode()
         dep.close()
@@ -94,8 +103,16 @@ def test_state_only_simulation_policy_is_refused_on_a_robot():
     from real_robot.spec import PolicySpec
 
     robot = SimRobot(suite="goal", task=8, image_size=32)
-    spec = PolicySpec(family="flow", action_dim=7, chunk_size=3, state_dim=15 + 50, cameras=(), image_size=32,
-                      control_hz=20.0, state_obs="privileged")
+    spec = PolicySpec(
+        family="flow",
+        action_dim=7,
+        chunk_size=3,
+        state_dim=15 + 50,
+        cameras=(),
+        image_size=32,
+        control_hz=20.0,
+        state_obs="privileged",
+    )
     assert PolicySpec.from_metadata(spec.metadata()).state_obs == "privileged"  # travels to the client
     with pytest.raises(DeployError, match="simulator-only object state"):
         check_compatible(spec, robot)

@@ -23,8 +23,12 @@ def _queue(queued: int) -> ActionQueue:
 
 
 def test_make_mode_names_and_refusals():
-    assert [type(make_mode(m, 3, H, 2)) for m in ("sync", "async", "rtc", "aware")] == \
-        [SyncMode, AsyncMode, RtcMode, AwareMode]
+    assert [type(make_mode(m, 3, H, 2)) for m in ("sync", "async", "rtc", "aware")] == [
+        SyncMode,
+        AsyncMode,
+        RtcMode,
+        AwareMode,
+    ]
     with pytest.raises(ValueError, match="mode must be one of"):
         make_mode("fast", 3, H)
     with pytest.raises(ValueError, match="mode aware needs max_delay"):
@@ -33,13 +37,21 @@ def test_make_mode_names_and_refusals():
         make_mode("async", H, H)
 
 
-@pytest.mark.parametrize("mode, queued, measured, wants", [
-    ("sync", 0, 3, True), ("sync", 1, 3, False),
-    ("async", 3, 1, True), ("async", 4, 1, False),  # threshold 3
-    ("rtc", 3, 5, True), ("rtc", 4, 5, False),
-    ("aware", 2, 5, True), ("aware", 3, 5, False),  # d = min(measured, max_delay 2)
-    ("aware", 1, 1, True), ("aware", 2, 1, False),
-])
+@pytest.mark.parametrize(
+    "mode, queued, measured, wants",
+    [
+        ("sync", 0, 3, True),
+        ("sync", 1, 3, False),
+        ("async", 3, 1, True),
+        ("async", 4, 1, False),  # threshold 3
+        ("rtc", 3, 5, True),
+        ("rtc", 4, 5, False),
+        ("aware", 2, 5, True),
+        ("aware", 3, 5, False),  # d = min(measured, max_delay 2)
+        ("aware", 1, 1, True),
+        ("aware", 2, 1, False),
+    ],
+)
 def test_when_each_mode_asks(mode, queued, measured, wants):
     assert make_mode(mode, 3, H, max_delay=2).wants_chunk(queued, measured) is wants
 
@@ -79,4 +91,4 @@ def test_aware_commits_the_queued_actions_and_holds_after_them():
     np.testing.assert_array_equal(plan.committed[1], hold)  # nothing queued: the robot would hold
     wide = mode.request_fields(np.zeros(15, np.float32), plan)[STATE_KEY]
     assert wide.shape == (15 + 2 * A + 1,) and wide[-1] == 1.0  # d / max_delay
-    np.testing.assert_array_equal(wide[15:15 + A], np.ones(A))
+    np.testing.assert_array_equal(wide[15 : 15 + A], np.ones(A))

@@ -18,8 +18,12 @@ class FakeClock:
 def test_it_holds_then_stops_without_fresh_actions():
     clock = FakeClock()
     w = Watchdog(0.25, 1.0, clock=clock)
-    for t, state in [(0.25, WatchdogState.OK), (0.26, WatchdogState.HOLD), (1.0, WatchdogState.HOLD),
-                     (1.01, WatchdogState.STOP)]:
+    for t, state in [
+        (0.25, WatchdogState.OK),
+        (0.26, WatchdogState.HOLD),
+        (1.0, WatchdogState.HOLD),
+        (1.01, WatchdogState.STOP),
+    ]:
         clock.now = t
         assert w.check(fresh=False) is state, t  # the timeouts are "over", not "at"
 

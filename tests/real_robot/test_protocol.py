@@ -15,11 +15,16 @@ def test_protocol_matches_openpi_and_rejects_unsafe_payloads():
     obs = _obs()
     back = protocol.unpackb(msgpack_numpy.packb(obs))
     assert np.array_equal(back["observation/state"], obs["observation/state"]) and back["prompt"] == obs["prompt"]
-    assert np.array_equal(msgpack_numpy.unpackb(protocol.packb(obs))["observation/images/wrist"],
-                          obs["observation/images/wrist"])
-    bad = [b"\xc1", b"", protocol.packb({"x": 1})[:-1],
-           msgpack_numpy.packb({b"__ndarray__": True, b"data": b"abc", b"dtype": "|O", b"shape": [3]}),
-           msgpack_numpy.packb({b"__ndarray__": True, b"data": b"abcd", b"dtype": "<f4", b"shape": [2]})]
+    assert np.array_equal(
+        msgpack_numpy.unpackb(protocol.packb(obs))["observation/images/wrist"], obs["observation/images/wrist"]
+    )
+    bad = [
+        b"\xc1",
+        b"",
+        protocol.packb({"x": 1})[:-1],
+        msgpack_numpy.packb({b"__ndarray__": True, b"data": b"abc", b"dtype": "|O", b"shape": [3]}),
+        msgpack_numpy.packb({b"__ndarray__": True, b"data": b"abcd", b"dtype": "<f4", b"shape": [2]}),
+    ]
     for raw in bad:
         with pytest.raises(protocol.ProtocolError):
             protocol.unpackb(raw)

@@ -12,7 +12,7 @@ from conftest import SERVED_TINY as TINY
 from conftest import openpi_obs as _obs
 
 import policies
-from real_robot.client import Deployer, DeployConfig
+from real_robot.client import DeployConfig, Deployer
 from real_robot.policy_client import PolicyClient, ReconnectPolicy, ServerError
 from real_robot.robots.sim_robot import SimRobot
 from real_robot.server import PolicyServer, ServerThread
@@ -71,8 +71,9 @@ def test_the_episode_holds_through_a_server_restart_and_goes_on():
             threading.Thread(target=restart, daemon=True).start()
 
     robot = _robot()
-    dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}"), DeployConfig(mode="async", max_steps=STEPS),
-                   robot.instruction)
+    dep = Deployer(
+        robot, PolicyClient(f"ws://127.0.0.1:{port}"), DeployConfig(mode="async", max_steps=STEPS), robot.instruction
+    )
     robot.away = lambda: dep._outage is not None
     try:
         res = dep.run_episode(on_step=on_step)
@@ -92,8 +93,12 @@ def test_the_client_gives_up_with_a_clear_error_when_the_server_never_returns():
     server = ServerThread(_server())
     port = server.start()
     robot = _robot()
-    dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}", reconnect=QUICK),
-                   DeployConfig(mode="async", max_steps=STEPS), robot.instruction)
+    dep = Deployer(
+        robot,
+        PolicyClient(f"ws://127.0.0.1:{port}", reconnect=QUICK),
+        DeployConfig(mode="async", max_steps=STEPS),
+        robot.instruction,
+    )
     res = dep.run_episode(on_step=lambda step, obs, sent: server.stop() if step == 8 else None)
     dep.close()
     assert res.reason == "server_lost" and res.steps < STEPS and not robot.connected  # held, then stopped

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from real_robot.client import Deployer, DeployConfig
+from real_robot.client import DeployConfig, Deployer
 from real_robot.policy_client import PolicyClient
 from real_robot.robots.network import NetworkRobot, RobotAdapterServer
 from real_robot.robots.sim_robot import SimRobot
@@ -26,8 +26,12 @@ def test_network_robot_behind_the_adapter_protocol(tiny_server):
     assert sent[0] == 1.0 and sim.ticks == 1  # clamped by the robot, one control step executed
     with pytest.raises(RuntimeError, match="action must be"):
         robot._call("send_action", action=np.zeros(3))
-    dep = Deployer(robot, PolicyClient(f"ws://127.0.0.1:{port}", api_key="s3cret"),
-                   DeployConfig(mode="async", max_steps=10, hold_timeout_s=5, stop_timeout_s=10), "lift the can")
+    dep = Deployer(
+        robot,
+        PolicyClient(f"ws://127.0.0.1:{port}", api_key="s3cret"),
+        DeployConfig(mode="async", max_steps=10, hold_timeout_s=5, stop_timeout_s=10),
+        "lift the can",
+    )
     res = dep.run_episode()
     assert res.steps == 10 and sim.ticks == 11
     dep.close()
@@ -40,8 +44,18 @@ def test_network_robot_behind_the_adapter_protocol(tiny_server):
 def test_sim_robot_injects_latency_noise_and_dynamics_changes():
     up = np.array([0, 0, 1.0, 0, 0, 0, -1])
     base = SimRobot(suite="goal", task=8, image_size=32, realtime=False)
-    odd = SimRobot(suite="goal", task=8, image_size=32, realtime=False, mass_scale=3.0, friction_scale=0.5,
-                   obs_latency_steps=2, action_delay_steps=1, camera_noise_std=5.0, color_shift=20.0)
+    odd = SimRobot(
+        suite="goal",
+        task=8,
+        image_size=32,
+        realtime=False,
+        mass_scale=3.0,
+        friction_scale=0.5,
+        obs_latency_steps=2,
+        action_delay_steps=1,
+        camera_noise_std=5.0,
+        color_shift=20.0,
+    )
     base.connect()
     odd.connect()
     assert np.allclose(odd.env.sim.expand("body_mass")[0], 3.0 * base.env.sim.expand("body_mass")[0])

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from real_robot.client import Deployer, DeployConfig
+from real_robot.client import DeployConfig, Deployer
 from real_robot.robots.base import Observation, Robot, RobotSpec
 from real_robot.safety import SafetyFilter, UnsafeState
 from real_robot.spec import PolicySpec
@@ -130,8 +130,12 @@ def test_safety_filter_stops_on_implausible_states_and_holds_on_bad_actions():
     far_joint, far_tcp = HOME.copy(), HOME.copy()
     far_joint[8] = SPEC_EE.joint_high[0] + SPEC_EE.state_margin_rad + 0.01
     far_tcp[0] = SPEC_EE.workspace_high[0] + SPEC_EE.state_margin_m + 0.01
-    for state, reason in [(HOME[:14], "state_shape"), (np.full(15, 1e308), "joint_out_of_range"),
-                          (far_joint, "joint_out_of_range"), (far_tcp, "workspace_out_of_range")]:
+    for state, reason in [
+        (HOME[:14], "state_shape"),
+        (np.full(15, 1e308), "joint_out_of_range"),
+        (far_joint, "joint_out_of_range"),
+        (far_tcp, "workspace_out_of_range"),
+    ]:
         assert f.check_state(state) == reason
         with pytest.raises(UnsafeState) as err:
             f.filter(np.zeros(7), state)
@@ -214,8 +218,9 @@ class _GlitchRobot(Robot):
     """A robot whose joint reading turns NaN from observation ``bad_step`` on."""
 
     def __init__(self, mode: str, bad_step: int):
-        self.spec = RobotSpec(action_mode=mode, action_dim=7 if mode == "ee_delta" else 8,
-                              cameras={"agentview": [32, 32]})
+        self.spec = RobotSpec(
+            action_mode=mode, action_dim=7 if mode == "ee_delta" else 8, cameras={"agentview": [32, 32]}
+        )
         self.bad_step, self.n = bad_step, 0
         self.sent: list[np.ndarray] = []
         self.holds = self.disconnects = 0
@@ -229,8 +234,12 @@ class _GlitchRobot(Robot):
         if self.n >= self.bad_step:
             state[8 + 3] = np.nan
         self.n += 1
-        return Observation(state.astype(np.float32), {"agentview": np.zeros((32, 32, 3), np.uint8)},
-                           {"agentview": self.n}, time.perf_counter())
+        return Observation(
+            state.astype(np.float32),
+            {"agentview": np.zeros((32, 32, 3), np.uint8)},
+            {"agentview": self.n},
+            time.perf_counter(),
+        )
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         self.sent.append(np.array(action, copy=True))
@@ -248,8 +257,15 @@ class _FakePolicyClient:
     """Stands in for :class:`PolicyClient`: every request gets a chunk of 0.5s; the states it saw are kept."""
 
     def __init__(self, action_dim: int):
-        self.metadata = PolicySpec(family="flow", action_dim=action_dim, chunk_size=4, state_dim=15,
-                                   cameras=("agentview",), image_size=32, control_hz=20.0).metadata()
+        self.metadata = PolicySpec(
+            family="flow",
+            action_dim=action_dim,
+            chunk_size=4,
+            state_dim=15,
+            cameras=("agentview",),
+            image_size=32,
+            control_hz=20.0,
+        ).metadata()
         self.states: list[np.ndarray] = []
 
     def connect(self) -> PolicySpec:

@@ -12,10 +12,10 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from conftest import SERVED_TINY as TINY
 from conftest import openpi_obs as _obs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import policies
 from real_robot import protocol
@@ -58,12 +58,15 @@ def _ask(ws, obs: dict) -> np.ndarray | str:
     return reply if isinstance(reply, str) else protocol.unpackb(reply)["actions"]
 
 
-@pytest.mark.parametrize("prev, frozen, why", [
-    (np.full((3, A), 1e300), 2, "float32"),  # finite float64, inf once cast
-    (np.full((3, A), 3e38, np.float32), 2, "action range"),  # finite float32, far out of range
-    (np.full((3, A), 5.0, np.float32), 2, "action range"),  # plainly out of range
-    (np.zeros((2, A), np.float32), 4, "frozen"),  # more frozen steps than the plan holds
-])
+@pytest.mark.parametrize(
+    "prev, frozen, why",
+    [
+        (np.full((3, A), 1e300), 2, "float32"),  # finite float64, inf once cast
+        (np.full((3, A), 3e38, np.float32), 2, "action range"),  # finite float32, far out of range
+        (np.full((3, A), 5.0, np.float32), 2, "action range"),  # plainly out of range
+        (np.zeros((2, A), np.float32), 4, "frozen"),  # more frozen steps than the plan holds
+    ],
+)
 def test_rtc_fields_are_checked_after_the_cast(server, prev, frozen, why):
     _, port = server
     ws = _connect(port)
@@ -112,7 +115,11 @@ def test_the_client_refuses_a_reply_with_bad_actions(spec, monkeypatch):
         def recv(self, timeout=None):
             return protocol.packb({"actions": self.actions})
 
-    for bad in (np.full((H, A), np.nan, np.float32), np.full((H, A), 2.0, np.float32), np.zeros((H, A + 1), np.float32)):
+    for bad in (
+        np.full((H, A), np.nan, np.float32),
+        np.full((H, A), 2.0, np.float32),
+        np.zeros((H, A + 1), np.float32),
+    ):
         client._ws = Peer(bad)
         with pytest.raises(ServerError, match="refused the server's reply"):
             client.infer(_obs())
@@ -122,20 +129,31 @@ def test_the_client_refuses_a_reply_with_bad_actions(spec, monkeypatch):
 
 
 def _float_arrays(shape):
-    floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
-                       st.sampled_from([1e300, -1e300, 3.4e38, 3.5e38, 1.0000001, -1.0000001, 1.0, -1.0]))
+    floats = st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True, width=64),
+        st.sampled_from([1e300, -1e300, 3.4e38, 3.5e38, 1.0000001, -1.0000001, 1.0, -1.0]),
+    )
     return st.lists(floats, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))).map(
-        lambda v: np.array(v, np.float64).reshape(shape))
+        lambda v: np.array(v, np.float64).reshape(shape)
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(state=_float_arrays((15,)), prev=_float_arrays((3, A)), dtype=st.sampled_from([np.float32, np.float64]),
-       frozen=st.integers(-3, H + 3))
+@given(
+    state=_float_arrays((15,)),
+    prev=_float_arrays((3, A)),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    frozen=st.integers(-3, H + 3),
+)
 def test_validation_passes_only_finite_in_range_float32(spec, state, prev, dtype, frozen):
     """Any float input: either refused, or what reaches the model is finite float32 within range."""
     with np.errstate(over="ignore", invalid="ignore"):
-        obs = {**_obs(), "observation/state": state.astype(dtype), RTC_PREV_KEY: prev.astype(dtype),
-               RTC_FROZEN_KEY: frozen}
+        obs = {
+            **_obs(),
+            "observation/state": state.astype(dtype),
+            RTC_PREV_KEY: prev.astype(dtype),
+            RTC_FROZEN_KEY: frozen,
+        }
     try:
         out = spec.validate(obs)
     except RequestError:
@@ -219,13 +237,21 @@ def test_half_a_frame_or_a_trickle_is_cut_off(server, trickle):
 def _frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
     """One masked client frame (RFC 6455 5.2) with a zero mask, payload lengths of every header size."""
     n = len(payload)
-    size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big") if n < 1 << 16 \
+    size = (
+        bytes([0x80 | n])
+        if n < 126
+        else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        if n < 1 << 16
         else bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    )
     return bytes([(0x80 if fin else 0) | opcode]) + size + b"\x00" * 4 + payload
 
 
-_MESSAGES = st.lists(st.tuples(st.sampled_from(["binary", "fragmented", "ping"]),
-                               st.sampled_from([0, 5, 125, 126, 300, 70000])), min_size=1, max_size=6)
+_MESSAGES = st.lists(
+    st.tuples(st.sampled_from(["binary", "fragmented", "ping"]), st.sampled_from([0, 5, 125, 126, 300, 70000])),
+    min_size=1,
+    max_size=6,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -376,8 +402,9 @@ def test_idle_sessions_and_silent_sockets_do_not_lock_the_robot_client_out(caplo
     with ServerThread(srv) as port:
         try:
             for _ in range(50):
-                ws = connect(f"ws://127.0.0.1:{port}", compression=None,
-                             additional_headers=protocol.auth_headers("k3y"))
+                ws = connect(
+                    f"ws://127.0.0.1:{port}", compression=None, additional_headers=protocol.auth_headers("k3y")
+                )
                 ws.recv(timeout=10)  # metadata
                 idle.append(ws)
             silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(200)]

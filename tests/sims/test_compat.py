@@ -24,8 +24,9 @@ REACH_STEPS = 50  # Reach.max_steps: episodes truncate there under zero actions
 def _vec(env_id: str = "embodied/Reach-v0", **kw) -> GymVectorEnv:
     kw.setdefault("cameras", ())
     kw.setdefault("seed", 0)
-    return gymnasium.make_vec(env_id, num_envs=kw.pop("num_envs", NUM_ENVS),
-                              vectorization_mode="vector_entry_point", **kw)
+    return gymnasium.make_vec(
+        env_id, num_envs=kw.pop("num_envs", NUM_ENVS), vectorization_mode="vector_entry_point", **kw
+    )
 
 
 def _assert_numpy_only(tree, path="infos") -> None:
@@ -124,7 +125,7 @@ def test_same_step_autoreset_gives_final_obs():
             # the goal (privileged[:3]) is fixed within an episode and redrawn on reset
             np.testing.assert_array_equal(final["privileged"][:3], before["privileged"][i, :3])
             assert not np.array_equal(obs["privileged"][i, :3], final["privileged"][:3])
-        obs, *_ , infos = venv.step(zeros)  # keeps going without reset()
+        obs, *_, infos = venv.step(zeros)  # keeps going without reset()
         assert (infos["elapsed"] == 1).all() and "final_obs" not in infos
     finally:
         venv.close()
@@ -268,7 +269,10 @@ def test_rsl_rl_obs_groups():
     from sims.compat.rsl_rl import make_rsl_rl_env
 
     env = make_rsl_rl_env(
-        task="reach", num_envs=NUM_ENVS, cameras=("agentview",), image_size=32,
+        task="reach",
+        num_envs=NUM_ENVS,
+        cameras=("agentview",),
+        image_size=32,
         obs_groups={"policy": ["state", "task_id"], "camera": ["rgb"], "critic": ["state", "privileged"]},
     )
     try:
@@ -281,8 +285,9 @@ def test_rsl_rl_obs_groups():
     with pytest.raises(ValueError, match="does not observe"):
         make_rsl_rl_env(task="reach", num_envs=1, obs_groups={"policy": ["rgb"]}, cameras=())
     with pytest.raises(ValueError, match="group of its own"):
-        make_rsl_rl_env(task="reach", num_envs=1, obs_groups={"policy": ["rgb", "state"]},
-                        cameras=("agentview",), image_size=32)
+        make_rsl_rl_env(
+            task="reach", num_envs=1, obs_groups={"policy": ["rgb", "state"]}, cameras=("agentview",), image_size=32
+        )
 
 
 def test_rsl_rl_on_policy_runner_trains(tmp_path):
@@ -292,8 +297,9 @@ def test_rsl_rl_on_policy_runner_trains(tmp_path):
 
     torch.manual_seed(0)
     env = _rsl_env(num_envs=4)
-    cfg = default_ppo_cfg(num_steps_per_env=8, save_interval=1, hidden_dims=(16,),
-                          num_learning_epochs=1, num_mini_batches=2)
+    cfg = default_ppo_cfg(
+        num_steps_per_env=8, save_interval=1, hidden_dims=(16,), num_learning_epochs=1, num_mini_batches=2
+    )
     try:
         runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path), device="cpu")
         before = {k: v.clone() for k, v in runner.alg.actor.state_dict().items()}
@@ -303,8 +309,9 @@ def test_rsl_rl_on_policy_runner_trains(tmp_path):
         assert any(not torch.equal(before[k], after[k]) for k in before)
         assert (tmp_path / "model_0.pt").is_file() and (tmp_path / "model_1.pt").is_file()
         runner.save(str(tmp_path / "final.pt"))
-        loaded = OnPolicyRunner(env, default_ppo_cfg(num_steps_per_env=8, hidden_dims=(16,)),
-                                log_dir=None, device="cpu")
+        loaded = OnPolicyRunner(
+            env, default_ppo_cfg(num_steps_per_env=8, hidden_dims=(16,)), log_dir=None, device="cpu"
+        )
         loaded.load(str(tmp_path / "final.pt"))
         assert loaded.current_learning_iteration == 1
         for k, v in loaded.alg.actor.state_dict().items():

@@ -107,7 +107,7 @@ def test_automatic_reset_with_final_obs():
         assert info["elapsed"].tolist() == [0, 0]
         # The returned obs is a fresh episode: the goal moved, the final obs keeps the old one.
         assert not torch.equal(obs["privileged"][:, :3], info["final_obs"]["privileged"][:, :3])
-        obs, *_ , info = env.step(zero)
+        obs, *_, info = env.step(zero)
         assert not info["done"].any() and info["elapsed"].tolist() == [1, 1]
 
 
@@ -217,8 +217,9 @@ def test_render_quality_changes_only_round_silhouettes():
         with sims.make("mujoco", task="pick_cube", num_envs=1, image_size=64, render_quality=quality, seed=3) as env:
             images[quality] = env.reset(init_ids=[0])["rgb"].numpy().astype(int)
             assert env.render_quality == quality
-            assert (env.model.vis.quality.numslices, env.model.vis.quality.numstacks) == \
-                sims.mujoco.env.RENDER_QUALITY[quality]
+            assert (env.model.vis.quality.numslices, env.model.vis.quality.numstacks) == sims.mujoco.env.RENDER_QUALITY[
+                quality
+            ]
     diff = np.abs(images["fast"] - images["full"])
     assert diff.any()  # the coarser primitives are drawn
     assert diff.mean() < 1.5 and (diff.max(axis=-1) > 30).mean() < 0.02  # a pixel on the edges, no more

@@ -17,8 +17,7 @@ def test_damped_ik_step_matches_the_textbook_formula():
     null_dq = rng.normal(size=(3, 7))
     lam = 0.05
     pinv = np.stack([j.T @ np.linalg.inv(j @ j.T + lam**2 * np.eye(6)) for j in jac])
-    expected = np.einsum("njk,nk->nj", pinv, err) + np.einsum(
-        "njk,nk->nj", np.eye(7)[None] - pinv @ jac, null_dq)
+    expected = np.einsum("njk,nk->nj", pinv, err) + np.einsum("njk,nk->nj", np.eye(7)[None] - pinv @ jac, null_dq)
     np.testing.assert_allclose(ctl.damped_ik_step(jac, err, lam, null_dq), expected, atol=1e-10)
     np.testing.assert_allclose(ctl.damped_ik_step(jac, err, lam), np.einsum("njk,nk->nj", pinv, err), atol=1e-10)
 
@@ -37,13 +36,18 @@ def test_controller_gives_the_same_targets_on_numpy_and_torch():
     target_t = ctl.ee_delta_targets(torch.from_numpy(actions), torch.from_numpy(q), jac_t, q_home, q_low, q_high, cfg)
     assert isinstance(target_t, torch.Tensor) and (np.abs(target) <= 0.8).all()
     np.testing.assert_allclose(target_t.numpy(), target, atol=1e-12)
-    np.testing.assert_allclose(ctl.joint_position_targets(torch.from_numpy(actions)).numpy(),
-                               ctl.joint_position_targets(actions), atol=1e-12)
-    np.testing.assert_allclose(ctl.gripper_target(torch.from_numpy(actions[:, 6])).numpy(),
-                               ctl.gripper_target(actions[:, 6]), atol=1e-12)
+    np.testing.assert_allclose(
+        ctl.joint_position_targets(torch.from_numpy(actions)).numpy(), ctl.joint_position_targets(actions), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        ctl.gripper_target(torch.from_numpy(actions[:, 6])).numpy(), ctl.gripper_target(actions[:, 6]), atol=1e-12
+    )
     quats = rng.normal(size=(4, 4))
-    np.testing.assert_allclose(ctl.quat_mul(torch.from_numpy(quats), torch.from_numpy(quats[::-1].copy())).numpy(),
-                               ctl.quat_mul(quats, quats[::-1]), atol=1e-12)
+    np.testing.assert_allclose(
+        ctl.quat_mul(torch.from_numpy(quats), torch.from_numpy(quats[::-1].copy())).numpy(),
+        ctl.quat_mul(quats, quats[::-1]),
+        atol=1e-12,
+    )
 
 
 def test_geometric_jacobian_and_tcp_quaternion_match_mujoco():
@@ -58,8 +62,9 @@ def test_geometric_jacobian_and_tcp_quaternion_match_mujoco():
             mujoco.mj_jacSite(env.model, data, jp, jr, env.tcp_site)
             np.testing.assert_allclose(jac[i, :3], jp[:, env.arm_qvel], atol=1e-9)
             np.testing.assert_allclose(jac[i, 3:], jr[:, env.arm_qvel], atol=1e-9)
-        np.testing.assert_allclose(env.tcp_quat(), ctl.quat_hemisphere(ctl.mat_to_quat(env.tcp_mat()),
-                                                                       ctl.TCP_HOME_QUAT), atol=1e-9)
+        np.testing.assert_allclose(
+            env.tcp_quat(), ctl.quat_hemisphere(ctl.mat_to_quat(env.tcp_mat()), ctl.TCP_HOME_QUAT), atol=1e-9
+        )
 
 
 def test_tcp_quaternion_is_continuous_with_the_gripper_down():

@@ -17,13 +17,23 @@ def _book(n=3, limits=(3,)):
 
 def test_steps_and_returns_count_only_the_stepped_envs():
     book = _book()
-    out = book.record(None, np.zeros(3, np.int64), success=np.zeros(3, bool), diverged=np.zeros(3, bool),
-                      reward=np.array([0.5, -1.0, 2.0]))
+    out = book.record(
+        None,
+        np.zeros(3, np.int64),
+        success=np.zeros(3, bool),
+        diverged=np.zeros(3, bool),
+        reward=np.array([0.5, -1.0, 2.0]),
+    )
     assert book.elapsed.tolist() == [1, 1, 1] and book.returns.tolist() == [0.5, -1.0, 2.0]
     assert not out.done.any() and out.stepped.all()
     # inactive envs (active=): no step, no reward, nothing ends, whatever the inputs say
-    out = book.record(np.array([T, F, T]), np.zeros(3, np.int64), success=np.array([F, T, F]),
-                      diverged=np.array([F, T, F]), reward=np.array([1.0, 7.0, 1.0]))
+    out = book.record(
+        np.array([T, F, T]),
+        np.zeros(3, np.int64),
+        success=np.array([F, T, F]),
+        diverged=np.array([F, T, F]),
+        reward=np.array([1.0, 7.0, 1.0]),
+    )
     assert book.elapsed.tolist() == [2, 1, 2] and book.returns.tolist() == [1.5, -1.0, 3.0]
     assert out.reward.tolist() == [1.0, 0.0, 1.0]
     assert not out.success[1] and not out.diverged[1] and not out.done[1]
@@ -62,8 +72,9 @@ def test_success_at_the_step_limit_terminates_rather_than_truncates():
 def test_step_limits_are_per_task_and_terminal_is_per_env():
     book = EpisodeBook(3, limits=[1, 5])
     tasks = np.array([0, 1, 1])
-    out = book.record(None, tasks, success=np.array([F, T, T]), diverged=np.zeros(3, bool),
-                      terminal=np.array([T, F, T]))
+    out = book.record(
+        None, tasks, success=np.array([F, T, T]), diverged=np.zeros(3, bool), terminal=np.array([T, F, T])
+    )
     # env 0 hits task 0's limit; env 1 succeeds where success does not end the episode
     assert out.truncated.tolist() == [T, F, F] and out.terminated.tolist() == [F, F, T]
     assert out.success.tolist() == [F, T, T] and out.reward.tolist() == [0.0, 1.0, 1.0]

@@ -34,12 +34,21 @@ def _run(model: mujoco.MjModel, steps: int = 300) -> np.ndarray:
 
 def test_the_pairs_are_the_box_pairs_mujoco_would_collide():
     model = mujoco.MjModel.from_xml_string(SCENE)
-    names = {tuple(sorted((model.geom(g1).name or str(g1), model.geom(g2).name or str(g2))))
-             for g1, g2 in collidable_box_pairs(model)}
+    names = {
+        tuple(sorted((model.geom(g1).name or str(g1), model.geom(g2).name or str(g2))))
+        for g1, g2 in collidable_box_pairs(model)
+    }
     # geom 3 is unnamed; not: same body (a1 and geom 3), the weld child c1 with a's boxes, b2 (contype 2) with
     # anything of type 1, spheres
-    assert names == {("a1", "floor"), ("3", "floor"), ("c1", "floor"), ("a1", "b1"), ("3", "b1"), ("b1", "c1"),
-                     ("b1", "floor")}
+    assert names == {
+        ("a1", "floor"),
+        ("3", "floor"),
+        ("c1", "floor"),
+        ("a1", "b1"),
+        ("3", "b1"),
+        ("b1", "c1"),
+        ("b1", "floor"),
+    }
 
 
 def test_depth_scale_one_changes_nothing():
@@ -56,9 +65,11 @@ def test_depth_scale_one_changes_nothing():
 def test_a_box_at_twice_the_depth_feels_what_the_native_one_feels_at_the_depth():
     """mujoco 2.3.7 reports half the box-box depth: at true depth 2d the emulated contact's force is the
     native force at depth d (frictionless, at rest), and the emulation sinks deeper than native."""
-    xml = ("<mujoco><worldbody><geom type='box' size='1 1 .1' pos='0 0 -.1' condim='1'/>"
-           "<body pos='0 0 {z}'><freejoint/><geom type='box' size='.05 .05 .05' condim='1'/></body>"
-           "</worldbody></mujoco>")
+    xml = (
+        "<mujoco><worldbody><geom type='box' size='1 1 .1' pos='0 0 -.1' condim='1'/>"
+        "<body pos='0 0 {z}'><freejoint/><geom type='box' size='.05 .05 .05' condim='1'/></body>"
+        "</worldbody></mujoco>"
+    )
     native = mujoco.MjModel.from_xml_string(xml.format(z=0.05 - 0.004))
     spec = mujoco.MjSpec.from_string(xml.format(z=0.05 - 0.008))
     assert add_reference_box_pairs(spec) == 1
@@ -78,7 +89,8 @@ def test_a_box_at_twice_the_depth_feels_what_the_native_one_feels_at_the_depth()
 def test_bad_uses_are_refused():
     with pytest.raises(ValueError, match=r"depth_scale=0: must be in \(0, 1\]"):
         add_reference_box_pairs(mujoco.MjSpec.from_string(SCENE), depth_scale=0)
-    spec = mujoco.MjSpec.from_string(SCENE.replace("</worldbody>", "</worldbody><contact><pair geom1='a1' "
-                                                                   "geom2='floor'/></contact>"))
+    spec = mujoco.MjSpec.from_string(
+        SCENE.replace("</worldbody>", "</worldbody><contact><pair geom1='a1' geom2='floor'/></contact>")
+    )
     with pytest.raises(ValueError, match="already has 1 explicit contact pairs"):
         add_reference_box_pairs(spec)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import needs_libero_venv
 
 import sims
 from sims.libero import scenes
 from sims.libero.experts import PickPlaceExpert
 from sims.libero.worlds import LiberoWorlds
-
-from conftest import needs_libero_venv
 
 pytestmark = needs_libero_venv  # the scene export runs in the reference venv
 
@@ -21,8 +20,9 @@ UP = [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0]
 
 def _make(cache, n, **kw):
     kw.setdefault("cameras", ())
-    return sims.make("mujoco", suite="libero_spatial", num_envs=n, cache=str(cache), tasks=[0],
-                     box_contacts="native", **kw)
+    return sims.make(
+        "mujoco", suite="libero_spatial", num_envs=n, cache=str(cache), tasks=[0], box_contacts="native", **kw
+    )
 
 
 def test_contract_reset_step_and_the_worlds_underneath(libero_exported):
@@ -123,8 +123,10 @@ def test_task_specs_and_init_states_from_the_cache(libero_exported, monkeypatch)
     monkeypatch.setenv(scenes.CACHE_ENV, str(cache))
     assert sims.suites.backend("libero_spatial") == "mujoco"
     states = sims.suites.init_states("libero_spatial", 0)
-    assert len(states) == 50 and len(states[0]["sim_state"]) == scenes.load_init_states(
-        scenes.task_dir("libero_spatial", 0, cache)).shape[1]
+    assert (
+        len(states) == 50
+        and len(states[0]["sim_state"]) == scenes.load_init_states(scenes.task_dir("libero_spatial", 0, cache)).shape[1]
+    )
     # the task list comes from LIBERO's task table, without exports; it agrees with the exported scene
     specs = sims.suites.tasks("libero_spatial")
     meta = scenes.read_meta(scenes.task_dir("libero_spatial", 0, cache))
@@ -144,12 +146,15 @@ def test_task_specs_and_init_states_from_the_cache(libero_exported, monkeypatch)
         sims.suites.training_init_id("libero_spatial", 25)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(camera=("agentview",)), "did you mean 'cameras'"),
-    (dict(cameras=("front",)), "LIBERO's views are"),
-    (dict(reward_type="dense"), "sparse reward only"),
-    (dict(tasks=[10]), r"task indices 0\.\.9"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(camera=("agentview",)), "did you mean 'cameras'"),
+        (dict(cameras=("front",)), "LIBERO's views are"),
+        (dict(reward_type="dense"), "sparse reward only"),
+        (dict(tasks=[10]), r"task indices 0\.\.9"),
+    ],
+)
 def test_bad_options_are_refused(libero_exported, kwargs, message):
     args = dict(cache=str(libero_exported[0]), tasks=[0], cameras=())
     args.update(kwargs)
@@ -159,8 +164,11 @@ def test_bad_options_are_refused(libero_exported, kwargs, message):
 
 def test_bad_calls_are_refused(libero_exported, monkeypatch):
     with _make(libero_exported[0], 2) as env:
-        with pytest.raises(ValueError, match=r"init_ids must be in 0\.\.49 \(LIBERO's official init states\) or "
-                                             r"50\.\.99 \(the held-out states"):
+        with pytest.raises(
+            ValueError,
+            match=r"init_ids must be in 0\.\.49 \(LIBERO's official init states\) or "
+            r"50\.\.99 \(the held-out states",
+        ):
             env.reset(init_ids=[0, 100])
         with pytest.raises(ValueError, match=r"init ids in 0\.\.49 .* or 50\.\.99"):
             env.set_init_pool([60, 100])
@@ -184,8 +192,13 @@ def test_chunks_return_the_pixels_of_rendering_every_step(libero_exported):
     are the ones drawn at the sample, and chunks return the frames per-step rendering gives (episodes
     ending inside chunks included)."""
     cache = libero_exported[0]
-    worlds = LiberoWorlds(scenes.task_dir("libero_spatial", 0, cache), 2, box_contacts="native",
-                          cameras=("agentview", "wrist"), image_size=32)
+    worlds = LiberoWorlds(
+        scenes.task_dir("libero_spatial", 0, cache),
+        2,
+        box_contacts="native",
+        cameras=("agentview", "wrist"),
+        image_size=32,
+    )
     try:
         worlds.reset([3, 7], wait_steps=0)  # the sample at the reset: the synced state, drawn directly by render()
         for e in range(2):

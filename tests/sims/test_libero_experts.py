@@ -3,15 +3,13 @@ the bowl by its rim and puts it on the plate, judged by LIBERO's own goal predic
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+from conftest import needs_libero_venv
 
 from sims.libero import scenes
 from sims.libero.experts import PickPlaceExpert, run_episodes
 from sims.libero.worlds import LiberoWorlds
-
-from conftest import needs_libero_venv
 
 pytestmark = needs_libero_venv  # the scene export runs in the reference venv
 
@@ -72,8 +70,8 @@ def test_expert_grasps_a_level_bowl_near_the_base_and_a_tilted_one_by_its_higher
     tilt = np.zeros(4)
     mujoco.mju_axisAngle2Quat(tilt, tilt_axis, np.deg2rad(10.0) * level)
     quat = np.zeros(4)
-    mujoco.mju_mulQuat(quat, tilt, d.qpos[adr + 3:adr + 7].copy())
-    d.qpos[adr + 3:adr + 7] = quat
+    mujoco.mju_mulQuat(quat, tilt, d.qpos[adr + 3 : adr + 7].copy())
+    d.qpos[adr + 3 : adr + 7] = quat
     mujoco.mj_kinematics(worlds.model, d)
     points = expert.rim_points(d)
     higher = 1 if points[1][2] > points[-1][2] else -1

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import needs_libero_venv
 
 from sims.libero import scenes
 from sims.libero.experts import expert_kind, make_expert, run_episodes
 from sims.libero.fixture_experts import DrawerExpert, KnobExpert, frame_rotation, rotation_vector
 from sims.libero.worlds import LiberoWorlds
-
-from conftest import needs_libero_venv
 
 
 def _rot(axis: list[float], angle: float) -> np.ndarray:
@@ -33,15 +32,20 @@ def test_rotation_vector_and_frame_rotation():
 
 
 def test_expert_kind_by_goal():
-    sites = {"cab_middle_region": {"joints": ["cab_middle"]}, "cab_top_region": {"joints": ["cab_top"]},
-             "stove_cook_region": {"joints": []}}
+    sites = {
+        "cab_middle_region": {"joints": ["cab_middle"]},
+        "cab_top_region": {"joints": ["cab_top"]},
+        "stove_cook_region": {"joints": []},
+    }
     meta = {"objects": {"bowl_1": {}}, "sites": sites}
     assert expert_kind({**meta, "goal_state": [["on", "bowl_1", "stove_cook_region"]]}) == "pick_place"
     assert expert_kind({**meta, "goal_state": [["open", "cab_middle_region"]]}) == "drawer"
     assert expert_kind({**meta, "goal_state": [["turnon", "stove_1"]]}) == "knob"
     # a plate is pushed onto a table region (no parent fixture); onto a fixture's surface it has no expert
-    table = {"main_table_front_region": {"joints": None, "parent": None},
-             "stove_cook_region": {"joints": [], "parent": "stove_1"}}
+    table = {
+        "main_table_front_region": {"joints": None, "parent": None},
+        "stove_cook_region": {"joints": [], "parent": "stove_1"},
+    }
     plate = {"objects": {"plate_1": {"class": "Plate"}}, "sites": table}
     assert expert_kind({**plate, "goal_state": [["on", "plate_1", "main_table_front_region"]]}) == "push"
     assert expert_kind({**plate, "goal_state": [["on", "plate_1", "stove_cook_region"]]}) is None

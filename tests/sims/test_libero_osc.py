@@ -3,15 +3,13 @@ sequence played by robosuite 1.4 in the reference venv and by our controller on 
 
 from __future__ import annotations
 
-
 import mujoco
 import numpy as np
 import pytest
+from conftest import needs_libero_venv
 
 from sims.libero import osc, parity, physics, scenes
 from sims.libero.osc import OSCArm, OSCConfig
-
-from conftest import needs_libero_venv
 
 
 def _rz(theta: float) -> np.ndarray:
@@ -155,8 +153,9 @@ def test_small_array_helpers_match_numpy():
 
 
 def test_arm_needs_a_libero_scene():
-    model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><freejoint/><geom size='.1'/></body>"
-                                           "</worldbody></mujoco>")
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>"
+    )
     with pytest.raises(ValueError, match="no site 'gripper0_grip_site'.*load_scene"):
         OSCArm(model)
 

@@ -3,16 +3,13 @@ tiny scene, and the reference env's truth on states around a real task's goal.""
 
 from __future__ import annotations
 
-
 import mujoco
 import numpy as np
 import pytest
+from conftest import needs_libero_venv
 
 from sims.libero import parity, scenes
 from sims.libero.predicates import GoalChecker
-
-from conftest import needs_libero_venv
-
 
 SCENE = """
 <mujoco>
@@ -35,19 +32,41 @@ SCENE = """
 </mujoco>"""
 
 META = {
-    "objects": {"bowl_1": {"class": "Bowl", "root_body": "bowl_main", "joints": ["bowl_joint0"], "bodies": ["bowl_main"]}},
+    "objects": {
+        "bowl_1": {"class": "Bowl", "root_body": "bowl_main", "joints": ["bowl_joint0"], "bodies": ["bowl_main"]}
+    },
     "fixtures": {
         "plate_1": {"class": "Plate", "root_body": "plate_main", "joints": [], "bodies": ["plate_main"]},
-        "cab_1": {"class": "WoodenCabinet", "root_body": "cab_main", "joints": ["cab_top_level"],
-                  "bodies": ["cab_main", "cab_drawer"]},
-        "stove_1": {"class": "FlatStove", "root_body": "stove_main", "joints": ["stove_button"],
-                    "bodies": ["stove_main", "stove_knob"]},
+        "cab_1": {
+            "class": "WoodenCabinet",
+            "root_body": "cab_main",
+            "joints": ["cab_top_level"],
+            "bodies": ["cab_main", "cab_drawer"],
+        },
+        "stove_1": {
+            "class": "FlatStove",
+            "root_body": "stove_main",
+            "joints": ["stove_button"],
+            "bodies": ["stove_main", "stove_knob"],
+        },
     },
     "sites": {
-        "cab_1_top_region": {"class": "SiteObject", "site": "cab_top_region", "parent": "cab_1", "type": "box",
-                             "size": [0.05, 0.05, 0.02], "joints": ["cab_top_level"]},
-        "table_region": {"class": "TargetZone", "site": "region", "parent": None, "type": "box",
-                         "size": [0.05, 0.05, 0.005], "joints": None},
+        "cab_1_top_region": {
+            "class": "SiteObject",
+            "site": "cab_top_region",
+            "parent": "cab_1",
+            "type": "box",
+            "size": [0.05, 0.05, 0.02],
+            "joints": ["cab_top_level"],
+        },
+        "table_region": {
+            "class": "TargetZone",
+            "site": "region",
+            "parent": None,
+            "type": "box",
+            "size": [0.05, 0.05, 0.005],
+            "joints": None,
+        },
     },
 }
 

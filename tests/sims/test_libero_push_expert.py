@@ -5,13 +5,12 @@ within its rim into the table region, judged by LIBERO's own ``on`` predicate fo
 from __future__ import annotations
 
 import numpy as np
+from conftest import needs_libero_venv
 
 from sims.libero import scenes
 from sims.libero.experts import make_expert, run_episodes
 from sims.libero.push_expert import PushExpert
 from sims.libero.worlds import LiberoWorlds
-
-from conftest import needs_libero_venv
 
 pytestmark = needs_libero_venv  # the scene export runs in the reference venv
 
@@ -19,7 +18,10 @@ pytestmark = needs_libero_venv  # the scene export runs in the reference venv
 def test_push_expert_pushes_the_plate_to_the_front_of_the_stove(libero_goal_exported):
     worlds = LiberoWorlds(scenes.task_dir("libero_goal", 5, libero_goal_exported), 2, box_contacts="reference")
     expert = make_expert(worlds)
-    assert isinstance(expert, PushExpert) and (expert.obj, expert.target) == ("plate_1", "main_table_stove_front_region")
+    assert isinstance(expert, PushExpert) and (expert.obj, expert.target) == (
+        "plate_1",
+        "main_table_stove_front_region",
+    )
     worlds.reset([0, 1])
     start = [expert.remaining(d) for d in worlds.datas]
     assert min(start) > 0.2  # the plate starts more than 20 cm from the region's centre

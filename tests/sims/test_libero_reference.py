@@ -12,10 +12,12 @@ import pytest
 
 import sims.libero as libero
 
-needs_venv = pytest.mark.skipif(not libero.VENV.joinpath("bin", "python").is_file(),
-                                reason="the reference LIBERO venv is missing: run bash scripts/setup.sh")
+needs_venv = pytest.mark.skipif(
+    not libero.VENV.joinpath("bin", "python").is_file(),
+    reason="the reference LIBERO venv is missing: run bash scripts/setup.sh",
+)
 
-PROBE = r'''
+PROBE = r"""
 import json, sys
 import numpy as np
 from reference.env import ReferenceTask, quat2axisangle
@@ -52,7 +54,7 @@ out["standard_instruction"] = instruction("libero_goal", load_suite("libero_goal
 out["axis_angle_identity"] = quat2axisangle(np.array([0.0, 0.0, 0.0, 1.0])).tolist()
 out["axis_angle_half_turn_z"] = quat2axisangle(np.array([0.0, 0.0, 1.0, 0.0])).tolist()
 print("RESULT " + json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,7 @@ def probe():
     proc = subprocess.run([argv[0], "-c", PROBE], capture_output=True, text=True, env=env, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 @needs_venv
@@ -87,10 +89,18 @@ def test_the_protocol_observation(probe):
 def test_requests_follow_the_server(probe):
     """Our server's metadata names its cameras (the wrist one by name); an openpi server gets
     openpi's LIBERO keys with 224 px images."""
-    assert probe["ours"] == {"observation/state": [8], "prompt": [], "observation/images/front": [32, 32, 3],
-                             "observation/images/wrist": [32, 32, 3]}
-    assert probe["openpi"] == {"observation/image": [224, 224, 3], "observation/wrist_image": [224, 224, 3],
-                               "observation/state": [8], "prompt": []}
+    assert probe["ours"] == {
+        "observation/state": [8],
+        "prompt": [],
+        "observation/images/front": [32, 32, 3],
+        "observation/images/wrist": [32, 32, 3],
+    }
+    assert probe["openpi"] == {
+        "observation/image": [224, 224, 3],
+        "observation/wrist_image": [224, 224, 3],
+        "observation/state": [8],
+        "prompt": [],
+    }
 
 
 @needs_venv
@@ -113,7 +123,7 @@ def test_a_missing_venv_names_the_setup_command(monkeypatch, tmp_path):
         libero.venv_python()
 
 
-SAMPLED_PROBE = r'''
+SAMPLED_PROBE = r"""
 import json
 import numpy as np
 from reference.env import ReferenceTask
@@ -132,7 +142,7 @@ with ReferenceTask("libero_spatial", 0, image_size=0) as task:
     except ValueError as err:
         out["error"] = str(err)
 print("RESULT " + json.dumps(out))
-'''
+"""
 
 
 @needs_venv
@@ -147,7 +157,7 @@ def test_both_simulators_start_a_sampled_state_alike(libero_exported, monkeypatc
     env.update({scenes.CACHE_ENV: str(root), scenes.AUTO_EXPORT_ENV: "0"})  # in the cache: nothing exported
     proc = subprocess.run([argv[0], "-c", SAMPLED_PROBE], capture_output=True, text=True, env=env, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ref = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
+    ref = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :])
     folder = scenes.task_dir("libero_spatial", 0, root)
     np.testing.assert_array_equal(ref["state"], scenes.load_sampled_states(folder)[10])
     assert ref["num_states"] == 100 and INIT_IDS in ref["error"]

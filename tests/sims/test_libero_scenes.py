@@ -13,12 +13,10 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from conftest import needs_libero_venv
 
 import sims
 from sims.libero import PYTHON_ENV, ROOT, scenes
-
-from conftest import needs_libero_venv
-
 
 #: measured (docs/results/libero-scenes.md): after loading <= 8.9e-16 m on all 130 tasks (the scene
 #: carries the env's edits in full precision; mj_saveLastXML's 6 digits would give ~1e-7); after 200
@@ -38,8 +36,13 @@ def exported(libero_exported):
 def test_export_writes_a_portable_complete_task(exported):
     root, stdout = exported
     folder = scenes.task_dir("libero_spatial", 0, root)
-    assert sorted(p.name for p in folder.iterdir()) == ["init_states.npy", "meta.json", "reference_poses.npz",
-                                                        "sampled_states.npy", "scene.xml"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "init_states.npy",
+        "meta.json",
+        "reference_poses.npz",
+        "sampled_states.npy",
+        "scene.xml",
+    ]
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["cache_version"] == scenes.CACHE_VERSION and meta["suite"] == "libero_spatial"
     assert meta["goal_state"] == [["on", "akita_black_bowl_1", "plate_1"]]
@@ -58,7 +61,8 @@ def test_the_mirrored_constants_agree():
     """The exporter (reference venv) and the main venv name the cache version and the sampled states' seed
     each on their side."""
     from sims.libero import NUM_INIT_STATES, NUM_SAMPLED_STATES, SAMPLED_SEED, SAMPLED_STATES_FROM
-    from sims.libero.reference import env as reference_env, export
+    from sims.libero.reference import env as reference_env
+    from sims.libero.reference import export
 
     assert export.CACHE_VERSION == scenes.CACHE_VERSION == "v2"
     assert export.SAMPLED_SEED == SAMPLED_SEED and abs(SAMPLED_SEED - export.SEED) > 1000
@@ -85,7 +89,7 @@ def test_sampled_states_are_new_and_stable_in_mujoco4(exported):
     official, sampled = scenes.load_init_states(folder), scenes.load_sampled_states(folder)
     nq = meta["sizes"]["nq"]
     assert sampled.shape == official.shape == (50, meta["sizes"]["state"]) and sampled.dtype == np.float64
-    assert (sampled[:, 0] == 0).all() and (sampled[:, 1 + nq:] == 0).all()  # time 0, at rest: as the official
+    assert (sampled[:, 0] == 0).all() and (sampled[:, 1 + nq :] == 0).all()  # time 0, at rest: as the official
     assert np.abs(sampled[:, None] - official[None]).max(axis=2).min() > 1e-3
     np.testing.assert_array_equal(scenes.load_states(folder), np.concatenate([official, sampled]))
     info = meta["sampled_states"]
@@ -173,8 +177,9 @@ def test_missing_cache_names_the_export_command(tmp_path):
 
 
 def test_apply_init_state_checks_the_size():
-    model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><freejoint/><geom size='.1'/></body>"
-                                           "</worldbody></mujoco>")
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>"
+    )
     data = mujoco.MjData(model)
     with pytest.raises(ValueError, match=r"\(1 \+ nq \+ nv,\) = \(14,\)"):
         scenes.apply_init_state(model, data, np.zeros(13))
@@ -225,8 +230,17 @@ with sims.make("mujoco", suite="libero_spatial", num_envs=1, cameras=(), cache=s
 def test_two_processes_making_the_cache_at_once(tmp_path):
     """Two processes start on the same task of an empty cache: one exports it under the lock, the other
     waits and finds it; one complete folder results."""
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT, env=_child_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(tmp_path)],
+            cwd=ROOT,
+            env=_child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     errs = [err for _, err in outs]
     assert [p.returncode for p in procs] == [0, 0], errs
@@ -253,8 +267,14 @@ with scenes.export_lock(sys.argv[1]):
 def test_a_process_waits_for_another_export(tmp_path):
     with scenes.export_lock(tmp_path) as base:
         assert (base / scenes.LOCK_NAME).is_file()
-        proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(tmp_path)], cwd=ROOT, env=_child_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LOCKER, str(tmp_path)],
+            cwd=ROOT,
+            env=_child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = proc.stderr.readline()  # blocks until the child finds the lock taken
         assert "waiting for another process's export" in line and str(base) in line, line
         assert proc.poll() is None  # it waits while the lock is held

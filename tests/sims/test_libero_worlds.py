@@ -4,14 +4,12 @@ test_libero_osc.py)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+from conftest import needs_libero_venv
 
 from sims.libero import scenes
 from sims.libero.worlds import LiberoWorlds, ObservationClock, quat_to_axisangle
-
-from conftest import needs_libero_venv
 
 
 def test_observation_clock_samples_once_per_period_at_a_fixed_substep():

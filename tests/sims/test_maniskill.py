@@ -66,16 +66,57 @@ def test_maniskill_suite_in_embodied_train_and_eval(tmp_path):
 
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    init = policies.save(policies.make("flow", expert_layers=1, d_model=32, image_size=32, vision_channels=[8, 16],
-                                       chunk_size=3, prefix_layers=1, cameras=["agentview"]), tmp_path / "init")
-    train = subprocess.run([str(bin_dir / "embodied-train"), f"init={init}", f"out={tmp_path / 'rl'}", "suite=maniskill",
-                            "tasks=[0,1]", "num_envs=2", "image_size=32", "chunks_per_iter=2",
-                            "algo.minibatch_size=4", "iterations=1"], capture_output=True, text=True, env=env,
-                           timeout=600, check=False)
+    init = policies.save(
+        policies.make(
+            "flow",
+            expert_layers=1,
+            d_model=32,
+            image_size=32,
+            vision_channels=[8, 16],
+            chunk_size=3,
+            prefix_layers=1,
+            cameras=["agentview"],
+        ),
+        tmp_path / "init",
+    )
+    train = subprocess.run(
+        [
+            str(bin_dir / "embodied-train"),
+            f"init={init}",
+            f"out={tmp_path / 'rl'}",
+            "suite=maniskill",
+            "tasks=[0,1]",
+            "num_envs=2",
+            "image_size=32",
+            "chunks_per_iter=2",
+            "algo.minibatch_size=4",
+            "iterations=1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert train.returncode == 0, train.stderr[-3000:]
-    ev = subprocess.run([str(bin_dir / "embodied-eval"), f"checkpoint={tmp_path / 'rl' / 'checkpoint' / 'policy'}",
-                         "suite=maniskill", "tasks=[1]", "episodes=2", "num_envs=2", "image_size=32", "videos=none",
-                         f"out={tmp_path / 'ev'}"], capture_output=True, text=True, env=env, timeout=600, check=False)
+    ev = subprocess.run(
+        [
+            str(bin_dir / "embodied-eval"),
+            f"checkpoint={tmp_path / 'rl' / 'checkpoint' / 'policy'}",
+            "suite=maniskill",
+            "tasks=[1]",
+            "episodes=2",
+            "num_envs=2",
+            "image_size=32",
+            "videos=none",
+            f"out={tmp_path / 'ev'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert ev.returncode == 0, ev.stderr[-3000:]
     res = json.loads((tmp_path / "ev" / "results.json").read_text())
     assert res["suites"]["maniskill"]["tasks"][0]["name"] == "push_cube" and res["suites"]["maniskill"]["episodes"] == 2
@@ -89,11 +130,30 @@ def test_sim_benchmark_gpu_backends_section(tmp_path):
     from pathlib import Path
 
     out = tmp_path / "b"
-    proc = subprocess.run([str(Path(sys.executable).parent / "embodied-bench"), "bench=sim", f"out={out}",
-                           "num_envs=[2]", "num_threads=[1]", "repeats=1", "steps=3", "cameras=[]", "rollout=false",
-                           "gpu_backends=[maniskill]", "gpu_num_envs=[2]", "gpu_steps=3", "gpu_repeats=1",
-                           "gpu_image_size=32", "warmup_steps=1"], capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "embodied-bench"),
+            "bench=sim",
+            f"out={out}",
+            "num_envs=[2]",
+            "num_threads=[1]",
+            "repeats=1",
+            "steps=3",
+            "cameras=[]",
+            "rollout=false",
+            "gpu_backends=[maniskill]",
+            "gpu_num_envs=[2]",
+            "gpu_steps=3",
+            "gpu_repeats=1",
+            "gpu_image_size=32",
+            "warmup_steps=1",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((out / "sim.json").read_text())["gpu_backends"]
     assert [(r["backend"], r["camera"]) for r in rows] == [("maniskill", False), ("maniskill", True)]

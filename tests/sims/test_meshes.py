@@ -3,12 +3,11 @@ sphere drawn by a visual-only geom and the same mesh colliding."""
 
 from __future__ import annotations
 
+import mujoco
 import numpy as np
 import pytest
 
 import sims.mujoco  # noqa: F401  (picks the OpenGL platform before mujoco loads)
-import mujoco
-
 from sims.mujoco.meshes import decimated_copy, drawn_faces, drawn_only_meshes
 
 
@@ -16,8 +15,17 @@ def _sphere(rings: int = 24, segments: int = 48) -> tuple[np.ndarray, np.ndarray
     """A UV sphere as a triangle soup (every face its own three vertices, as many exported meshes are)."""
     theta = np.linspace(0, np.pi, rings + 1)
     phi = np.linspace(0, 2 * np.pi, segments + 1)
-    grid = np.stack([np.outer(np.sin(theta), np.cos(phi)), np.outer(np.sin(theta), np.sin(phi)),
-                     np.outer(np.cos(theta), np.ones_like(phi))], axis=-1) * 0.05
+    grid = (
+        np.stack(
+            [
+                np.outer(np.sin(theta), np.cos(phi)),
+                np.outer(np.sin(theta), np.sin(phi)),
+                np.outer(np.cos(theta), np.ones_like(phi)),
+            ],
+            axis=-1,
+        )
+        * 0.05
+    )
     tris = []
     for i in range(rings):
         for j in range(segments):
@@ -57,10 +65,10 @@ def test_only_drawn_meshes_are_decimated_and_the_model_is_untouched():
     np.testing.assert_array_equal(model.mesh_vert, before[1])
     # the decimated sphere still is the sphere: every vertex on it, faces indexing the kept vertices
     va, vn = light.mesh_vertadr[vis], light.mesh_vertnum[vis]
-    radius = np.linalg.norm(light.mesh_vert[va:va + vn], axis=1)
+    radius = np.linalg.norm(light.mesh_vert[va : va + vn], axis=1)
     assert np.allclose(radius, radius.mean(), rtol=0.15)
     fa, fn = light.mesh_faceadr[vis], light.mesh_facenum[vis]
-    assert light.mesh_face[fa:fa + fn].max() < vn
+    assert light.mesh_face[fa : fa + fn].max() < vn
     assert drawn_faces(light) < drawn_faces(model)
     with pytest.raises(ValueError, match="max_faces must be >= 4"):
         decimated_copy(model, 2)
@@ -81,4 +89,4 @@ def test_the_decimated_copy_renders_the_same_scene():
         images.append(out[0, 0].astype(np.float64))
     mse = ((images[0] - images[1]) ** 2).mean()
     assert images[0].std() > 5  # the ball is in view
-    assert 10 * np.log10(255 ** 2 / max(mse, 1e-9)) > 25  # and looks the same
+    assert 10 * np.log10(255**2 / max(mse, 1e-9)) > 25  # and looks the same

@@ -11,7 +11,9 @@ def test_lookup_names_and_unknown_error():
     reg = Registry("colour", {"red": 1, "green": 2})
     assert reg.lookup("red") == 1 and reg["green"] == 2 and "red" in reg and len(reg) == 2
     assert reg.names() == ["red", "green"] and Registry("colour", {"b": 0, "a": 1}, sort=True).names() == ["a", "b"]
-    with pytest.raises(ValueError, match=r"unknown colour 'gren'; did you mean 'green'\? choose one of \['red', 'green'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown colour 'gren'; did you mean 'green'\? choose one of \['red', 'green'\]"
+    ):
         reg.lookup("gren")
     with pytest.raises(ValueError, match=r"^unknown colour 'blue'; choose one of"):
         reg.lookup("blue")

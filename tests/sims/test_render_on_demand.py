@@ -11,8 +11,16 @@ import sims
 VIEWS = ("agentview", "wrist")
 
 
-def _chunks(suite: str, every: bool, *, n: int = 3, horizon: int = 4, chunks: int = 8, max_steps: int = 10,
-            cameras: tuple[str, ...] = VIEWS) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+def _chunks(
+    suite: str,
+    every: bool,
+    *,
+    n: int = 3,
+    horizon: int = 4,
+    chunks: int = 8,
+    max_steps: int = 10,
+    cameras: tuple[str, ...] = VIEWS,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
     """The returned observations' views, the final observations' views of the episodes that ended
     (short episodes: several end inside a chunk) and the states, over random chunks."""
     env = sims.make("mujoco", suite=suite, num_envs=n, seed=5, cameras=cameras, image_size=32, max_steps=max_steps)

@@ -72,10 +72,13 @@ def test_env_applies_the_listed_initial_state():
 def test_init_pool_draws_every_reset_from_fixed_states():
     """Training on the protocol's states (init_pool=protocol): resets without explicit ids, auto-resets
     included, start from the pool's fixed states."""
+
     def placements(env):
         view = env.task_objs[2].view
-        return [tuple(np.round(view.pos(name, np.arange(env.num_envs))[:, :2].ravel(), 6))
-                for name in sims.suites.init_states("goal", 2)[0]["placement"]]
+        return [
+            tuple(np.round(view.pos(name, np.arange(env.num_envs))[:, :2].ravel(), 6))
+            for name in sims.suites.init_states("goal", 2)[0]["placement"]
+        ]
 
     with sims.make("mujoco", suite="goal", num_envs=3, cameras=()) as env:
         env.reset(task_ids=[2, 2, 2], init_ids=[4, 4, 4])
@@ -134,7 +137,6 @@ def test_expert_reaches_success(suite, task):
         assert env.num_diverged == 0
 
 
-
 @pytest.mark.parametrize("suite,task", [("spatial", 0), ("goal", 0), ("long", 4), ("dynamic", 2)])
 def test_dense_reward_tracks_expert_progress(suite, task):
     spec = sims.suites.tasks(suite)[task]
@@ -156,8 +158,10 @@ def test_shaped_reward_is_potential_based_along_an_expert_episode():
     """reward_type=shaped: r_t = progress_t - progress_{t-1} + success, so the return telescopes to
     1 (final progress at success) - initial progress + 1, whatever the path."""
     spec = sims.suites.tasks("goal")[2]
-    with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), reward_type="shaped") as env, \
-            sims.make("mujoco", suite="goal", num_envs=1, cameras=(), reward_type="dense") as dense:
+    with (
+        sims.make("mujoco", suite="goal", num_envs=1, cameras=(), reward_type="shaped") as env,
+        sims.make("mujoco", suite="goal", num_envs=1, cameras=(), reward_type="dense") as dense,
+    ):
         expert = sims.suites.expert("goal", num_envs=1)
         obs = env.reset(task_ids=[2], init_ids=[3])
         dense.reset(task_ids=[2], init_ids=[3])
@@ -179,8 +183,9 @@ def test_history_camera_shows_the_view_k_steps_ago():
 
     import sims
 
-    env = sims.make("mujoco", suite="dynamic", num_envs=2, cameras=("agentview", "wrist", "agentview_prev2"),
-                    image_size=32)
+    env = sims.make(
+        "mujoco", suite="dynamic", num_envs=2, cameras=("agentview", "wrist", "agentview_prev2"), image_size=32
+    )
     obs = env.reset(task_ids=[0, 0], init_ids=[0, 1])
     assert obs["rgb"].shape == (2, 3, 32, 32, 3) and torch.equal(obs["rgb"][:, 0], obs["rgb"][:, 2])  # episode start
     frames = [obs["rgb"][:, 0].clone()]

@@ -51,12 +51,32 @@ def test_embodied_train_steps_warp_envs(tmp_path):
 
     import policies
 
-    init = policies.save(policies.make("flow", expert_layers=1, d_model=32, image_size=32, vision_channels=[8, 16],
-                                       chunk_size=3, prefix_layers=1), tmp_path / "init")
-    proc = subprocess.run([str(Path(sys.executable).parent / "embodied-train"), f"init={init}", f"out={tmp_path / 'rl'}",
-                           "suite=goal", "tasks=[8]", "num_envs=2", "image_size=32", "chunks_per_iter=2",
-                           "algo.minibatch_size=4", "iterations=1", "backend=mujoco_gpu"], capture_output=True,
-                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900, check=False)
+    init = policies.save(
+        policies.make(
+            "flow", expert_layers=1, d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1
+        ),
+        tmp_path / "init",
+    )
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "embodied-train"),
+            f"init={init}",
+            f"out={tmp_path / 'rl'}",
+            "suite=goal",
+            "tasks=[8]",
+            "num_envs=2",
+            "image_size=32",
+            "chunks_per_iter=2",
+            "algo.minibatch_size=4",
+            "iterations=1",
+            "backend=mujoco_gpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "rl" / "checkpoint" / "policy" / "model.safetensors").is_file()
 
@@ -66,12 +86,24 @@ def test_gpu_sim_bench_rows_compare_the_env_with_raw_warp_physics():
 
     from benchmarks.sim_gpu import run_gpu_backends
 
-    cfg = SimpleNamespace(seed=0, gpu_backends=["mujoco_gpu"], gpu_num_envs=[2], gpu_image_size=32, gpu_renderer="auto",
-                          warmup_steps=1, gpu_steps=2, gpu_repeats=1, gpu_task_logic=["device", "host"])
+    cfg = SimpleNamespace(
+        seed=0,
+        gpu_backends=["mujoco_gpu"],
+        gpu_num_envs=[2],
+        gpu_image_size=32,
+        gpu_renderer="auto",
+        warmup_steps=1,
+        gpu_steps=2,
+        gpu_repeats=1,
+        gpu_task_logic=["device", "host"],
+    )
     rows = run_gpu_backends(cfg)
     assert [(r["backend"], r["camera"], r["task_logic"]) for r in rows] == [
-        ("mujoco_gpu", False, "device"), ("mujoco_gpu", False, "host"),
-        ("mujoco_gpu", True, "device"), ("mujoco_gpu", True, "host")]
+        ("mujoco_gpu", False, "device"),
+        ("mujoco_gpu", False, "host"),
+        ("mujoco_gpu", True, "device"),
+        ("mujoco_gpu", True, "host"),
+    ]
     for r in rows:
         assert r["env_steps_per_s"] > 0 and r["raw_physics_steps_per_s"] > 0 and r["env_vs_raw"] > 0
         assert r["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -184,8 +216,17 @@ def test_task_logic_on_the_device_matches_the_host():
     the pulls before host reads are exercised."""
     # 20 steps: every env's episode ends (max_steps=15; the odd envs sit out the partial steps 3, 10, 17)
     # and the reset worlds run a few steps after it
-    worst = _compare_task_logic("goal", [8, 0, 3, 8], 20, reward_type="shaped", max_steps=15,
-                                cameras=("agentview",), image_size=32, renderer="gl", warp_copy_mirrors=True)
+    worst = _compare_task_logic(
+        "goal",
+        [8, 0, 3, 8],
+        20,
+        reward_type="shaped",
+        max_steps=15,
+        cameras=("agentview",),
+        image_size=32,
+        renderer="gl",
+        warp_copy_mirrors=True,
+    )
     assert worst["state"] < 1e-5 and worst["privileged"] < 1e-5 and worst["reward"] < 1e-5, worst
     assert worst["rgb"] < 0.5, worst
 

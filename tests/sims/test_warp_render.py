@@ -106,8 +106,15 @@ def test_torch_view_and_partial_ids(env):
 
 
 def test_history_cameras_with_the_warp_renderer():
-    env = sims.make("mujoco_gpu", suite="goal", num_envs=2, seed=0, cameras=("wrist", "wrist_prev2"), image_size=SIZE,
-                    renderer="warp")
+    env = sims.make(
+        "mujoco_gpu",
+        suite="goal",
+        num_envs=2,
+        seed=0,
+        cameras=("wrist", "wrist_prev2"),
+        image_size=SIZE,
+        renderer="warp",
+    )
     try:
         rgb = env.reset(task_ids=[8, 8])["rgb"]
         assert torch.equal(rgb[:, 0], rgb[:, 1])  # a fresh episode repeats its first frame
@@ -148,8 +155,16 @@ def test_sim_benchmark_camera_rows_use_the_chosen_renderer():
 
     from benchmarks.sim_gpu import run_gpu_backends
 
-    cfg = SimpleNamespace(seed=0, gpu_backends=["mujoco_gpu"], gpu_num_envs=[2], gpu_image_size=SIZE,
-                          gpu_renderer="warp", warmup_steps=1, gpu_steps=2, gpu_repeats=1)
+    cfg = SimpleNamespace(
+        seed=0,
+        gpu_backends=["mujoco_gpu"],
+        gpu_num_envs=[2],
+        gpu_image_size=SIZE,
+        gpu_renderer="warp",
+        warmup_steps=1,
+        gpu_steps=2,
+        gpu_repeats=1,
+    )
     rows = run_gpu_backends(cfg)
     assert [(r["camera"], r["renderer"]) for r in rows] == [(False, None), (True, "warp")]
     assert all(r["env_steps_per_s"] > 0 for r in rows)

@@ -57,8 +57,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--resets", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk-sizes", type=int, nargs="*", default=[],
-                   help="also time rendering only at every H-th step, for each H")
+    p.add_argument(
+        "--chunk-sizes", type=int, nargs="*", default=[], help="also time rendering only at every H-th step, for each H"
+    )
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
     cases = []
@@ -68,22 +69,48 @@ def main() -> None:
             build_s = time.perf_counter() - t0
             runs = [steps_per_s(task, args.steps, rng) for _ in range(args.repeats)]
             soft = reset_s(task, args.resets)
-            chunked = {h: [steps_per_s(task, args.steps, rng, chunk=h) for _ in range(args.repeats)]
-                       for h in (args.chunk_sizes if size else [])}
-        cases.append({"case": f"two cameras {size} px" if size else "no rendering", "image_size": size,
-                      "build_s": round(build_s, 2), "steps_per_s_runs": [round(r, 3) for r in runs],
-                      "steps_per_s": round(float(np.median(runs)), 3), "soft_reset_s": round(float(np.median(soft)), 3)})
+            chunked = {
+                h: [steps_per_s(task, args.steps, rng, chunk=h) for _ in range(args.repeats)]
+                for h in (args.chunk_sizes if size else [])
+            }
+        cases.append(
+            {
+                "case": f"two cameras {size} px" if size else "no rendering",
+                "image_size": size,
+                "build_s": round(build_s, 2),
+                "steps_per_s_runs": [round(r, 3) for r in runs],
+                "steps_per_s": round(float(np.median(runs)), 3),
+                "soft_reset_s": round(float(np.median(soft)), 3),
+            }
+        )
         if chunked:
-            cases[-1]["chunk_boundary_steps_per_s"] = {str(h): round(float(np.median(r)), 3) for h, r in chunked.items()}
-        print(f"[libero bench] {cases[-1]['case']}: {cases[-1]['steps_per_s']:.2f} steps/s"
-              + "".join(f", rendering every {h}th step {np.median(r):.2f}" for h, r in chunked.items()), flush=True)
-    with ReferenceTask(args.suite, args.task, image_size=args.image_sizes[0] if args.image_sizes else 0,
-                       hard_reset=True) as task:
+            cases[-1]["chunk_boundary_steps_per_s"] = {
+                str(h): round(float(np.median(r)), 3) for h, r in chunked.items()
+            }
+        print(
+            f"[libero bench] {cases[-1]['case']}: {cases[-1]['steps_per_s']:.2f} steps/s"
+            + "".join(f", rendering every {h}th step {np.median(r):.2f}" for h, r in chunked.items()),
+            flush=True,
+        )
+    with ReferenceTask(
+        args.suite, args.task, image_size=args.image_sizes[0] if args.image_sizes else 0, hard_reset=True
+    ) as task:
         hard = reset_s(task, args.resets)
-    print("RESULT " + json.dumps({"suite": args.suite, "task": args.task, "name": task.name, "steps": args.steps,
-                                  "repeats": args.repeats, "cases": cases,
-                                  "hard_reset_s": round(float(np.median(hard)), 3),
-                                  "hard_reset_runs": [round(h, 3) for h in hard]}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "suite": args.suite,
+                "task": args.task,
+                "name": task.name,
+                "steps": args.steps,
+                "repeats": args.repeats,
+                "cases": cases,
+                "hard_reset_s": round(float(np.median(hard)), 3),
+                "hard_reset_runs": [round(h, 3) for h in hard],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

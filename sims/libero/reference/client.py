@@ -48,8 +48,10 @@ def request_builder(metadata: dict[str, Any]) -> Any:
     if keys:  # embodied-serve: its own keys, checked against what the policy reads
         state_dim = int(metadata.get("state_dim", 8))
         if state_dim != 8:
-            raise SystemExit(f"the policy reads a {state_dim}-D state; LIBERO's protocol gives the 8-D state "
-                             "(eef position, axis-angle, gripper): serve a policy trained on LIBERO's state")
+            raise SystemExit(
+                f"the policy reads a {state_dim}-D state; LIBERO's protocol gives the 8-D state "
+                "(eef position, axis-angle, gripper): serve a policy trained on LIBERO's state"
+            )
         if int(metadata.get("action_dim", 7)) != 7:
             raise SystemExit(f"the policy acts in {metadata['action_dim']} dimensions; LIBERO's OSC_POSE takes 7")
         cams = list(metadata.get("cameras", []))
@@ -68,9 +70,13 @@ def request_builder(metadata: dict[str, Any]) -> Any:
         from openpi_client import image_tools
 
         def build(obs: dict[str, Any], prompt: str) -> dict[str, Any]:
-            return {"observation/image": image_tools.resize_with_pad(obs["agentview"], OPENPI_SIZE, OPENPI_SIZE),
-                    "observation/wrist_image": image_tools.resize_with_pad(obs["wrist"], OPENPI_SIZE, OPENPI_SIZE),
-                    "observation/state": obs["state"].astype(np.float64), "prompt": prompt}
+            return {
+                "observation/image": image_tools.resize_with_pad(obs["agentview"], OPENPI_SIZE, OPENPI_SIZE),
+                "observation/wrist_image": image_tools.resize_with_pad(obs["wrist"], OPENPI_SIZE, OPENPI_SIZE),
+                "observation/state": obs["state"].astype(np.float64),
+                "prompt": prompt,
+            }
+
     return build
 
 
@@ -87,8 +93,9 @@ def done_episodes(path: Path) -> set[tuple[int, int]]:
     return done
 
 
-def play(task: ReferenceTask, init_id: int, policy: Any, build: Any, *, max_steps: int,
-         action_steps: int | None, film: bool) -> tuple[bool, int, dict[str, list[np.ndarray]]]:
+def play(
+    task: ReferenceTask, init_id: int, policy: Any, build: Any, *, max_steps: int, action_steps: int | None, film: bool
+) -> tuple[bool, int, dict[str, list[np.ndarray]]]:
     """One episode: ``(success, policy steps taken, frames)``."""
     task.reset(init_id)
     frames: dict[str, list[np.ndarray]] = {"agentview": [], "wrist": []}
@@ -118,8 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", type=int, nargs="*", default=None, help="task indices (default: all)")
     p.add_argument("--episodes", type=int, default=50, help="initial states per task")
     p.add_argument("--first-state", type=int, default=0, help="0..49 official, 50..99 the sampled held-out states")
-    p.add_argument("--cache", default=None, help="the scene cache root of the sampled states (default "
-                                                 "$EMBODIED_LIBERO_CACHE or ~/.cache/embodied/libero)")
+    p.add_argument(
+        "--cache",
+        default=None,
+        help="the scene cache root of the sampled states (default $EMBODIED_LIBERO_CACHE or ~/.cache/embodied/libero)",
+    )
     p.add_argument("--max-steps", type=int, default=None, help="policy steps per episode (default: the suite's)")
     p.add_argument("--action-steps", type=int, default=None, help="actions executed per chunk (default: all)")
     p.add_argument("--image-size", type=int, default=128)
@@ -138,9 +148,13 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     suite = load_suite(args.suite)
     n_tasks = suite.n_tasks
-    listing = {"suite": args.suite, "tasks": [{"name": suite.get_task(i).name,
-                                               "language": instruction(args.suite, suite.get_task(i))}
-                                              for i in range(n_tasks)]}
+    listing = {
+        "suite": args.suite,
+        "tasks": [
+            {"name": suite.get_task(i).name, "language": instruction(args.suite, suite.get_task(i))}
+            for i in range(n_tasks)
+        ],
+    }
     (out / "tasks.json.tmp").write_text(json.dumps(listing, indent=1))
     os.replace(out / "tasks.json.tmp", out / "tasks.json")
     tasks = list(range(n_tasks)) if args.tasks is None else args.tasks
@@ -158,34 +172,58 @@ def main(argv: list[str] | None = None) -> None:
             if not todo:
                 continue
             t0 = time.perf_counter()
-            task = ReferenceTask(args.suite, t, image_size=args.image_size, hard_reset=args.hard_reset,
-                                 seed=args.seed, cache=args.cache)
+            task = ReferenceTask(
+                args.suite, t, image_size=args.image_size, hard_reset=args.hard_reset, seed=args.seed, cache=args.cache
+            )
             if todo[0] < 0 or todo[-1] >= task.num_states:
-                raise SystemExit(f"{args.suite} task {t} has init ids {task.init_ids_help()}; asked for "
-                                 f"{todo[0]}..{todo[-1]}")
+                raise SystemExit(
+                    f"{args.suite} task {t} has init ids {task.init_ids_help()}; asked for {todo[0]}..{todo[-1]}"
+                )
             task.state_of(todo[-1])  # a sampled state's cache read (exported if missing) before the first episode
-            print(f"[libero] {args.suite} task {t} {task.name}: env ready in {time.perf_counter() - t0:.1f} s",
-                  flush=True)
+            print(
+                f"[libero] {args.suite} task {t} {task.name}: env ready in {time.perf_counter() - t0:.1f} s", flush=True
+            )
             try:
                 for init_id in todo:
                     t1 = time.perf_counter()
                     film = args.videos != "none" and args.image_size > 0 and filmed < args.video_max
-                    success, length, frames = play(task, init_id, policy, build,
-                                                   max_steps=args.max_steps or task.max_steps,
-                                                   action_steps=args.action_steps, film=film)
+                    success, length, frames = play(
+                        task,
+                        init_id,
+                        policy,
+                        build,
+                        max_steps=args.max_steps or task.max_steps,
+                        action_steps=args.action_steps,
+                        film=film,
+                    )
                     if film and (args.videos == "all" or not success) and frames["agentview"]:
                         path = out / "frames" / args.suite / f"{t:02d}_{init_id:02d}_{'ok' if success else 'fail'}.npz"
                         path.parent.mkdir(parents=True, exist_ok=True)
-                        np.savez_compressed(path.with_suffix(".tmp.npz"), agentview=np.stack(frames["agentview"]),
-                                            wrist=np.stack(frames["wrist"]))
+                        np.savez_compressed(
+                            path.with_suffix(".tmp.npz"),
+                            agentview=np.stack(frames["agentview"]),
+                            wrist=np.stack(frames["wrist"]),
+                        )
                         os.replace(path.with_suffix(".tmp.npz"), path)
                         filmed += 1
-                    rec = {"suite": args.suite, "task": t, "name": task.name, "init_id": init_id, "wave": t,
-                           "success": success, "length": length, "diverged": False, "attempt": 0}
+                    rec = {
+                        "suite": args.suite,
+                        "task": t,
+                        "name": task.name,
+                        "init_id": init_id,
+                        "wave": t,
+                        "success": success,
+                        "length": length,
+                        "diverged": False,
+                        "attempt": 0,
+                    }
                     log.write(json.dumps(rec) + "\n")
                     log.flush()
-                    print(f"[libero] task {t} init {init_id}: {'success' if success else 'failure'} in {length} steps "
-                          f"({time.perf_counter() - t1:.1f} s)", flush=True)
+                    print(
+                        f"[libero] task {t} init {init_id}: {'success' if success else 'failure'} in {length} steps "
+                        f"({time.perf_counter() - t1:.1f} s)",
+                        flush=True,
+                    )
             finally:
                 task.close()
 

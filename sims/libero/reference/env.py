@@ -50,8 +50,9 @@ def quat2axisangle(quat: np.ndarray) -> np.ndarray:
 
 def protocol_state(obs: dict[str, np.ndarray]) -> np.ndarray:
     """The official 8-D state ``[8]`` float32: eef position, eef axis-angle, gripper finger positions."""
-    return np.concatenate([obs["robot0_eef_pos"], quat2axisangle(obs["robot0_eef_quat"]),
-                           obs["robot0_gripper_qpos"]]).astype(np.float32)
+    return np.concatenate(
+        [obs["robot0_eef_pos"], quat2axisangle(obs["robot0_eef_quat"]), obs["robot0_gripper_qpos"]]
+    ).astype(np.float32)
 
 
 def instruction(suite: str, task: Any) -> str:
@@ -64,7 +65,8 @@ def instruction(suite: str, task: Any) -> str:
     from libero.libero.envs.bddl_utils import get_problem_info
 
     return get_problem_info(str(Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file))[
-        "language_instruction"]
+        "language_instruction"
+    ]
 
 
 def load_suite(suite: str) -> Any:
@@ -88,8 +90,16 @@ class ReferenceTask:
             ``$EMBODIED_LIBERO_CACHE`` or ``~/.cache/embodied/libero``, as the main venv's).
     """
 
-    def __init__(self, suite: str, task_id: int, *, image_size: int = 128, hard_reset: bool = False,
-                 seed: int = SEED, cache: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        suite: str,
+        task_id: int,
+        *,
+        image_size: int = 128,
+        hard_reset: bool = False,
+        seed: int = SEED,
+        cache: str | Path | None = None,
+    ) -> None:
         from libero.libero import get_libero_path
         from libero.libero.envs import OffScreenRenderEnv
 
@@ -129,8 +139,10 @@ class ReferenceTask:
         official = f"0..{len(self.init_states) - 1} (LIBERO's official init states)"
         if self.suite_name not in MAX_STEPS:
             return f"{official} only: a LIBERO-PRO variant has no sampled states"
-        return (f"{official} or {len(self.init_states)}..{self.num_states - 1} (the held-out states LIBERO's "
-                "placement initializer sampled)")
+        return (
+            f"{official} or {len(self.init_states)}..{self.num_states - 1} (the held-out states LIBERO's "
+            "placement initializer sampled)"
+        )
 
     @property
     def sampled_states(self) -> np.ndarray:
@@ -145,16 +157,20 @@ class ReferenceTask:
             path = ensure_task(self.suite_name, self.task_id, self.cache) / "sampled_states.npy"
             states = np.load(path)
             if states.shape != (NUM_SAMPLED_STATES,) + self.init_states.shape[1:]:
-                raise ValueError(f"{path} holds states {list(states.shape)}; this task's are "
-                                 f"[{NUM_SAMPLED_STATES}, {self.init_states.shape[1]}]: export the task again")
+                raise ValueError(
+                    f"{path} holds states {list(states.shape)}; this task's are "
+                    f"[{NUM_SAMPLED_STATES}, {self.init_states.shape[1]}]: export the task again"
+                )
             self._sampled = states
         return self._sampled
 
     def state_of(self, init_id: int) -> np.ndarray:
         """The flattened simulator state ``[1 + nq + nv]`` of init id ``init_id``."""
         if not 0 <= init_id < self.num_states:
-            raise ValueError(f"init state {init_id} out of range: {self.suite_name} task {self.task_id} has init ids "
-                             f"{self.init_ids_help()}")
+            raise ValueError(
+                f"init state {init_id} out of range: {self.suite_name} task {self.task_id} has init ids "
+                f"{self.init_ids_help()}"
+            )
         if init_id < len(self.init_states):
             return self.init_states[init_id]
         return self.sampled_states[init_id - len(self.init_states)]
@@ -203,8 +219,10 @@ class ReferenceTask:
         if self.image_size <= 0:
             raise ValueError("this env was made without rendering (image_size=0)")
         sim, size = self.inner.sim, self.image_size
-        return {view: np.ascontiguousarray(sim.render(camera_name=cam, width=size, height=size)[::-1, ::-1])
-                for view, cam in (("agentview", "agentview"), ("wrist", "robot0_eye_in_hand"))}
+        return {
+            view: np.ascontiguousarray(sim.render(camera_name=cam, width=size, height=size)[::-1, ::-1])
+            for view, cam in (("agentview", "agentview"), ("wrist", "robot0_eye_in_hand"))
+        }
 
     # -- privileged access ---------------------------------------------------------------------
     @property

@@ -100,9 +100,17 @@ SETTLE_MARGIN = 0.05
 MAX_CANDIDATES = 4 * NUM_SAMPLED
 REFERENCE_STATES = (0, 1)
 #: compiled-model fields the env may edit after compiling, and the MJCF (element, attribute) of each
-PATCHABLE = {"body_pos": ("body", "pos"), "body_quat": ("body", "quat"), "site_rgba": ("site", "rgba"),
-             "site_pos": ("site", "pos"), "site_quat": ("site", "quat"), "geom_rgba": ("geom", "rgba"),
-             "geom_pos": ("geom", "pos"), "geom_quat": ("geom", "quat"), "mat_rgba": ("material", "rgba")}
+PATCHABLE = {
+    "body_pos": ("body", "pos"),
+    "body_quat": ("body", "quat"),
+    "site_rgba": ("site", "rgba"),
+    "site_pos": ("site", "pos"),
+    "site_quat": ("site", "quat"),
+    "geom_rgba": ("geom", "rgba"),
+    "geom_pos": ("geom", "pos"),
+    "geom_quat": ("geom", "quat"),
+    "mat_rgba": ("material", "rgba"),
+}
 #: what reloading may differ by: round-off, and the unused reference positions of tracking cameras/lights
 ROUNDOFF = 1e-12
 TRACKING_REFERENCE = {"cam_poscom0", "cam_pos0", "cam_mat0", "light_poscom0", "light_pos0", "light_dir0"}
@@ -160,8 +168,11 @@ def check_reload(model, reloaded) -> dict:
     diff = model_diff(model, reloaded)
     fixed = not np.any(model.cam_mode) and not np.any(model.light_mode)
     bad = {k: v for k, v in diff.items() if v > ROUNDOFF and not (fixed and k in TRACKING_REFERENCE)}
-    return {"fields_differing": diff, "bad": bad,
-            "max_abs_diff": max((v for k, v in diff.items() if k not in TRACKING_REFERENCE), default=0.0)}
+    return {
+        "fields_differing": diff,
+        "bad": bad,
+        "max_abs_diff": max((v for k, v in diff.items() if k not in TRACKING_REFERENCE), default=0.0),
+    }
 
 
 def fmt(values) -> str:
@@ -181,8 +192,10 @@ def patch_xml(xml: str, env_model, compiled) -> str:
     moved: set[int] = set()
     for field in edits:
         if field not in PATCHABLE:
-            raise RuntimeError(f"the env edits the compiled model's {field!r}, which the exporter cannot "
-                               f"write back (patchable: {sorted(PATCHABLE)})")
+            raise RuntimeError(
+                f"the env edits the compiled model's {field!r}, which the exporter cannot "
+                f"write back (patchable: {sorted(PATCHABLE)})"
+            )
         tag, attr = PATCHABLE[field]
         new, old = getattr(env_model, field), getattr(compiled, field)
         for i in np.flatnonzero(np.any(new != old, axis=1)):
@@ -201,8 +214,13 @@ def patch_xml(xml: str, env_model, compiled) -> str:
         # (body_ipos = body_pos); the env's model keeps the frame it compiled before the edit
         el = index[("body", mujoco.mj_id2name(env_model, mujoco.mjtObj.mjOBJ_BODY, i))]
         if env_model.body_mass[i] == 0 and el.find("inertial") is None:
-            inertial = ET.Element("inertial", pos=fmt(env_model.body_ipos[i]), quat=fmt(env_model.body_iquat[i]),
-                                  mass="0", diaginertia=fmt(env_model.body_inertia[i]))
+            inertial = ET.Element(
+                "inertial",
+                pos=fmt(env_model.body_ipos[i]),
+                quat=fmt(env_model.body_iquat[i]),
+                mass="0",
+                diaginertia=fmt(env_model.body_inertia[i]),
+            )
             el.insert(0, inertial)
     return ET.tostring(root, encoding="unicode")
 
@@ -252,8 +270,11 @@ def describe_entity(model, entity) -> dict:
     if bid >= 0:
         bodies = subtree_bodies(model, bid)
         out["bodies"] = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in bodies]
-        out["subtree_joints"] = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j)
-                                 for j in range(model.njnt) if model.jnt_bodyid[j] in bodies]
+        out["subtree_joints"] = [
+            mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j)
+            for j in range(model.njnt)
+            if model.jnt_bodyid[j] in bodies
+        ]
         out["body_pos"] = model.body_pos[bid].tolist()
         out["body_quat"] = model.body_quat[bid].tolist()
     return out
@@ -289,7 +310,7 @@ def assets_root() -> Path:
     from libero.libero import get_libero_path
 
     libero_assets = Path(get_libero_path("assets")).resolve()
-    robosuite_assets = (Path(robosuite.__file__).resolve().parent / "models" / "assets")
+    robosuite_assets = Path(robosuite.__file__).resolve().parent / "models" / "assets"
     return Path(os.path.commonpath([libero_assets, robosuite_assets]))
 
 
@@ -301,8 +322,9 @@ def _set_fields(model, fields: dict) -> None:
 def _set_robot_noise(inner, noise: dict) -> list:
     """Gives the env's robots (and their configs, from which a hard reset rebuilds them) the initial joint
     noise ``noise``; returns what to pass to :func:`_restore_robot_noise`."""
-    before = [(r, r.initialization_noise, c, c.get("initialization_noise"))
-              for r, c in zip(inner.robots, inner.robot_configs)]
+    before = [
+        (r, r.initialization_noise, c, c.get("initialization_noise")) for r, c in zip(inner.robots, inner.robot_configs)
+    ]
     for r, c in zip(inner.robots, inner.robot_configs):
         r.initialization_noise, c["initialization_noise"] = dict(noise), dict(noise)
     return before
@@ -390,7 +412,7 @@ def draw_sampled_states(env, compiled, official: np.ndarray, built_initializers:
     data = mujoco.MjData(model)
     noise = _set_robot_noise(inner, SAMPLED_ROBOT_NOISE)
     initializers = list(inner.object_property_initializers)
-    del inner.object_property_initializers[2 * built_initializers:]  # a fresh env's first reset's
+    del inner.object_property_initializers[2 * built_initializers :]  # a fresh env's first reset's
     hard = inner.hard_reset
     inner.hard_reset = False
     states, seeds, rejected, displacement, rotation = [], [], [], [], []
@@ -406,8 +428,14 @@ def draw_sampled_states(env, compiled, official: np.ndarray, built_initializers:
             moved = settle(model, state, objects)
             if (moved > allowed).any():
                 worst = int(np.argmax(moved - allowed))
-                rejected.append({"seed": seed, "object": names[worst], "moved": float(moved[worst]),
-                                 "allowed": float(allowed[worst])})
+                rejected.append(
+                    {
+                        "seed": seed,
+                        "object": names[worst],
+                        "moved": float(moved[worst]),
+                        "allowed": float(allowed[worst]),
+                    }
+                )
                 continue
             dist = np.linalg.norm(pos - data.xpos[bodies], axis=1) if bodies else np.zeros(1)
             dot = np.abs(np.sum(quat * data.xquat[bodies], axis=1)) if bodies else np.ones(1)
@@ -423,24 +451,36 @@ def draw_sampled_states(env, compiled, official: np.ndarray, built_initializers:
         inner.object_property_initializers[:] = initializers
         _restore_robot_noise(noise)
     if len(states) < NUM_SAMPLED:
-        raise RuntimeError(f"only {len(states)} of {MAX_CANDIDATES} sampled states settle like the official ones "
-                           f"(rejected e.g. {rejected[:3]})")
+        raise RuntimeError(
+            f"only {len(states)} of {MAX_CANDIDATES} sampled states settle like the official ones "
+            f"(rejected e.g. {rejected[:3]})"
+        )
     sampled = np.stack(states)
     if sampled.shape[1:] != official.shape[1:]:
         raise RuntimeError(f"sampled states {sampled.shape} and official states {official.shape} differ in size")
     nearest = np.abs(sampled[:, None, :] - official[None, :, :]).max(axis=2).min(axis=1)  # [NUM_SAMPLED]
     if (nearest == 0).any():
         raise RuntimeError(f"sampled state(s) {np.flatnonzero(nearest == 0).tolist()} equal an official init state")
-    info = {"count": NUM_SAMPLED, "init_ids": [NUM_OFFICIAL, NUM_OFFICIAL + NUM_SAMPLED - 1], "seeds": seeds,
-            "draw": "a fresh env's first reset: env.seed(seed); env.reset(); env.sim.get_state().flatten() "
-                    "(drawn by soft resets from the compiled model's placement)",
-            "robot_noise": SAMPLED_ROBOT_NOISE,
-            "settle": {"substeps": REST_SUBSTEPS, "margin": SETTLE_MARGIN,
-                       "allowed": dict(zip(names, allowed.tolist())), "rejected": rejected},
-            "fixture_bodies": len(bodies),
-            "fixture_displacement": displacement, "max_fixture_displacement": max(displacement),
-            "fixture_rotation": rotation, "max_fixture_rotation": max(rotation),
-            "min_distance_to_official": float(nearest.min())}
+    info = {
+        "count": NUM_SAMPLED,
+        "init_ids": [NUM_OFFICIAL, NUM_OFFICIAL + NUM_SAMPLED - 1],
+        "seeds": seeds,
+        "draw": "a fresh env's first reset: env.seed(seed); env.reset(); env.sim.get_state().flatten() "
+        "(drawn by soft resets from the compiled model's placement)",
+        "robot_noise": SAMPLED_ROBOT_NOISE,
+        "settle": {
+            "substeps": REST_SUBSTEPS,
+            "margin": SETTLE_MARGIN,
+            "allowed": dict(zip(names, allowed.tolist())),
+            "rejected": rejected,
+        },
+        "fixture_bodies": len(bodies),
+        "fixture_displacement": displacement,
+        "max_fixture_displacement": max(displacement),
+        "fixture_rotation": rotation,
+        "max_fixture_rotation": max(rotation),
+        "min_distance_to_official": float(nearest.min()),
+    }
     return sampled, info
 
 
@@ -459,8 +499,10 @@ def hard_reset_check(make_env, seed: int, first: np.ndarray, scene_xml: str) -> 
         state = np.array(env.sim.get_state().flatten(), dtype=np.float64)
     finally:
         env.close()
-    return {"max_abs_diff": float(np.abs(state - first).max()),
-            "same_model_xml": bool(captured) and all(x == scene_xml for x in captured)}
+    return {
+        "max_abs_diff": float(np.abs(state - first).max()),
+        "same_model_xml": bool(captured) and all(x == scene_xml for x in captured),
+    }
 
 
 def export_task(suite_name: str, suite, index: int, out_dir: Path, root: Path) -> Path:
@@ -475,6 +517,7 @@ def export_task(suite_name: str, suite, index: int, out_dir: Path, root: Path) -
     bddl = bddl_root / task.problem_folder / task.bddl_file
     init_states = np.asarray(suite.get_task_init_states(index))
     t0 = time.time()
+
     def make_env():  # no renderer, no camera observations: the model is the same as OffScreenRenderEnv's
         return ControlEnv(bddl_file_name=str(bddl), has_offscreen_renderer=False, use_camera_obs=False)
 
@@ -500,8 +543,9 @@ def export_task(suite_name: str, suite, index: int, out_dir: Path, root: Path) -
         model_check = check_reload(model, reloaded)
         model_check["edits_written_back"] = sorted(model_diff(model, compiled))
         if model_check["bad"]:
-            raise RuntimeError(f"scene.xml reloaded in mujoco {mujoco.__version__} differs from the env's model: "
-                               f"{model_check['bad']}")
+            raise RuntimeError(
+                f"scene.xml reloaded in mujoco {mujoco.__version__} differs from the env's model: {model_check['bad']}"
+            )
 
         poses: dict[str, np.ndarray] = {"states": np.asarray(REFERENCE_STATES)}
         loaded_pos, loaded_quat, rest_pos, rest_quat, rest_qpos = [], [], [], [], []
@@ -515,11 +559,18 @@ def export_task(suite_name: str, suite, index: int, out_dir: Path, root: Path) -
             rest_pos.append(data.xpos.copy())
             rest_quat.append(data.xquat.copy())
             rest_qpos.append(data.qpos.copy())
-        poses.update(loaded_xpos=np.stack(loaded_pos), loaded_xquat=np.stack(loaded_quat),
-                     rest_xpos=np.stack(rest_pos), rest_xquat=np.stack(rest_quat), rest_qpos=np.stack(rest_qpos),
-                     rest_substeps=np.asarray(REST_SUBSTEPS), body_mass=model.body_mass.copy(),
-                     body_inertia=model.body_inertia.copy(), body_ipos=model.body_ipos.copy(),
-                     body_iquat=model.body_iquat.copy())
+        poses.update(
+            loaded_xpos=np.stack(loaded_pos),
+            loaded_xquat=np.stack(loaded_quat),
+            rest_xpos=np.stack(rest_pos),
+            rest_xquat=np.stack(rest_quat),
+            rest_qpos=np.stack(rest_qpos),
+            rest_substeps=np.asarray(REST_SUBSTEPS),
+            body_mass=model.body_mass.copy(),
+            body_inertia=model.body_inertia.copy(),
+            body_ipos=model.body_ipos.copy(),
+            body_iquat=model.body_iquat.copy(),
+        )
 
         def names(obj, n):
             return [mujoco.mj_id2name(model, getattr(mujoco.mjtObj, obj), i) for i in range(n)]
@@ -527,39 +578,69 @@ def export_task(suite_name: str, suite, index: int, out_dir: Path, root: Path) -
         sites = {}
         for name, site in inner.object_sites_dict.items():
             sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, name)
-            sites[name] = {"class": type(site).__name__, "site": name if sid >= 0 else None,
-                           "parent": getattr(site, "parent_name", None), "type": getattr(site, "site_type", None),
-                           "size": jsonable(getattr(site, "size", None)),
-                           "joints": jsonable(getattr(site, "joints", None))}
+            sites[name] = {
+                "class": type(site).__name__,
+                "site": name if sid >= 0 else None,
+                "parent": getattr(site, "parent_name", None),
+                "type": getattr(site, "site_type", None),
+                "size": jsonable(getattr(site, "size", None)),
+                "joints": jsonable(getattr(site, "joints", None)),
+            }
         problem = {k: v for k, v in inner.parsed_problem.items() if k != "language_instruction"}
         meta = {
             "cache_version": CACHE_VERSION,
-            "suite": suite_name, "task_index": index, "task_name": task.name, "language": task.language,
-            "bddl_file": str(bddl.relative_to(bddl_root)), "init_states_file": task.init_states_file,
-            "problem": jsonable(problem), "goal_state": jsonable(inner.parsed_problem["goal_state"]),
+            "suite": suite_name,
+            "task_index": index,
+            "task_name": task.name,
+            "language": task.language,
+            "bddl_file": str(bddl.relative_to(bddl_root)),
+            "init_states_file": task.init_states_file,
+            "problem": jsonable(problem),
+            "goal_state": jsonable(inner.parsed_problem["goal_state"]),
             "objects": {n: describe_entity(model, o) for n, o in inner.objects_dict.items()},
             "fixtures": {n: describe_entity(model, o) for n, o in inner.fixtures_dict.items()},
             "sites": sites,
-            "names": {"bodies": names("mjOBJ_BODY", model.nbody), "joints": names("mjOBJ_JOINT", model.njnt),
-                      "actuators": names("mjOBJ_ACTUATOR", model.nu), "sites": names("mjOBJ_SITE", model.nsite),
-                      "cameras": names("mjOBJ_CAMERA", model.ncam)},
-            "sizes": {"nq": model.nq, "nv": model.nv, "nu": model.nu, "na": model.na, "nbody": model.nbody,
-                      "njnt": model.njnt, "ngeom": model.ngeom, "nsite": model.nsite,
-                      "state": 1 + model.nq + model.nv, "init_states": list(init_states.shape),
-                      "sampled_states": list(sampled.shape)},
-            "timestep": float(model.opt.timestep), "control_freq": float(inner.control_freq),
+            "names": {
+                "bodies": names("mjOBJ_BODY", model.nbody),
+                "joints": names("mjOBJ_JOINT", model.njnt),
+                "actuators": names("mjOBJ_ACTUATOR", model.nu),
+                "sites": names("mjOBJ_SITE", model.nsite),
+                "cameras": names("mjOBJ_CAMERA", model.ncam),
+            },
+            "sizes": {
+                "nq": model.nq,
+                "nv": model.nv,
+                "nu": model.nu,
+                "na": model.na,
+                "nbody": model.nbody,
+                "njnt": model.njnt,
+                "ngeom": model.ngeom,
+                "nsite": model.nsite,
+                "state": 1 + model.nq + model.nv,
+                "init_states": list(init_states.shape),
+                "sampled_states": list(sampled.shape),
+            },
+            "timestep": float(model.opt.timestep),
+            "control_freq": float(inner.control_freq),
             "substeps_per_control": int(round(inner.control_timestep / inner.model_timestep)),
-            "seed": SEED, "fixture_placement": "sampled by env.seed(SEED); env.reset() (first episode)",
+            "seed": SEED,
+            "fixture_placement": "sampled by env.seed(SEED); env.reset() (first episode)",
             "sampled_states": sampled_info,
-            "rest": {"substeps": REST_SUBSTEPS, "states": list(REFERENCE_STATES),
-                     "protocol": "fresh MjData, set state, mj_forward; per substep mj_step1, arm motors "
-                                 "ctrl = qfrc_bias/gear, position servos hold the initial joint position, "
-                                 "ctrl clipped to ctrlrange, mj_step2"},
-            "assets_root": str(root), "asset_files": n_assets, "model_check": model_check,
+            "rest": {
+                "substeps": REST_SUBSTEPS,
+                "states": list(REFERENCE_STATES),
+                "protocol": "fresh MjData, set state, mj_forward; per substep mj_step1, arm motors "
+                "ctrl = qfrc_bias/gear, position servos hold the initial joint position, "
+                "ctrl clipped to ctrlrange, mj_step2",
+            },
+            "assets_root": str(root),
+            "asset_files": n_assets,
+            "model_check": model_check,
             "versions": versions(),
         }
-        check = sampled_info["hard_reset_check"] = hard_reset_check(make_env, sampled_info["seeds"][0], sampled[0],
-                                                                    captured[-1])
+        check = sampled_info["hard_reset_check"] = hard_reset_check(
+            make_env, sampled_info["seeds"][0], sampled[0], captured[-1]
+        )
         if check["max_abs_diff"] != 0.0 or not check["same_model_xml"]:
             raise RuntimeError(f"sampled state 0 drawn by a fresh env's hard reset differs from the soft draw: {check}")
         meta["export_seconds"] = round(time.time() - t0, 2)
@@ -607,16 +688,20 @@ def ensure_task(suite_name: str, index: int, root: str | Path | None = None, log
         return found
     command = f"python -m sims.libero.scenes export --cache {root} --suites {suite_name} --tasks {index}"
     if os.environ.get(AUTO_EXPORT_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        raise RuntimeError(f"task {index} of {suite_name} is not in the LIBERO scene cache {root / CACHE_VERSION} and "
-                           f"{AUTO_EXPORT_ENV}={os.environ[AUTO_EXPORT_ENV]} turns its export on first use off: run "
-                           f"`{command}` in the main venv (or point {CACHE_ENV} at an exported cache)")
+        raise RuntimeError(
+            f"task {index} of {suite_name} is not in the LIBERO scene cache {root / CACHE_VERSION} and "
+            f"{AUTO_EXPORT_ENV}={os.environ[AUTO_EXPORT_ENV]} turns its export on first use off: run "
+            f"`{command}` in the main venv (or point {CACHE_ENV} at an exported cache)"
+        )
     base = root / CACHE_VERSION
     try:
         base.mkdir(parents=True, exist_ok=True)
         fd = os.open(base / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
-        raise RuntimeError(f"cannot write the LIBERO scene cache at {base} ({err}): point {CACHE_ENV} at a "
-                           f"writable folder, or export with `{command}`") from None
+        raise RuntimeError(
+            f"cannot write the LIBERO scene cache at {base} ({err}): point {CACHE_ENV} at a "
+            f"writable folder, or export with `{command}`"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         found = find_task(root, suite_name, index)  # another process may have exported it meanwhile
@@ -629,8 +714,9 @@ def ensure_task(suite_name: str, index: int, root: str | Path | None = None, log
                 shutil.rmtree(tmp, ignore_errors=True)
             log(f"LIBERO scene cache: exporting task {index} of {suite_name} on first use into {base}")
             t0 = time.time()
-            found = export_task(suite_name, benchmark.get_benchmark(suite_name)(task_order_index=0), index, out_dir,
-                                assets_root())
+            found = export_task(
+                suite_name, benchmark.get_benchmark(suite_name)(task_order_index=0), index, out_dir, assets_root()
+            )
             log(f"LIBERO scene cache: task {index} of {suite_name} exported in {time.time() - t0:.0f} s")
     finally:
         os.close(fd)
@@ -671,8 +757,11 @@ def main(argv=None) -> int:
                 failed.append(f"{suite_name}/{index}")
                 print(f"{tag}: FAILED: {type(exc).__name__}: {exc}", flush=True)
                 traceback.print_exc(file=sys.stderr)
-    print(f"exported {done}, skipped {skipped}, failed {len(failed)} {failed} in {time.time() - t_all:.0f} s "
-          f"-> {args.out / CACHE_VERSION}", flush=True)
+    print(
+        f"exported {done}, skipped {skipped}, failed {len(failed)} {failed} in {time.time() - t_all:.0f} s "
+        f"-> {args.out / CACHE_VERSION}",
+        flush=True,
+    )
     return 1 if failed else 0
 
 

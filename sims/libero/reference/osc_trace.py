@@ -40,8 +40,11 @@ def trace(suite: str, task: int, init: int, actions: np.ndarray) -> dict[str, np
         out: dict[str, list] = {"states": [], "eef_pos": [], "eef_mat": [], "ctrl": [], "success": [], "proprio": []}
         start_proprio = ref.observation()["state"]
         start = np.array(sim.get_state().flatten())
-        hidden = {"nullspace_target": np.array(ctl.initial_joint), "goal_ori": np.array(ctl.goal_ori),
-                  "gripper_action": np.array(robot.gripper.current_action)}
+        hidden = {
+            "nullspace_target": np.array(ctl.initial_joint),
+            "goal_ori": np.array(ctl.goal_ori),
+            "gripper_action": np.array(robot.gripper.current_action),
+        }
         for a in actions:
             done = ref.step(a)
             out["states"].append(np.array(sim.get_state().flatten()))
@@ -50,8 +53,15 @@ def trace(suite: str, task: int, init: int, actions: np.ndarray) -> dict[str, np
             out["ctrl"].append(np.array(sim.data.ctrl))
             out["success"].append(done)
             out["proprio"].append(ref.observation()["state"])
-        return {"start": start, "start_proprio": start_proprio, **hidden, **{k: np.asarray(v) for k, v in out.items()},
-                "eef_site": np.array(ctl.eef_name), "kp": np.array(ctl.kp), "kd": np.array(ctl.kd)}
+        return {
+            "start": start,
+            "start_proprio": start_proprio,
+            **hidden,
+            **{k: np.asarray(v) for k, v in out.items()},
+            "eef_site": np.array(ctl.eef_name),
+            "kp": np.array(ctl.kp),
+            "kd": np.array(ctl.kd),
+        }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

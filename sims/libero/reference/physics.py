@@ -19,11 +19,12 @@ def apply_state(model: Any, data: Any, state: np.ndarray) -> None:
 
     state = np.asarray(state, dtype=np.float64)
     if state.shape != (1 + model.nq + model.nv,):
-        raise ValueError(f"state has shape {state.shape}; this model needs (1 + nq + nv,) = "
-                         f"({1 + model.nq + model.nv},)")
+        raise ValueError(
+            f"state has shape {state.shape}; this model needs (1 + nq + nv,) = ({1 + model.nq + model.nv},)"
+        )
     data.time = state[0]
-    data.qpos[:] = state[1:1 + model.nq]
-    data.qvel[:] = state[1 + model.nq:]
+    data.qpos[:] = state[1 : 1 + model.nq]
+    data.qvel[:] = state[1 + model.nq :]
     mujoco.mj_forward(model, data)
 
 
@@ -38,7 +39,9 @@ def rest_rollout(model: Any, data: Any, substeps: int = REST_SUBSTEPS) -> None:
     for i in range(model.nu):
         joint = model.actuator_trnid[i, 0]
         if int(model.actuator_trntype[i]) != int(mujoco.mjtTrn.mjTRN_JOINT) or int(model.jnt_type[joint]) not in (
-                int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_HINGE)):
+            int(mujoco.mjtJoint.mjJNT_SLIDE),
+            int(mujoco.mjtJoint.mjJNT_HINGE),
+        ):
             continue
         if int(model.actuator_biastype[i]) == int(mujoco.mjtBias.mjBIAS_NONE):
             motors.append((i, model.jnt_dofadr[joint], model.actuator_gear[i, 0]))

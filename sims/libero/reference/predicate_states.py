@@ -92,10 +92,15 @@ def collect(suite: str, task: int, inits: int = 2) -> dict[str, np.ndarray]:
                         sim.data.set_joint_qpos(joint, q)
                         sim.forward()
                         record()
-        return {"body_pos": np.array(sim.model.body_pos), "body_quat": np.array(sim.model.body_quat),
-                "states": np.asarray(states), "truth": np.asarray(truth, dtype=bool),
-                "goal": np.array([" ".join(p) for p in goal]), "sites": np.array(sites, dtype=str),
-                "site_pos": np.asarray(site_pos, dtype=np.float64).reshape(len(states), len(sites), 3)}
+        return {
+            "body_pos": np.array(sim.model.body_pos),
+            "body_quat": np.array(sim.model.body_quat),
+            "states": np.asarray(states),
+            "truth": np.asarray(truth, dtype=bool),
+            "goal": np.array([" ".join(p) for p in goal]),
+            "sites": np.array(sites, dtype=str),
+            "site_pos": np.asarray(site_pos, dtype=np.float64).reshape(len(states), len(sites), 3),
+        }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

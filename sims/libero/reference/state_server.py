@@ -62,10 +62,15 @@ def main(argv: list[str] | None = None) -> None:
                     task = ReferenceTask(args.suite, int(req["task"]), image_size=0, cache=args.cache)
                 task.reset(int(req["init"]))
                 model = task.inner.sim.model
-                answer({**snapshot(task), "body_pos": np.asarray(model.body_pos).tolist(),
+                answer(
+                    {
+                        **snapshot(task),
+                        "body_pos": np.asarray(model.body_pos).tolist(),
                         "body_quat": np.asarray(model.body_quat).tolist(),
                         "gripper": np.asarray(task.inner.robots[0].gripper.current_action).tolist(),
-                        "max_steps": task.max_steps})
+                        "max_steps": task.max_steps,
+                    }
+                )
             elif cmd == "step":
                 if task is None:
                     raise ValueError("step before any reset")

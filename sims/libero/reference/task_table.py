@@ -28,8 +28,15 @@ def table() -> dict:
             task = suite.get_task(index)
             problem = robosuite_parse_problem(str(root / task.problem_folder / task.bddl_file))
             objects = sorted(o for names in problem["objects"].values() for o in names)
-            rows.append({"index": index, "name": task.name, "language": task.language,
-                         "goal": [list(p) for p in problem["goal_state"]], "objects": objects})
+            rows.append(
+                {
+                    "index": index,
+                    "name": task.name,
+                    "language": task.language,
+                    "goal": [list(p) for p in problem["goal_state"]],
+                    "objects": objects,
+                }
+            )
         out[name] = rows
     return out
 

@@ -58,13 +58,27 @@ class SuiteScene:
         for car in self.carriages:
             hx, hy, hz = car.half
             body = spec.worldbody.add_body(name=car.name, pos=[car.x, 0.0, hz])
-            body.add_joint(name=f"{car.name}_slide", type=mujoco.mjtJoint.mjJNT_SLIDE, axis=[0, 1, 0],
-                           range=[-car.travel - 0.05, car.travel + 0.05], damping=5.0)
-            body.add_geom(name=car.name, type=mujoco.mjtGeom.mjGEOM_BOX, size=[hx, hy, hz], mass=2.0,
-                          rgba=[0.25, 0.55, 0.75, 1], contype=1, conaffinity=3, condim=4,
-                          friction=[1.2, 0.01, 0.001])
-            act = spec.add_actuator(name=f"{car.name}_servo", target=f"{car.name}_slide",
-                                    trntype=mujoco.mjtTrn.mjTRN_JOINT)
+            body.add_joint(
+                name=f"{car.name}_slide",
+                type=mujoco.mjtJoint.mjJNT_SLIDE,
+                axis=[0, 1, 0],
+                range=[-car.travel - 0.05, car.travel + 0.05],
+                damping=5.0,
+            )
+            body.add_geom(
+                name=car.name,
+                type=mujoco.mjtGeom.mjGEOM_BOX,
+                size=[hx, hy, hz],
+                mass=2.0,
+                rgba=[0.25, 0.55, 0.75, 1],
+                contype=1,
+                conaffinity=3,
+                condim=4,
+                friction=[1.2, 0.01, 0.001],
+            )
+            act = spec.add_actuator(
+                name=f"{car.name}_servo", target=f"{car.name}_slide", trntype=mujoco.mjtTrn.mjTRN_JOINT
+            )
             act.set_to_position(kp=400.0, kv=60.0)
             act.ctrlrange = [-car.travel - 0.05, car.travel + 0.05]
             act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
@@ -259,8 +273,11 @@ class SuiteTask(MujocoTask):
             lift = xp.clip((pos[:, 2] - self.scene.by_name[obj].rest_z) / 0.05, 0.0, 1.0)
             if op == "pick_place" or op == "hold_above":
                 where = step[2][1] if op == "pick_place" else step[2]
-                target = view.pos(where, ids) if where not in view.carriage_body else \
-                    env.xpos[ids, view.carriage_body[where]]
+                target = (
+                    view.pos(where, ids)
+                    if where not in view.carriage_body
+                    else env.xpos[ids, view.carriage_body[where]]
+                )
                 if where in self.scene.by_name and self.scene.by_name[where].kind == "drawer":
                     target = view.site_pos(f"{where}_inside", ids)
                 carry = 1.0 - xp.tanh(5.0 * xp.linalg.vector_norm(pos[:, :2] - target[:, :2], axis=1))

@@ -3,7 +3,6 @@ on a moving carriage). Solved well only by a policy that acts on fresh observati
 
 from __future__ import annotations
 
-
 from sims.mujoco.suites.base import Carriage, SuiteScene, SuiteTask, lifted, on, place_apart
 from sims.mujoco.suites.objects import ball, cube, plate
 
@@ -13,8 +12,12 @@ CARRIAGE = Carriage(name="tray", x=0.02, half=(0.06, 0.06, 0.01), travel=0.16)
 
 def scene() -> SuiteScene:
     return SuiteScene(
-        [cube("slider", "red", friction=0.02), ball("ball", "orange", friction=1.0),
-         cube("cube", "blue"), plate(extra={})],
+        [
+            cube("slider", "red", friction=0.02),
+            ball("ball", "orange", friction=1.0),
+            cube("cube", "blue"),
+            plate(extra={}),
+        ],
         carriages=[CARRIAGE],
     )
 
@@ -40,20 +43,59 @@ def tasks() -> list[SuiteTask]:
 
     moving = {"carriage": {"tray": (0.12, 5.0)}}
     return [
-        SuiteTask(name="pick_up_the_sliding_cube", instruction="pick up the sliding red cube", suite=SUITE,
-                  scene=sc, sampler=slide_sampler, goals=(lifted("slider"),), plan=(("lift", "slider"),),
-                  max_steps=160, motion={"velocity": {"slider": (0.12, 0.2)}}),
-        SuiteTask(name="put_the_sliding_cube_on_the_plate", instruction="put the sliding red cube on the plate",
-                  suite=SUITE, scene=sc, sampler=slide_plate_sampler, goals=(on("slider", "plate"),),
-                  plan=(("pick_place", "slider", ("on", "plate")),), max_steps=220,
-                  motion={"velocity": {"slider": (0.12, 0.2)}}),
-        SuiteTask(name="pick_up_the_rolling_ball", instruction="pick up the rolling orange ball", suite=SUITE,
-                  scene=sc, sampler=ball_sampler, goals=(lifted("ball"),), plan=(("lift", "ball"),),
-                  max_steps=160, motion={"velocity": {"ball": (0.08, 0.14)}}),
-        SuiteTask(name="put_the_cube_on_the_moving_tray", instruction="put the blue cube on the moving tray",
-                  suite=SUITE, scene=sc, sampler=tray_place_sampler, goals=(on("cube", "tray"),),
-                  plan=(("pick_place", "cube", ("on", "tray")),), max_steps=220, motion=dict(moving)),
-        SuiteTask(name="pick_the_cube_from_the_moving_tray", instruction="pick up the blue cube from the moving tray",
-                  suite=SUITE, scene=sc, sampler=tray_pick_sampler, goals=(lifted("cube", 0.12),),
-                  plan=(("lift", "cube"),), max_steps=160, motion=dict(moving, on_tray={"cube": "tray"})),
+        SuiteTask(
+            name="pick_up_the_sliding_cube",
+            instruction="pick up the sliding red cube",
+            suite=SUITE,
+            scene=sc,
+            sampler=slide_sampler,
+            goals=(lifted("slider"),),
+            plan=(("lift", "slider"),),
+            max_steps=160,
+            motion={"velocity": {"slider": (0.12, 0.2)}},
+        ),
+        SuiteTask(
+            name="put_the_sliding_cube_on_the_plate",
+            instruction="put the sliding red cube on the plate",
+            suite=SUITE,
+            scene=sc,
+            sampler=slide_plate_sampler,
+            goals=(on("slider", "plate"),),
+            plan=(("pick_place", "slider", ("on", "plate")),),
+            max_steps=220,
+            motion={"velocity": {"slider": (0.12, 0.2)}},
+        ),
+        SuiteTask(
+            name="pick_up_the_rolling_ball",
+            instruction="pick up the rolling orange ball",
+            suite=SUITE,
+            scene=sc,
+            sampler=ball_sampler,
+            goals=(lifted("ball"),),
+            plan=(("lift", "ball"),),
+            max_steps=160,
+            motion={"velocity": {"ball": (0.08, 0.14)}},
+        ),
+        SuiteTask(
+            name="put_the_cube_on_the_moving_tray",
+            instruction="put the blue cube on the moving tray",
+            suite=SUITE,
+            scene=sc,
+            sampler=tray_place_sampler,
+            goals=(on("cube", "tray"),),
+            plan=(("pick_place", "cube", ("on", "tray")),),
+            max_steps=220,
+            motion=dict(moving),
+        ),
+        SuiteTask(
+            name="pick_the_cube_from_the_moving_tray",
+            instruction="pick up the blue cube from the moving tray",
+            suite=SUITE,
+            scene=sc,
+            sampler=tray_pick_sampler,
+            goals=(lifted("cube", 0.12),),
+            plan=(("lift", "cube"),),
+            max_steps=160,
+            motion=dict(moving, on_tray={"cube": "tray"}),
+        ),
     ]

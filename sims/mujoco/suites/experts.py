@@ -124,8 +124,9 @@ class Context:
 
 
 # ------------------------------------------------------------------------------- primitives
-def goto(ctx: Context, target: Callable[[], np.ndarray], grip: float, tol: float, timeout: int,
-         gain: float = 1.0) -> Script:
+def goto(
+    ctx: Context, target: Callable[[], np.ndarray], grip: float, tol: float, timeout: int, gain: float = 1.0
+) -> Script:
     """Move the TCP to ``target()`` (re-evaluated every step) until within ``tol`` metres."""
     for _ in range(timeout):
         goal = target()
@@ -314,8 +315,15 @@ class SuiteExpert:
     ``gain`` in (0, 1]: see the module docstring.
     """
 
-    def __init__(self, tasks: Sequence[SuiteTask], num_envs: int, *, control_hz: float = 20.0,
-                 cfg: EEDeltaConfig = EEDeltaConfig(), gain: float = 1.0):
+    def __init__(
+        self,
+        tasks: Sequence[SuiteTask],
+        num_envs: int,
+        *,
+        control_hz: float = 20.0,
+        cfg: EEDeltaConfig = EEDeltaConfig(),
+        gain: float = 1.0,
+    ):
         if not 0.0 < gain <= 1.0:
             raise ValueError(f"expert gain must be in (0, 1], got {gain}")
         self.gain = float(gain)

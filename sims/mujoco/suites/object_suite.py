@@ -7,11 +7,16 @@ from sims.mujoco.suites.objects import basket, cube, cylinder
 
 SUITE = "object"
 _OBJECTS = [
-    ("red_cube", "red cube", cube, "red"), ("blue_cube", "blue cube", cube, "blue"),
-    ("green_cube", "green cube", cube, "green"), ("yellow_cube", "yellow cube", cube, "yellow"),
-    ("purple_cube", "purple cube", cube, "purple"), ("red_can", "red can", cylinder, "red"),
-    ("blue_can", "blue can", cylinder, "blue"), ("green_can", "green can", cylinder, "green"),
-    ("yellow_can", "yellow can", cylinder, "yellow"), ("orange_can", "orange can", cylinder, "orange"),
+    ("red_cube", "red cube", cube, "red"),
+    ("blue_cube", "blue cube", cube, "blue"),
+    ("green_cube", "green cube", cube, "green"),
+    ("yellow_cube", "yellow cube", cube, "yellow"),
+    ("purple_cube", "purple cube", cube, "purple"),
+    ("red_can", "red can", cylinder, "red"),
+    ("blue_can", "blue can", cylinder, "blue"),
+    ("green_can", "green can", cylinder, "green"),
+    ("yellow_can", "yellow can", cylinder, "yellow"),
+    ("orange_can", "orange can", cylinder, "orange"),
 ]
 OBJ_REGION = ((-0.2, 0.08), (-0.02, 0.24))
 
@@ -34,9 +39,16 @@ def tasks() -> list[SuiteTask]:
         def sampler(rng, regions=regions):
             return place_apart(rng, sc, regions)
 
-        out.append(SuiteTask(
-            name=f"pick_{name}_place_in_basket", instruction=f"pick up the {words} and place it in the basket",
-            suite=SUITE, scene=sc, sampler=sampler, goals=(inside(name, "basket"),),
-            plan=(("pick_place", name, ("in", "basket")),), max_steps=220,
-        ))
+        out.append(
+            SuiteTask(
+                name=f"pick_{name}_place_in_basket",
+                instruction=f"pick up the {words} and place it in the basket",
+                suite=SUITE,
+                scene=sc,
+                sampler=sampler,
+                goals=(inside(name, "basket"),),
+                plan=(("pick_place", name, ("in", "basket")),),
+                max_steps=220,
+            )
+        )
     return out

@@ -111,8 +111,13 @@ def _geom_kw(obj: ObjectSpec) -> dict:
     # priority 1: an object's own friction rules its contact with the table (a low value makes
     # it slide); the fingers have priority 2, so grasping always uses the fingers' friction.
     return dict(
-        rgba=list(COLORS[obj.color]), contype=WORLD_CONTYPE, conaffinity=WORLD_CONAFFINITY,
-        condim=4, friction=[obj.friction, 0.01, 0.001], solref=[0.01, 1.0], priority=1,
+        rgba=list(COLORS[obj.color]),
+        contype=WORLD_CONTYPE,
+        conaffinity=WORLD_CONAFFINITY,
+        condim=4,
+        friction=[obj.friction, 0.01, 0.001],
+        solref=[0.01, 1.0],
+        priority=1,
     )
 
 
@@ -130,25 +135,26 @@ def add_object(spec: mujoco.MjSpec, obj: ObjectSpec, park_slot: int) -> None:
     if obj.kind == "cube":
         body.add_geom(name=obj.name, type=g.mjGEOM_BOX, size=[obj.size[0]] * 3, mass=obj.mass, **kw)
     elif obj.kind == "cylinder":
-        body.add_geom(name=obj.name, type=g.mjGEOM_CYLINDER, size=[obj.size[0], obj.size[1], 0],
-                      mass=obj.mass, **kw)
+        body.add_geom(name=obj.name, type=g.mjGEOM_CYLINDER, size=[obj.size[0], obj.size[1], 0], mass=obj.mass, **kw)
     elif obj.kind == "ball":
         kw["condim"] = 6  # rolling friction so a rolling ball slows down
         kw["friction"] = [obj.friction, 0.005, 0.0002]
         body.add_geom(name=obj.name, type=g.mjGEOM_SPHERE, size=[obj.size[0], 0, 0], mass=obj.mass, **kw)
     elif obj.kind == "plate":
-        body.add_geom(name=obj.name, type=g.mjGEOM_CYLINDER, size=[obj.size[0], obj.size[1], 0],
-                      mass=obj.mass, **kw)
+        body.add_geom(name=obj.name, type=g.mjGEOM_CYLINDER, size=[obj.size[0], obj.size[1], 0], mass=obj.mass, **kw)
     elif obj.kind == "basket":
         hx, hy, wall = obj.size
         t = 0.005
         body.add_geom(name=obj.name, type=g.mjGEOM_BOX, size=[hx, hy, t], mass=obj.mass * 0.4, **kw)
         for sx, sy, size in (
-            (1, 0, [t, hy, wall / 2]), (-1, 0, [t, hy, wall / 2]),
-            (0, 1, [hx, t, wall / 2]), (0, -1, [hx, t, wall / 2]),
+            (1, 0, [t, hy, wall / 2]),
+            (-1, 0, [t, hy, wall / 2]),
+            (0, 1, [hx, t, wall / 2]),
+            (0, -1, [hx, t, wall / 2]),
         ):
-            body.add_geom(type=g.mjGEOM_BOX, size=size, pos=[sx * (hx - t), sy * (hy - t), wall / 2],
-                          mass=obj.mass * 0.15, **kw)
+            body.add_geom(
+                type=g.mjGEOM_BOX, size=size, pos=[sx * (hx - t), sy * (hy - t), wall / 2], mass=obj.mass * 0.15, **kw
+            )
     else:
         raise ValueError(f"unknown object kind {obj.kind!r}")
 
@@ -167,14 +173,24 @@ def _add_drawer(spec: mujoco.MjSpec, obj: ObjectSpec) -> None:
     cab = spec.worldbody.add_body(name=f"{obj.name}_cabinet", pos=[x, y, hz])
     # top, bottom, back, two sides; open toward -x.
     for pos, size in (
-        ([0, 0, hz - t], [hx, hy, t]), ([0, 0, -hz + t], [hx, hy, t]), ([hx - t, 0, 0], [t, hy, hz]),
-        ([0, hy - t, 0], [hx, t, hz]), ([0, -hy + t, 0], [hx, t, hz]),
+        ([0, 0, hz - t], [hx, hy, t]),
+        ([0, 0, -hz + t], [hx, hy, t]),
+        ([hx - t, 0, 0], [t, hy, hz]),
+        ([0, hy - t, 0], [hx, t, hz]),
+        ([0, -hy + t, 0], [hx, t, hz]),
     ):
         cab.add_geom(type=g.mjGEOM_BOX, pos=pos, size=size, **kw)
     dk = dict(kw, rgba=[0.75, 0.75, 0.78, 1.0])
     box = cab.add_body(name=obj.name, pos=[0, 0, 0])
-    box.add_joint(name=f"{obj.name}_slide", type=mujoco.mjtJoint.mjJNT_SLIDE, axis=[-1, 0, 0],
-                  range=[0.0, DRAWER_TRAVEL], damping=8.0, armature=0.05, frictionloss=6.0)
+    box.add_joint(
+        name=f"{obj.name}_slide",
+        type=mujoco.mjtJoint.mjJNT_SLIDE,
+        axis=[-1, 0, 0],
+        range=[0.0, DRAWER_TRAVEL],
+        damping=8.0,
+        armature=0.05,
+        frictionloss=6.0,
+    )
     inner_hx, inner_hy, inner_hz = hx - 2 * t, hy - 2 * t - 0.004, hz - 2 * t - 0.004
     for pos, size in (
         ([0, 0, -inner_hz + t], [inner_hx, inner_hy, t]),  # floor
@@ -187,9 +203,20 @@ def _add_drawer(spec: mujoco.MjSpec, obj: ObjectSpec) -> None:
     # Handle: a bar along y in front of the front panel, reachable from above.
     hk = dict(kw, rgba=[0.15, 0.15, 0.15, 1.0])
     for sy in (-1, 1):
-        box.add_geom(type=g.mjGEOM_BOX, pos=[-inner_hx - HANDLE_OUT / 2, sy * 0.045, 0.0],
-                     size=[HANDLE_OUT / 2, 0.005, 0.006], mass=0.01, **hk)
-    box.add_geom(name=f"{obj.name}_handle", type=g.mjGEOM_BOX, pos=[-inner_hx - HANDLE_OUT, 0, 0.0],
-                 size=[0.007, 0.05, 0.007], mass=0.02, **hk)
+        box.add_geom(
+            type=g.mjGEOM_BOX,
+            pos=[-inner_hx - HANDLE_OUT / 2, sy * 0.045, 0.0],
+            size=[HANDLE_OUT / 2, 0.005, 0.006],
+            mass=0.01,
+            **hk,
+        )
+    box.add_geom(
+        name=f"{obj.name}_handle",
+        type=g.mjGEOM_BOX,
+        pos=[-inner_hx - HANDLE_OUT, 0, 0.0],
+        size=[0.007, 0.05, 0.007],
+        mass=0.02,
+        **hk,
+    )
     box.add_site(name=f"{obj.name}_handle", pos=[-inner_hx - HANDLE_OUT, 0, 0.0], group=5)
     box.add_site(name=f"{obj.name}_inside", pos=[0, 0, -inner_hz + 2 * t], group=5)

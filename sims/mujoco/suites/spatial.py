@@ -13,8 +13,7 @@ X, Y = (-0.2, 0.08), (-0.22, 0.22)
 
 
 def scene() -> SuiteScene:
-    return SuiteScene([cube("cube_a", "red"), cube("cube_b", "red"), plate(), basket(),
-                       cylinder("can", "blue")])
+    return SuiteScene([cube("cube_a", "red"), cube("cube_b", "red"), plate(), basket(), cylinder("can", "blue")])
 
 
 def _near(rng, anchor, dist=(0.1, 0.12)):
@@ -36,7 +35,10 @@ def _sampler(kind: str):
                 d = {"near_plate": (0.12, 0.14), "near_can": (0.1, 0.12), "near_basket": (0.16, 0.18)}[kind]
                 a_xy = _near(rng, anchor, d)
                 b_xy = (rng.uniform(*X), rng.uniform(*Y))
-                if np.hypot(b_xy[0] - anchor[0], b_xy[1] - anchor[1]) < np.hypot(a_xy[0] - anchor[0], a_xy[1] - anchor[1]) + 0.1:
+                if (
+                    np.hypot(b_xy[0] - anchor[0], b_xy[1] - anchor[1])
+                    < np.hypot(a_xy[0] - anchor[0], a_xy[1] - anchor[1]) + 0.1
+                ):
                     continue
             elif kind in ("closest", "farthest"):
                 xs = sorted([rng.uniform(*X), rng.uniform(*X)])
@@ -65,8 +67,11 @@ def _sampler(kind: str):
             ok = True
             for name, xy in (("cube_a", a_xy), ("cube_b", b_xy)):
                 skip = {"plate"} if (name == "cube_a" and kind == "on_plate") else set()
-                clear = all(np.hypot(xy[0] - px, xy[1] - py) > sc.by_name[name].footprint + sc.by_name[o].footprint + 0.02
-                            for o, (px, py, _) in placed.items() if o not in skip)
+                clear = all(
+                    np.hypot(xy[0] - px, xy[1] - py) > sc.by_name[name].footprint + sc.by_name[o].footprint + 0.02
+                    for o, (px, py, _) in placed.items()
+                    if o not in skip
+                )
                 if not clear:
                     ok = False
                     break
@@ -81,16 +86,66 @@ def _sampler(kind: str):
 _SCENE = scene()
 
 _TASKS = [
-    ("pick_cube_next_to_plate_place_on_plate", "pick up the cube next to the plate and place it on the plate", "near_plate", ("on", "plate")),
-    ("pick_closest_cube_place_on_plate", "pick up the cube closest to the robot and place it on the plate", "closest", ("on", "plate")),
-    ("pick_farthest_cube_place_on_plate", "pick up the cube farthest from the robot and place it on the plate", "farthest", ("on", "plate")),
-    ("pick_left_cube_place_on_plate", "pick up the cube on the left and place it on the plate", "left", ("on", "plate")),
-    ("pick_right_cube_place_in_basket", "pick up the cube on the right and place it in the basket", "right", ("in", "basket")),
-    ("pick_cube_next_to_can_place_on_plate", "pick up the cube next to the blue can and place it on the plate", "near_can", ("on", "plate")),
-    ("pick_cube_next_to_basket_place_in_basket", "pick up the cube next to the basket and place it in the basket", "near_basket", ("in", "basket")),
-    ("pick_cube_between_plate_and_basket_place_on_plate", "pick up the cube between the plate and the basket and place it on the plate", "between", ("on", "plate")),
-    ("pick_cube_on_plate_place_in_basket", "pick up the cube on the plate and place it in the basket", "on_plate", ("in", "basket")),
-    ("pick_cube_next_to_can_place_in_basket", "pick up the cube next to the blue can and place it in the basket", "near_can", ("in", "basket")),
+    (
+        "pick_cube_next_to_plate_place_on_plate",
+        "pick up the cube next to the plate and place it on the plate",
+        "near_plate",
+        ("on", "plate"),
+    ),
+    (
+        "pick_closest_cube_place_on_plate",
+        "pick up the cube closest to the robot and place it on the plate",
+        "closest",
+        ("on", "plate"),
+    ),
+    (
+        "pick_farthest_cube_place_on_plate",
+        "pick up the cube farthest from the robot and place it on the plate",
+        "farthest",
+        ("on", "plate"),
+    ),
+    (
+        "pick_left_cube_place_on_plate",
+        "pick up the cube on the left and place it on the plate",
+        "left",
+        ("on", "plate"),
+    ),
+    (
+        "pick_right_cube_place_in_basket",
+        "pick up the cube on the right and place it in the basket",
+        "right",
+        ("in", "basket"),
+    ),
+    (
+        "pick_cube_next_to_can_place_on_plate",
+        "pick up the cube next to the blue can and place it on the plate",
+        "near_can",
+        ("on", "plate"),
+    ),
+    (
+        "pick_cube_next_to_basket_place_in_basket",
+        "pick up the cube next to the basket and place it in the basket",
+        "near_basket",
+        ("in", "basket"),
+    ),
+    (
+        "pick_cube_between_plate_and_basket_place_on_plate",
+        "pick up the cube between the plate and the basket and place it on the plate",
+        "between",
+        ("on", "plate"),
+    ),
+    (
+        "pick_cube_on_plate_place_in_basket",
+        "pick up the cube on the plate and place it in the basket",
+        "on_plate",
+        ("in", "basket"),
+    ),
+    (
+        "pick_cube_next_to_can_place_in_basket",
+        "pick up the cube next to the blue can and place it in the basket",
+        "near_can",
+        ("in", "basket"),
+    ),
 ]
 
 
@@ -99,7 +154,16 @@ def tasks() -> list[SuiteTask]:
     out = []
     for name, instruction, relation, target in _TASKS:
         goal = on("cube_a", "plate") if target[0] == "on" else inside("cube_a", "basket")
-        out.append(SuiteTask(name=name, instruction=instruction, suite=SUITE, scene=sc,
-                             sampler=_sampler(relation), goals=(goal,),
-                             plan=(("pick_place", "cube_a", target),), max_steps=220))
+        out.append(
+            SuiteTask(
+                name=name,
+                instruction=instruction,
+                suite=SUITE,
+                scene=sc,
+                sampler=_sampler(relation),
+                goals=(goal,),
+                plan=(("pick_place", "cube_a", target),),
+                max_steps=220,
+            )
+        )
     return out

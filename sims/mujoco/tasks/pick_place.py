@@ -43,9 +43,7 @@ class PickCube(MujocoTask):
     def apply_init(self, ids, inits):
         qpos = self.env.qpos
         for i, init in zip(ids, inits):
-            qpos[i, self.cube_qpos] = np.concatenate(
-                [init["cube_xy"], [CUBE_HALF], yaw_quat(float(init["cube_yaw"]))]
-            )
+            qpos[i, self.cube_qpos] = np.concatenate([init["cube_xy"], [CUBE_HALF], yaw_quat(float(init["cube_yaw"]))])
         self.env.qvel[np.ix_(ids, np.arange(self.cube_qvel.start, self.cube_qvel.stop))] = 0.0
 
     # The predicates and rewards below run on numpy arrays or on torch tensors on the Warp device
