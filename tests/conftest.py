@@ -3,6 +3,7 @@ mujoco (MuJoCo fixes its GL backend at import time). The helpers tests import (`
 import compose``) and the fixtures of more than one test file live here, the only conftest.py."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -70,19 +71,35 @@ needs_libero_venv = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
-def libero_exported(tmp_path_factory):
-    """Task 0 of libero_spatial exported by the reference venv into a fresh cache: ``(root, stdout)``
-    (the LIBERO scene and controller tests; they skip without ``.venv-libero``)."""
+def _exported_once(tmp_path_factory, name: str, suite: str, tasks: list[int], timeout: int) -> tuple[Path, str]:
+    """``tasks`` of ``suite`` exported by the reference venv into a fresh cache ``name``: ``(root, stdout)``.
+
+    Under pytest-xdist the workers share one export (a folder beside their own, under a lock): the
+    first exports, the others wait and reuse it."""
+    import fcntl
     import subprocess
 
     from sims.libero import scenes
 
-    root = tmp_path_factory.mktemp("libero_cache")
-    argv, env = scenes.export_command(root, ["libero_spatial"], [0])
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return root, proc.stdout
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    base = tmp_path_factory.getbasetemp().parent if shared else tmp_path_factory.getbasetemp()
+    root, log = base / name, base / f"{name}.stdout"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not log.is_file():
+            root.mkdir(exist_ok=True)
+            argv, env = scenes.export_command(root, [suite], tasks)
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+            log.write_text(proc.stdout)
+    return root, log.read_text()
+
+
+@pytest.fixture(scope="session")
+def libero_exported(tmp_path_factory):
+    """Task 0 of libero_spatial exported by the reference venv into a fresh cache: ``(root, stdout)``
+    (the LIBERO scene and controller tests; they skip without ``.venv-libero``)."""
+    return _exported_once(tmp_path_factory, "libero_cache", "libero_spatial", [0], 300)
 
 
 @pytest.fixture(scope="session")
@@ -90,15 +107,7 @@ def libero_goal_exported(tmp_path_factory):
     """Tasks 0 (open the middle drawer), 3 (open the top drawer and put the bowl inside), 5 (push the
     plate to the front of the stove), 7 (turn on the stove) and 9 (the wine bottle onto the rack) of
     libero_goal exported by the reference venv into a fresh cache: its root."""
-    import subprocess
-
-    from sims.libero import scenes
-
-    root = tmp_path_factory.mktemp("libero_goal_cache")
-    argv, env = scenes.export_command(root, ["libero_goal"], [0, 3, 5, 7, 9])
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return root
+    return _exported_once(tmp_path_factory, "libero_goal_cache", "libero_goal", [0, 3, 5, 7, 9], 600)[0]
 
 
 # The LeRobot family tests (tests/lerobot_families/, run in .venv-lerobot by scripts/test.sh): tiny,
