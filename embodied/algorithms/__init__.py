@@ -6,12 +6,18 @@
   a policy on a minibatch with its one typed config, :class:`~embodied.algorithms.loss.LossConfig`
   (:mod:`~embodied.algorithms.loss`);
 - rollout: batched chunk rollouts of a VecEnv (:mod:`~embodied.algorithms.rollout`);
-- batch: training batches (chunk GAE, or GRPO groups) and their minibatches (:mod:`~embodied.algorithms.batch`);
-- critic: the separate critic on privileged state (:mod:`~embodied.algorithms.critic`);
+- batch: training batches (chunk GAE, or GRPO groups, as its typed config
+  :class:`~embodied.algorithms.batch.AdvantageConfig` says) and their minibatches (:mod:`~embodied.algorithms.batch`);
+- sampling: an env runner's one typed config, :class:`~embodied.algorithms.sampling.EnvRunnerSettings`
+  (:mod:`~embodied.algorithms.sampling`);
+- critic: the separate critic on privileged state and which critic a run trains,
+  :class:`~embodied.algorithms.critic.CriticConfig` (:mod:`~embodied.algorithms.critic`);
 - params: the actor / critic split of a policy's parameters (:mod:`~embodied.algorithms.params`);
 - algorithm registry: the algorithms ``embodied-train`` knows (:mod:`~embodied.algorithms.registry`);
-- update schedule: epochs of evenly cut minibatches with an early stop at a target KL, and its
-  defaults, :class:`~embodied.algorithms.update.UpdateConfig` (:mod:`~embodied.algorithms.update`).
+- update schedule: epochs of evenly cut minibatches with an early stop at a target KL, and the
+  update's typed config, :class:`~embodied.algorithms.update.UpdateConfig` (:mod:`~embodied.algorithms.update`).
 
-The RLlib adapter (:mod:`embodied.rllib`) plugs them into its EnvRunner, Learner and Algorithm.
+Each typed config is frozen, holds its settings' defaults, has the names of ``embodied-train``'s YAML keys
+and checks itself when made. The RLlib adapter (:mod:`embodied.rllib`) plugs them into its EnvRunner,
+Learner and Algorithm.
 """

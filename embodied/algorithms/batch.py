@@ -7,10 +7,14 @@ without it), the policy's sampling extras as ``x.<name> [B, ...]``, ``old_logpro
 ``advantages [B]`` (normalised over the batch); with a critic also ``old_values [B]`` and
 ``value_targets [B]``, and with a separate critic (:mod:`embodied.algorithms.critic`) its inputs
 ``critic_obs [B, C]``.
+
+How a rollout's chunks get their advantages (chunk GAE, or GRPO's groups) is one typed config,
+:class:`AdvantageConfig`, and :func:`training_batch` makes a runner's batch with it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,6 +28,7 @@ from embodied.algorithms.grpo import (
     grpo_group_filter,
     grpo_return_filter,
 )
+from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS
 from embodied.algorithms.rollout import Rollout
 
 EXTRA_PREFIX = "x."
@@ -121,6 +126,63 @@ def grpo_batch(
     cols = _observation_columns(rollout, rows)
     cols["advantages"] = adv_env[None, :].expand(t_len, n).flatten()[rows]
     return cols, {"groups": float(groups), "groups_kept": float(kept.sum())}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdvantageConfig:
+    """How an env runner turns its rollout into advantages: chunk GAE for the algorithms with a critic,
+    GRPO's groups for the critic-free ones (:data:`embodied.algorithms.registry.GROUP_ALGORITHMS`). The
+    fields are ``embodied-train``'s keys ``algo.<field>`` and have their defaults here; checked when made.
+
+    Attributes:
+        name: the algorithm (:data:`embodied.algorithms.registry.ALGORITHMS`), which decides the kind.
+        gamma, lam: chunk GAE's discount (per chunk) and lambda.
+        group_size: GRPO: rollouts per initial state (a runner's envs are cut into groups of it).
+        grpo_weighting: GRPO: ``chunk`` (each chunk weighs the same: long failures outweigh short
+            successes) or ``episode`` (each kept episode weighs the same, GRPO's 1/|o_i|).
+        grpo_keep: GRPO's dynamic sampling: ``success`` (drop all-success / all-failure groups) or
+            ``return`` (drop groups whose returns are all equal: with shaped rewards, all-failure groups
+            that made different progress keep their signal).
+        grpo_std_norm: GRPO: divide each group's centred returns by their std (GRPO); False keeps their
+            scale (Dr. GRPO).
+    """
+
+    name: str
+    gamma: float = 0.99
+    lam: float = 0.95
+    group_size: int = 4
+    grpo_weighting: str = "chunk"
+    grpo_keep: str = "success"
+    grpo_std_norm: bool = True
+
+    def __post_init__(self) -> None:
+        if self.name not in ALGORITHMS:
+            raise ValueError(f"name={self.name!r}: {ALGORITHMS.unknown(self.name)}")
+        for key in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ValueError(f"{key}={getattr(self, key)} must lie in [0, 1]")
+        if self.grouped and self.group_size < 2:
+            raise ValueError(f"group_size={self.group_size} must be >= 2: {self.name} compares the rollouts of a group")
+        if self.grpo_weighting not in GRPO_WEIGHTING:
+            raise ValueError(f"grpo_weighting={self.grpo_weighting!r}: choose {' or '.join(GRPO_WEIGHTING)}")
+        if self.grpo_keep not in GRPO_KEEP:
+            raise ValueError(f"grpo_keep={self.grpo_keep!r}: choose {' or '.join(GRPO_KEEP)}")
+
+    @property
+    def grouped(self) -> bool:
+        """GRPO's groups (episodes scored whole, reset every iteration) rather than chunk GAE."""
+        return self.name in GROUP_ALGORITHMS
+
+
+def training_batch(
+    rollout: Rollout, advantages: AdvantageConfig, truncation: str
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """A runner's training batch of ``rollout`` (advantages not normalised: the algorithm normalises
+    the runners' batches together) and its statistics (GRPO's group counts; none for GAE)."""
+    a = advantages
+    if a.grouped:
+        return grpo_batch(rollout, a.group_size, a.grpo_weighting, a.grpo_keep, a.grpo_std_norm)
+    return ppo_batch(rollout, a.gamma, a.lam, normalize=False, truncation=truncation), {}
 
 
 def minibatches_per_epoch(total: int, minibatch_size: int | None) -> int:

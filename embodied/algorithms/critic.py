@@ -13,6 +13,7 @@ the same :class:`EpisodeClock` (see :func:`embodied.algorithms.rollout.collect_c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -20,6 +21,35 @@ from torch import nn
 
 #: ``policy``: the policy's value head; ``privileged``: :class:`PrivilegedCritic`
 CRITICS = ("policy", "privileged")
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    """Which critic a run trains (``embodied-train``'s keys ``algo.critic``, ``algo.critic_hidden``: the
+    defaults live here); checked when made.
+
+    Attributes:
+        critic: ``policy`` (the policy's value head: it sees what the policy sees) or ``privileged``
+            (:class:`PrivilegedCritic`, on the simulator's state; training only).
+        critic_hidden: the privileged critic's MLP widths.
+    """
+
+    critic: str = "policy"
+    critic_hidden: tuple[int, ...] = (256, 256, 256)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "critic_hidden", tuple(int(h) for h in self.critic_hidden))
+        if self.critic not in CRITICS:
+            raise ValueError(f"critic={self.critic!r}: choose one of {', '.join(CRITICS)}")
+        if self.critic == "privileged" and (not self.critic_hidden or min(self.critic_hidden) < 1):
+            raise ValueError(f"critic_hidden={list(self.critic_hidden)} must list layer widths >= 1")
+
+    def module_entry(self, input_dim: int) -> dict[str, Any] | None:
+        """The JSON-able ``critic`` entry of a module config (:func:`build_critic`) for critic inputs of
+        ``input_dim`` features (:func:`critic_input_dim`); None for the policy's value head."""
+        if self.critic == "policy":
+            return None
+        return {"kind": self.critic, "input_dim": int(input_dim), "hidden": list(self.critic_hidden)}
 
 
 def critic_input_dim(state_dim: int, privileged_dim: int, num_tasks: int) -> int:
@@ -153,7 +183,7 @@ def build_critic(config: dict[str, Any] | None) -> PrivilegedCritic | None:
         return None
     if config["kind"] != "privileged":
         raise ValueError(f"unknown critic kind {config['kind']!r}; choose one of {CRITICS}")
-    return PrivilegedCritic(int(config["input_dim"]), tuple(config.get("hidden", (256, 256, 256))))
+    return PrivilegedCritic(int(config["input_dim"]), tuple(config.get("hidden", CriticConfig.critic_hidden)))
 
 
 class CriticInputs:

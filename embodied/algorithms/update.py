@@ -1,6 +1,6 @@
 """The update schedule of one iteration (:func:`run_epochs`: shuffled, evenly cut minibatches every
 epoch, an early stop at a target approx KL), which :class:`embodied.rllib.algorithm.ChunkRL` drives
-through its learners, and the schedule's defaults (:class:`UpdateConfig`)."""
+through its learners, and the update's one typed config (:class:`UpdateConfig`)."""
 
 from __future__ import annotations
 
@@ -13,33 +13,56 @@ import torch
 from embodied.algorithms.batch import minibatch_indices, minibatches_per_epoch
 
 
-@dataclass
+@dataclass(frozen=True)
 class UpdateConfig:
-    """Defaults of the update schedule and optimizers (pi_RL's where published): the one place both the
-    YAML schema ``AlgoConfig`` of ``embodied-train`` and the RLlib config ``ChunkRLConfig`` take them from.
+    """The update of an iteration: its schedule and optimizers (pi_RL's defaults where published), the one
+    place these settings have defaults. Frozen and checked when made (:meth:`__post_init__`); the fields
+    have the names of ``embodied-train``'s YAML keys (``algo.<field>``), and
+    :class:`embodied.rllib.algorithm.ChunkRLConfig` carries it (``config.update``) to the algorithm's
+    schedule (:class:`embodied.rllib.algorithm.ChunkRL`) and to every learner.
 
     Attributes:
-        lr, critic_lr: actor and critic (value head) learning rates.
+        lr, critic_lr: actor and critic (value head) learning rates (``lr=0``: a frozen-actor control;
+            ``critic_lr=None``: no critic, as GRPO).
         epochs: passes over each iteration's batch, each a fresh shuffle cut into even minibatches.
         minibatch_size: chunks per gradient step (None: the whole batch, one step per epoch).
         target_kl: stop an iteration's remaining minibatches once one's approx KL (measured before its
             step) exceeds it (None: never).
-        max_grad_norm: global gradient-norm clip.
-        freeze_prefix: train the action expert / decoder and heads only, not the observation encoder.
         kl_rollback: with ``target_kl``, the stop also undoes the actor's last two steps (the minibatch
             beyond the target still stepped, and the one before it crossed it), so the iteration ends
             on weights whose approx KL was measured within the target. Early stopping alone keeps the
             step that crossed it, however far it went.
+        max_grad_norm: global gradient-norm clip of each optimizer's gradients (0: none).
+        freeze_prefix: train the action expert / decoder and heads only, not the observation encoder.
+        critic_warmup: the first N iterations update only the value head (the actor keeps its weights and
+            keeps sampling), so the first policy updates use a critic fitted to it rather than a random one.
     """
 
     lr: float = 5e-6
-    critic_lr: float = 1e-4
+    critic_lr: float | None = 1e-4
     epochs: int = 2
     minibatch_size: int | None = 64
     target_kl: float | None = 0.05
+    kl_rollback: bool = False
     max_grad_norm: float = 1.0
     freeze_prefix: bool = True
-    kl_rollback: bool = False
+    critic_warmup: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.lr >= 0:
+            raise ValueError(f"lr={self.lr} must be >= 0 (0 keeps the actor frozen: a control run)")
+        if self.critic_lr is not None and not self.critic_lr >= 0:
+            raise ValueError(f"critic_lr={self.critic_lr} must be >= 0 (null: no critic)")
+        if self.epochs < 1:
+            raise ValueError(f"epochs={self.epochs} must be >= 1")
+        if self.minibatch_size is not None and self.minibatch_size < 1:
+            raise ValueError(f"minibatch_size={self.minibatch_size} must be >= 1 (null: the whole batch per step)")
+        if self.target_kl is not None and not self.target_kl > 0:
+            raise ValueError(f"target_kl={self.target_kl} must be > 0 (null: no early stop)")
+        if not self.max_grad_norm >= 0:
+            raise ValueError(f"max_grad_norm={self.max_grad_norm} must be >= 0 (0: no clipping)")
+        if self.critic_warmup < 0:
+            raise ValueError(f"critic_warmup={self.critic_warmup} must be >= 0")
 
 
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:

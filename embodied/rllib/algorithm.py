@@ -4,10 +4,14 @@ Its ``training_step`` samples training batches from :class:`~embodied.rllib.env_
 (local, or remote Ray actors), updates the :class:`~embodied.rllib.learner.ChunkPPOLearner` (in the
 driver or on remote learner actors / GPUs) and syncs the weights back.
 
-The update of an iteration is :func:`embodied.algorithms.update.run_epochs`: ``num_epochs`` passes over
-the batch, each a fresh permutation cut into evenly sized minibatches, one ``learner_group.update``
-(one gradient step, data parallel over the learners) per minibatch, stopped early when a
-minibatch's approx KL exceeds ``target_kl`` (with ``kl_rollback`` the stop also takes the actor back
+Its parts receive their typed configs as they were made, through :class:`ChunkRLConfig`: the env runners
+an :class:`~embodied.algorithms.sampling.EnvRunnerSettings`, the schedule and the learners an
+:class:`~embodied.algorithms.update.UpdateConfig`, the learners a :class:`~embodied.algorithms.loss.LossConfig`.
+
+The update of an iteration is :func:`embodied.algorithms.update.run_epochs`: ``update.epochs`` passes
+over the batch, each a fresh permutation cut into evenly sized minibatches, one ``learner_group.update``
+(one gradient step, data parallel over the learners) per minibatch, stopped early when a minibatch's
+approx KL exceeds ``update.target_kl`` (with ``update.kl_rollback`` the stop also takes the actor back
 to its weights before the step that crossed the target, on every learner alike).
 
 By default (``overlap=False``) every batch is trained on by the weights that sampled it: the
@@ -43,6 +47,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 from embodied.algorithms.batch import ROW, batch_size, concat_batches
 from embodied.algorithms.gae import normalize_advantages
 from embodied.algorithms.loss import LossConfig
+from embodied.algorithms.sampling import EnvRunnerSettings
 from embodied.algorithms.update import UpdateConfig, explained_variance, run_epochs
 from embodied.rllib.env_runner import VecEnvRunner
 from embodied.rllib.learner import ChunkPPOLearner
@@ -58,27 +63,55 @@ from embodied.rllib.recovery import (
 
 
 class ChunkRLConfig(AlgorithmConfig):
-    """RLlib config with the chunk-PPO fields: the loss hyper-parameters as one
-    :class:`~embodied.algorithms.loss.LossConfig` (``loss``), the schedule's defaults from
-    :class:`~embodied.algorithms.update.UpdateConfig` (under RLlib's names ``num_epochs``, ``grad_clip``)."""
+    """RLlib config of :class:`ChunkRL`, carrying its parts' typed configs as they were made (set with
+    :meth:`chunk_rl`): ``env_runner_settings`` (:class:`~embodied.algorithms.sampling.EnvRunnerSettings`,
+    every env runner's), ``update`` (:class:`~embodied.algorithms.update.UpdateConfig`: the schedule of
+    :meth:`ChunkRL.training_step` and the learners' optimizers), ``loss``
+    (:class:`~embodied.algorithms.loss.LossConfig`, the learners'), and the driver's ``overlap`` and
+    ``runner_restart_timeout_s``. RLlib's own ``lr`` and ``grad_clip`` are copies of ``update.lr`` and
+    ``update.max_grad_norm`` made there: RLlib's Learner clips the gradients by ``grad_clip``."""
 
     def __init__(self, algo_class: type | None = None):
         super().__init__(algo_class=algo_class or ChunkRL)
-        self.lr = UpdateConfig.lr
-        self.critic_lr = UpdateConfig.critic_lr
+        self.env_runner_settings: EnvRunnerSettings | None = None
+        self.update = UpdateConfig()
         self.loss = LossConfig()
-        self.freeze_prefix = UpdateConfig.freeze_prefix  # train the action head(s) only, not the observation encoder
-        self.critic_warmup = 0  # first iterations in which only the value head is updated
-        self.num_epochs = UpdateConfig.epochs
-        self.minibatch_size: int | None = UpdateConfig.minibatch_size  # None: the whole batch (split over the learners)
-        self.target_kl: float | None = UpdateConfig.target_kl  # stop once a minibatch's approx KL exceeds it
-        self.kl_rollback: bool = UpdateConfig.kl_rollback  # the stop also undoes the actor's last two steps
-        self.grad_clip = UpdateConfig.max_grad_norm
-        self.grad_clip_by = "global_norm"
+        # sample iteration k+1 while learning on k (policy lag 1); False: on-policy
         self.overlap = False
-        self.env_runner_cls = VecEnvRunner
         # how long an iteration waits for Ray to restart a lost env runner before the run stops
         self.runner_restart_timeout_s = 600.0
+        self.grad_clip_by = "global_norm"
+        self.env_runner_cls = VecEnvRunner
+        self.chunk_rl()
+
+    def chunk_rl(
+        self,
+        *,
+        env_runner_settings: EnvRunnerSettings | None = None,
+        update: UpdateConfig | None = None,
+        loss: LossConfig | None = None,
+        overlap: bool | None = None,
+        runner_restart_timeout_s: float | None = None,
+    ) -> "ChunkRLConfig":
+        """Set the parts' typed configs (those given; RLlib's builder style), each checked for its type."""
+        for name, value, kind in (
+            ("env_runner_settings", env_runner_settings, EnvRunnerSettings),
+            ("update", update, UpdateConfig),
+            ("loss", loss, LossConfig),
+        ):
+            if value is None:
+                continue
+            if not isinstance(value, kind):
+                raise TypeError(f"{name} must be an {kind.__module__}.{kind.__name__}, got {type(value).__name__}")
+            setattr(self, name, value)
+        if overlap is not None:
+            self.overlap = bool(overlap)
+        if runner_restart_timeout_s is not None:
+            if not runner_restart_timeout_s > 0:
+                raise ValueError(f"runner_restart_timeout_s must be > 0, got {runner_restart_timeout_s}")
+            self.runner_restart_timeout_s = float(runner_restart_timeout_s)
+        self.lr, self.grad_clip = self.update.lr, self.update.max_grad_norm
+        return self
 
     def get_default_learner_class(self) -> type:
         return ChunkPPOLearner
@@ -93,6 +126,42 @@ def where_this_runs(*_: Any) -> dict[str, Any]:
         "node_id": ray.get_runtime_context().get_node_id(),
         "ip": ray.util.get_node_ip_address(),
         "pid": os.getpid(),
+    }
+
+
+#: statistics of :func:`embodied.algorithms.update.run_epochs` in an iteration's row (0 when nothing was trained)
+UPDATE_METRICS = (
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "clip_fraction",
+    "approx_kl",
+    "minibatches",
+    "approx_kl_first",
+    "clip_fraction_first",
+    "approx_kl_max",
+    "log_ratio_max",
+    "epochs_run",
+    "kl_stop",
+    "kl_rollback",
+)
+
+
+def update_metrics(stats: dict[str, float]) -> dict[str, float]:
+    """An iteration's update statistics (:data:`UPDATE_METRICS`) and ``grad_cos_first``: the cosine between
+    the first two minibatches' actor gradients, how much of a step is signal (NaN when not measured)."""
+    out = {key: float(stats.get(key, 0.0)) for key in UPDATE_METRICS}
+    out["grad_cos_first"] = float(stats.get("grad_cos_first", float("nan")))
+    return out
+
+
+def group_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+    """GRPO's group counts over the runners (none for chunk GAE)."""
+    if "groups" not in results[0]:
+        return {}
+    return {
+        "groups": float(sum(r["groups"] for r in results)),
+        "groups_kept": float(sum(r["groups_kept"] for r in results)),
     }
 
 
@@ -188,7 +257,49 @@ class ChunkRL(Algorithm):
 
     # -- one iteration ------------------------------------------------------------------------
     def training_step(self) -> dict[str, float]:
+        """One iteration: collect the runners' batches, normalise their advantages together (with a
+        critic), update the learners (:meth:`_update`) and report the iteration's row."""
         it = self.iteration_index
+        t0 = time.perf_counter()
+        results, sampled_by, wait_s = self._collect(it)
+        batch = concat_batches([r["batch"] for r in results])
+        rows = batch_size(batch)
+        raw_adv_std = float(batch["advantages"].std()) if rows > 1 else 0.0
+        if self.config.loss.use_critic and rows:
+            batch["advantages"] = normalize_advantages(batch["advantages"])
+        t1 = time.perf_counter()
+        frozen = it < self.config.update.critic_warmup
+        trained_by = self._actor_version  # the actor version that takes this batch's first step
+        stats = self._update(batch, it, frozen, sum(r["env_steps"] for r in results)) if rows else {}
+        learn_s = time.perf_counter() - t1
+        if not self.config.overlap:
+            self._sync_weights()
+        out = self._episode_metrics(results)
+        out.update(
+            rows=float(rows),
+            actor_updated=float(bool(rows) and not frozen),
+            # actor updates between the weights that sampled this batch and those that trained on it
+            policy_lag=float(trained_by - sampled_by),
+            advantage_std=raw_adv_std,  # before normalisation: ~0 means the normalised advantages are noise
+            explained_variance=explained_variance(batch["old_values"], batch["value_targets"])
+            if self.config.loss.use_critic and rows
+            else 0.0,
+            sim_s=float(sum(r["sim_s"] for r in results)),
+            inference_s=float(sum(r["inference_s"] for r in results)),
+            sample_s=float(max(r["sample_s"] for r in results)),
+            learn_s=learn_s,
+            wait_s=wait_s,
+            iteration_s=time.perf_counter() - t0,
+            # env runners lost while sampling this batch and brought back, and the seconds they were away
+            runner_restarts=float(len(self._iteration_recoveries)),
+            recovery_s=float(sum(r.wait_s for r in self._iteration_recoveries)),
+        )
+        return out | update_metrics(stats) | group_metrics(results)
+
+    def _collect(self, it: int) -> tuple[list[dict[str, Any]], int, float]:
+        """The runners' results for iteration ``it`` (sampled now, or while the previous iteration learned),
+        the actor version that sampled them and the seconds waited for them; with ``overlap``, the next
+        iteration's sampling starts here, with the weights synced after this one's."""
         t0 = time.perf_counter()
         self._iteration_recoveries = []
         if self._pending is None:
@@ -201,112 +312,71 @@ class ChunkRL(Algorithm):
         self._sync_weights()
         if self.config.overlap and (self.stop_iteration is None or it + 1 < self.stop_iteration):
             self._pending, self._pending_version = self._launch(it + 1), self._actor_version
-        batch = concat_batches([r["batch"] for r in results])
-        rows = batch_size(batch)
-        raw_adv_std = float(batch["advantages"].std()) if rows > 1 else 0.0
-        if self.config.loss.use_critic and rows:
-            batch["advantages"] = normalize_advantages(batch["advantages"])
-        t1 = time.perf_counter()
-        stats: dict[str, float] = {}
-        frozen = it < self.config.critic_warmup
-        trained_by = self._actor_version  # the actor version that takes this batch's first step
-        if rows:
-            seed = int(self.config.seed or 0) * 1_000_003 + it
-            critic_obs = batch.get("critic_obs")  # the separate critic's inputs, for its running statistics
+        return results, sampled_by, wait_s
 
-            rollback = bool(self.config.kl_rollback and self.config.target_kl is not None and not frozen)
+    def _update(self, batch: dict[str, torch.Tensor], it: int, frozen: bool, env_steps: int) -> dict[str, float]:
+        """The learners' update on ``batch`` (:func:`embodied.algorithms.update.run_epochs` with
+        ``config.update``), seeded by the run seed and ``it``; ``frozen``: the critic warm-up (the actor
+        keeps its weights). Returns the schedule's statistics."""
+        u = self.config.update
+        seed = int(self.config.seed or 0) * 1_000_003 + it
+        critic_obs = batch.get("critic_obs")  # the separate critic's inputs, for its running statistics
+        rollback = bool(u.kl_rollback and u.target_kl is not None and not frozen)
 
-            def prepare(learner: Any) -> None:
-                learner.seed_update(seed)
-                learner.set_actor_frozen(frozen)
-                learner.keep_undo(rollback)
-                learner.keep_prefix_tokens(True)
-                if critic_obs is not None:
-                    learner.update_critic_norm(DEFAULT_MODULE_ID, critic_obs)
+        def prepare(learner: Any) -> None:
+            learner.seed_update(seed)
+            learner.set_actor_frozen(frozen)
+            learner.keep_undo(rollback)
+            learner.keep_prefix_tokens(True)
+            if critic_obs is not None:
+                learner.update_critic_norm(DEFAULT_MODULE_ID, critic_obs)
 
-            self._on_learners(prepare)
-            steps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: sum(r["env_steps"] for r in results)}
+        self._on_learners(prepare)
+        steps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: env_steps}
 
-            def step(rows_idx: torch.Tensor) -> dict[str, float]:
-                mb = {k: v[rows_idx] for k, v in batch.items()}
-                mb[ROW] = rows_idx  # the learner keeps each row's frozen prefix tokens by it
-                self.learner_group.update(
-                    batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(mb)}, env_steps=len(rows_idx)),
-                    timesteps=steps,
-                    num_epochs=1,
-                    minibatch_size=None,
-                    shuffle_batch_per_epoch=False,
-                )
-                return self._on_learners(lambda learner: learner.pop_stats())[0]
-
-            def undo() -> None:
-                self._on_learners(lambda learner: learner.undo_actor_steps())
-
-            stats = run_epochs(
-                step,
-                rows,
-                epochs=self.config.num_epochs,
-                minibatch_size=self.config.minibatch_size,
-                target_kl=self.config.target_kl,
-                generator=torch.Generator().manual_seed(seed),
-                undo=undo if rollback else None,
+        def step(rows_idx: torch.Tensor) -> dict[str, float]:
+            mb = {k: v[rows_idx] for k, v in batch.items()}
+            mb[ROW] = rows_idx  # the learner keeps each row's frozen prefix tokens by it
+            self.learner_group.update(
+                batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(mb)}, env_steps=len(rows_idx)),
+                timesteps=steps,
+                num_epochs=1,
+                minibatch_size=None,
+                shuffle_batch_per_epoch=False,
             )
-            self._on_learners(lambda learner: learner.keep_prefix_tokens(False))  # the batch's tokens go
-            self._weights_dirty = True
-            if not frozen and self.config.lr > 0:
-                self._actor_version += 1
-        learn_s = time.perf_counter() - t1
-        if not self.config.overlap:
-            self._sync_weights()
+            return self._on_learners(lambda learner: learner.pop_stats())[0]
+
+        def undo() -> None:
+            self._on_learners(lambda learner: learner.undo_actor_steps())
+
+        stats = run_epochs(
+            step,
+            batch_size(batch),
+            epochs=u.epochs,
+            minibatch_size=u.minibatch_size,
+            target_kl=u.target_kl,
+            generator=torch.Generator().manual_seed(seed),
+            undo=undo if rollback else None,
+        )
+        self._on_learners(lambda learner: learner.keep_prefix_tokens(False))  # the batch's tokens go
+        self._weights_dirty = True
+        if not frozen and u.lr > 0:
+            self._actor_version += 1
+        return stats
+
+    @staticmethod
+    def _episode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+        """Env steps and the episodes that ended in the runners' rollouts (GRPO: each env's first)."""
         returns = [x for r in results for x in r["episode_returns"]]
         success = [x for r in results for x in r["episode_success"]]
         lengths = [x for r in results for x in r["episode_lengths"]]
-        out = {
+        return {
             "env_steps": float(sum(r["env_steps"] for r in results)),
             "episodes": float(len(success)),
             "success_rate": float(np.mean(success)) if success else float("nan"),
             "return": float(np.mean(returns)) if returns else float("nan"),
             "episode_length": float(np.mean(lengths)) if lengths else float("nan"),
-            "rows": float(rows),
-            "actor_updated": float(bool(rows) and not frozen),
-            # actor updates between the weights that sampled this batch and those that trained on it
-            "policy_lag": float(trained_by - sampled_by),
-            "advantage_std": raw_adv_std,  # before normalisation: ~0 means the normalised advantages are noise
-            "explained_variance": explained_variance(batch["old_values"], batch["value_targets"])
-            if self.config.loss.use_critic and rows
-            else 0.0,
-            "sim_s": float(sum(r["sim_s"] for r in results)),
-            "inference_s": float(sum(r["inference_s"] for r in results)),
-            "sample_s": float(max(r["sample_s"] for r in results)),
-            "learn_s": learn_s,
-            "wait_s": wait_s,
-            "iteration_s": time.perf_counter() - t0,
-            # env runners lost while sampling this batch and brought back, and the seconds they were away
-            "runner_restarts": float(len(self._iteration_recoveries)),
-            "recovery_s": float(sum(r.wait_s for r in self._iteration_recoveries)),
         }
-        for key in (
-            "policy_loss",
-            "value_loss",
-            "entropy",
-            "clip_fraction",
-            "approx_kl",
-            "minibatches",
-            "approx_kl_first",
-            "clip_fraction_first",
-            "approx_kl_max",
-            "log_ratio_max",
-            "epochs_run",
-            "kl_stop",
-            "kl_rollback",
-        ):
-            out[key] = float(stats.get(key, 0.0))
-        # the cosine between the first two minibatches' actor gradients: how much of a step is signal
-        out["grad_cos_first"] = float(stats.get("grad_cos_first", float("nan")))
-        if "groups" in results[0]:
-            out["groups"] = float(sum(r["groups"] for r in results))
-            out["groups_kept"] = float(sum(r["groups_kept"] for r in results))
-        return out
 
     def run_iteration(self, iteration: int) -> dict[str, float]:
         self.iteration_index = iteration

@@ -4,26 +4,17 @@ RLlib's stock ``SingleAgentEnvRunner`` loops in Python over gymnasium sub-envs a
 runner instead steps all its envs as one batch of action chunks (:func:`embodied.algorithms.rollout.collect_chunks`)
 and returns a ready training batch (chunk GAE, or GRPO groups) as tensors.
 
-``config.env_config`` keys: ``suite``, ``tasks`` (indices), ``num_envs`` (per runner), ``image_size``,
-``reward_type``, ``seed``, ``chunks_per_iter``, ``algo`` (``ppo`` | ``grpo``), ``group_size``,
-``gamma``, ``lam``, ``truncation`` (``bootstrap`` | ``fail``: see :func:`embodied.algorithms.batch.ppo_batch`),
-``max_steps`` (training step limit or None), ``num_threads`` (MuJoCo threads),
-``torch_threads``, ``grpo_weighting`` (:data:`embodied.algorithms.grpo.GRPO_WEIGHTING`), ``grpo_keep``
-(:data:`embodied.algorithms.grpo.GRPO_KEEP`), ``grpo_std_norm`` (divide by the group's std),
-``init_states`` (``grpo``: cycle the groups through the first N training initial states of each
-task; None: a new state for every group), ``init_pool`` (``random``: training states, never the
-evaluation protocol's; ``protocol``: the protocol's fixed initial states ``0..NUM_INIT_STATES-1``,
-which evaluation scores: the LIBERO RL works' protocol), ``backend`` (a :func:`sims.make` backend, e.g.
-``mujoco_gpu``; default the suite's), ``latency_delays`` (latency-aware RL: the envs are wrapped in
-:class:`embodied.latency.delay_env.DelayedChunkEnv`), ``inference_device`` (``cuda``: the runner
-samples on its GPU when it sees one).
+What it samples is one typed, frozen config, :class:`~embodied.algorithms.sampling.EnvRunnerSettings`
+(checked when made, in the driver), which the runner receives as ``config.env_runner_settings``
+(:func:`embodied.rllib.build_algorithm` puts it there); its seed is the RLlib config's ``seed``.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from typing import Any
+import warnings
+from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -33,12 +24,45 @@ from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from embodied.algorithms.batch import grpo_batch, ppo_batch
+from embodied.algorithms.batch import AdvantageConfig, training_batch
 from embodied.algorithms.critic import CriticInputs
 from embodied.algorithms.rollout import collect_chunks
+from embodied.algorithms.sampling import INIT_POOLS, EnvRunnerSettings
 
-#: where training episodes start: ``random`` training states (evaluation's are held out) or the protocol's
-INIT_POOLS = ("random", "protocol")
+__all__ = [
+    "INIT_POOLS",
+    "EnvRunnerSettings",
+    "VecEnvRunner",
+    "chunk_spaces",
+    "group_initial_states",
+    "make_env_config",
+    "runner_envs",
+    "settings_from_env_config",
+]
+
+#: keys of the env-config dict of before :class:`EnvRunnerSettings` (:func:`make_env_config`) that went
+#: into its :class:`~embodied.algorithms.batch.AdvantageConfig` (old key -> field), and those renamed
+LEGACY_ADVANTAGE_KEYS = {"algo": "name"} | {
+    key: key for key in ("gamma", "lam", "group_size", "grpo_weighting", "grpo_keep", "grpo_std_norm")
+}
+LEGACY_RENAMED_KEYS = {"max_steps": "max_episode_steps"}
+
+
+def settings_from_env_config(env_config: Mapping[str, Any]) -> EnvRunnerSettings:
+    """The settings of an env-config dict of before :class:`EnvRunnerSettings` (:func:`make_env_config`'s
+    keys; ``seed`` and ``num_envs_total`` are dropped: the runner takes them from its RLlib config). A
+    key of neither kind raises here, in the driver. Deprecated: build the settings; removed in the
+    next release."""
+    rest = {k: v for k, v in env_config.items() if k not in ("seed", "num_envs_total")}
+    advantages = {new: rest.pop(old) for old, new in LEGACY_ADVANTAGE_KEYS.items() if old in rest}
+    advantages.setdefault("name", "ppo")
+    for old, new in LEGACY_RENAMED_KEYS.items():
+        if old in rest:
+            rest[new] = rest.pop(old)
+    unknown = sorted(set(rest) - set(EnvRunnerSettings.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"unknown env_config key(s) {unknown}; build an EnvRunnerSettings instead")
+    return EnvRunnerSettings(advantages=AdvantageConfig(**advantages), **rest)
 
 
 def make_env_config(
@@ -64,36 +88,16 @@ def make_env_config(
     grpo_std_norm: bool = True,
     init_pool: str = "random",
 ) -> dict[str, Any]:
-    """The runner's ``env_config`` (the keys of this module's docstring); ``algo`` is ``ppo`` (chunk
-    GAE batches, episodes continue across iterations) or ``grpo`` (groups reset every iteration).
-    ``inference_device="cuda"`` samples the chunks on the runner's GPU when it sees one."""
-    if algo not in ("ppo", "grpo"):
-        raise ValueError(f"env runner algo must be ppo or grpo, got {algo!r}")
-    if init_pool not in INIT_POOLS:
-        raise ValueError(f"init_pool must be one of {INIT_POOLS}, got {init_pool!r}")
-    return dict(
-        suite=suite,
-        tasks=list(tasks),
-        num_envs=num_envs,
-        image_size=image_size,
-        reward_type=reward_type,
-        chunks_per_iter=chunks_per_iter,
-        max_steps=max_steps,
-        algo=algo,
-        group_size=group_size,
-        gamma=gamma,
-        lam=lam,
-        torch_threads=1,
-        latency_delays=list(latency_delays) if latency_delays else None,
-        backend=backend,
-        truncation=truncation,
-        inference_device=inference_device,
-        init_states=init_states,
-        grpo_weighting=grpo_weighting,
-        grpo_keep=grpo_keep,
-        grpo_std_norm=grpo_std_norm,
-        init_pool=init_pool,
+    """Deprecated (removed in the next release): the env-config dict that ``build_algorithm(env_config=...)``
+    took before :class:`EnvRunnerSettings`, checked as those settings (:func:`settings_from_env_config`)."""
+    env_config = dict(locals(), tasks=list(tasks))
+    warnings.warn(
+        "make_env_config is deprecated: pass build_algorithm(env_runner=EnvRunnerSettings(...))",
+        DeprecationWarning,
+        stacklevel=2,
     )
+    settings_from_env_config(env_config)
+    return env_config
 
 
 def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.Space, gym.Space]:
@@ -103,10 +107,10 @@ def chunk_spaces(state_dim: int, chunk_size: int, action_dim: int) -> tuple[gym.
     return obs, gym.spaces.Box(-1.0, 1.0, (chunk_size, action_dim), np.float32)
 
 
-def runner_envs(env_config: dict[str, Any], worker_index: int) -> tuple[int, int]:
-    """``(first global env index, env count)`` of runner ``worker_index`` (0 = the local runner)."""
-    n = int(env_config["num_envs"])
-    return max(worker_index - 1, 0) * n, n
+def runner_envs(num_envs: int, worker_index: int) -> tuple[int, int]:
+    """``(first global env index, env count)`` of runner ``worker_index`` (0 = the local runner), each
+    runner holding ``num_envs`` envs."""
+    return max(worker_index - 1, 0) * num_envs, num_envs
 
 
 def group_initial_states(
@@ -144,12 +148,20 @@ def group_initial_states(
 
 
 class VecEnvRunner(EnvRunner):
-    """Samples ``chunks_per_iter`` chunks in each of its envs per :meth:`sample` call."""
+    """Samples ``chunks_per_iter`` chunks in each of its envs per :meth:`sample` call, as its
+    :class:`EnvRunnerSettings` (``config.env_runner_settings``) say."""
 
     def __init__(self, *, config: Any, **kwargs: Any):
         super().__init__(config=config, **kwargs)
-        ec = self.config.env_config
-        torch.set_num_threads(int(ec.get("torch_threads", 1)))
+        settings = getattr(self.config, "env_runner_settings", None)
+        if not isinstance(settings, EnvRunnerSettings):
+            raise TypeError(
+                "VecEnvRunner needs config.env_runner_settings, an EnvRunnerSettings (see "
+                f"embodied.rllib.build_algorithm), got {type(settings).__name__}"
+            )
+        self.settings: EnvRunnerSettings = settings
+        self.seed = int(self.config.seed or 0)
+        torch.set_num_threads(settings.torch_threads)
         self.env = None
         self.obs: dict[str, torch.Tensor] | None = None
         self.critic_inputs: CriticInputs | None = None
@@ -166,31 +178,30 @@ class VecEnvRunner(EnvRunner):
     def make_env(self) -> None:
         import sims
 
-        ec = self.config.env_config
+        s = self.settings
         if self.env is not None:
             self.env.close()
-        first, n = runner_envs(ec, self.worker_index or 0)
+        first, n = runner_envs(s.num_envs, self.worker_index or 0)
         self.first_env = first
+        policy = self.module.policy
         self.env = sims.make(
-            ec.get("backend") or sims.suites.backend(ec["suite"]),
-            suite=ec["suite"],
+            s.backend or sims.suites.backend(s.suite),
+            suite=s.suite,
             num_envs=n,
-            seed=int(ec["seed"]) + 7919 * first,
-            cameras=tuple(self.module.policy.config.cameras),
-            image_size=int(ec["image_size"]),
-            reward_type=ec.get("reward_type", "sparse"),
-            num_threads=ec.get("num_threads") or None,
-            max_steps=ec.get("max_steps"),
-            state_obs=self.module.policy.config.state_obs,
+            seed=self.seed + 7919 * first,
+            cameras=tuple(policy.config.cameras),
+            image_size=s.image_size,
+            reward_type=s.reward_type,
+            num_threads=s.num_threads or None,
+            max_steps=s.max_episode_steps,
+            state_obs=policy.config.state_obs,
         )
-        if ec.get("latency_delays"):
+        if s.latency_delays:
             from embodied.latency.delay_env import DelayedChunkEnv
 
-            self.env = DelayedChunkEnv(
-                self.env, self.module.policy.chunk_size, ec["latency_delays"], seed=int(ec["seed"]) + first
-            )
-        self.module.policy.check_env(self.env)
-        if ec.get("init_pool", "random") == "protocol" and ec["algo"] != "grpo":  # grpo sets each group's state
+            self.env = DelayedChunkEnv(self.env, policy.chunk_size, s.latency_delays, seed=self.seed + first)
+        policy.check_env(self.env)
+        if s.init_pool == "protocol" and not s.grouped:  # GRPO sets each group's state
             from sims.protocol import NUM_INIT_STATES
 
             if not hasattr(self.env, "set_init_pool"):
@@ -202,7 +213,7 @@ class VecEnvRunner(EnvRunner):
         self.obs = None
         self.critic_inputs = None
         if self.module.critic is not None:
-            limits = [int(ec.get("max_steps") or t.max_steps) for t in self.env.tasks]
+            limits = [int(s.max_episode_steps or t.max_steps) for t in self.env.tasks]
             self.critic_inputs = CriticInputs(self.module.critic, self.env.num_envs, limits)
 
     def make_module(self) -> None:
@@ -213,32 +224,31 @@ class VecEnvRunner(EnvRunner):
             inference_only=False,
             model_config=spec.model_config,
         )
-        if self.config.env_config.get("inference_device") == "cuda" and torch.cuda.is_available():
+        if self.settings.inference_device == "cuda" and torch.cuda.is_available():
             self.module.to("cuda")  # weights arrive as CPU arrays and are copied in; batches leave on the CPU
         self.module.eval()
 
     # -- sampling -----------------------------------------------------------------------------
     def _reset(self, iteration: int) -> dict[str, torch.Tensor]:
-        ec = self.config.env_config
-        tasks = list(ec["tasks"])
+        s = self.settings
+        tasks = list(s.tasks)
         n = self.env.num_envs
-        if ec["algo"] == "grpo":  # each group of G envs starts from one (training) initial state
-            g = int(ec["group_size"])
-            total_groups = int(ec["num_envs_total"]) // g
-            first_group = self.first_env // g
+        if s.grouped:  # each group of G envs starts from one (training) initial state
+            g = s.advantages.group_size
+            total_groups = s.num_envs * max(self.config.num_env_runners, 1) // g
             task_ids, init_ids = group_initial_states(
                 iteration,
                 total_groups,
-                first_group,
+                self.first_env // g,
                 n // g,
                 tasks,
-                ec["init_states"],
-                ec.get("init_pool") == "protocol",
-                suite=ec["suite"],
+                s.init_states,
+                s.init_pool == "protocol",
+                suite=s.suite,
             )
             return self.env.reset(task_ids=np.repeat(task_ids, g).tolist(), init_ids=np.repeat(init_ids, g).tolist())
         return self.env.reset(
-            seed=int(ec["seed"]) + 104729 * iteration + self.first_env,
+            seed=self.seed + 104729 * iteration + self.first_env,
             task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)],
         )
 
@@ -250,34 +260,22 @@ class VecEnvRunner(EnvRunner):
         """
         if self.env is None:
             raise RuntimeError("this EnvRunner has no envs (the driver's local runner in a cluster)")
-        ec = self.config.env_config
+        s = self.settings
         start = time.perf_counter()
-        if self.obs is None or ec["algo"] == "grpo":
+        if self.obs is None or s.grouped:
             self.obs = self._reset(iteration)
             if self.critic_inputs is not None:
                 self.critic_inputs.clock.reset()
-        gen = torch.Generator().manual_seed(int(ec["seed"]) * 1_000_003 + 9973 * (self.worker_index or 0) + iteration)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + 9973 * (self.worker_index or 0) + iteration)
         rollout, self.obs = collect_chunks(
-            self.env, self.module.policy, self.obs, int(ec["chunks_per_iter"]), generator=gen, critic=self.critic_inputs
+            self.env, self.module.policy, self.obs, s.chunks_per_iter, generator=gen, critic=self.critic_inputs
         )
-        info: dict[str, float] = {}
-        if ec["algo"] == "grpo":
-            batch, info = grpo_batch(
-                rollout,
-                int(ec["group_size"]),
-                str(ec["grpo_weighting"]),
-                str(ec["grpo_keep"]),
-                bool(ec["grpo_std_norm"]),
-            )
-        else:
-            batch = ppo_batch(
-                rollout, float(ec["gamma"]), float(ec["lam"]), normalize=False, truncation=str(ec["truncation"])
-            )
+        batch, info = training_batch(rollout, s.advantages, s.truncation)
         self.num_env_steps_sampled_lifetime += rollout.env_steps
         # GRPO trains on each env's first episode: its statistics are those episodes' (PPO's, every ended one)
         returns, lengths, success = (
             rollout.first_episodes()
-            if ec["algo"] == "grpo"
+            if s.grouped
             else (rollout.episode_returns, rollout.episode_lengths, rollout.episode_success)
         )
         return {

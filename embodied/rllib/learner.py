@@ -29,9 +29,11 @@ def load_keeping_lr(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> 
 
 
 class ChunkPPOLearner(TorchLearner):
-    """Two optimizers (actor at ``config.lr``, critic at ``config.critic_lr``), global-norm gradient
-    clipping from ``config.grad_clip``, the loss of ``config.loss`` (a
-    :class:`~embodied.algorithms.loss.LossConfig`); per-minibatch statistics kept until :meth:`pop_stats`."""
+    """Two optimizers (actor at ``config.update.lr``, critic at ``config.update.critic_lr``; the actor's
+    parameters as ``config.update.freeze_prefix`` says), global-norm gradient clipping at
+    ``config.update.max_grad_norm`` (by RLlib, as its ``grad_clip``), the loss of ``config.loss``: the
+    typed configs of :class:`~embodied.rllib.algorithm.ChunkRLConfig`. Per-minibatch statistics are
+    kept until :meth:`pop_stats`."""
 
     def build(self) -> None:
         self._stats: dict[str, list[float]] = {k: [] for k in STAT_KEYS + MAX_KEYS}
@@ -47,14 +49,15 @@ class ChunkPPOLearner(TorchLearner):
         super().build()
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
-        actor, critic = split_parameters(self._module[module_id], freeze_prefix=config.freeze_prefix)
+        update = config.update
+        actor, critic = split_parameters(self._module[module_id], freeze_prefix=update.freeze_prefix)
         self._actor_refs.update(dict.fromkeys(self.get_param_ref(p) for p in actor))
         self.register_optimizer(
             module_id=module_id,
             optimizer_name="actor",
             optimizer=torch.optim.AdamW(actor, weight_decay=0.0),
             params=actor,
-            lr_or_lr_schedule=config.lr,
+            lr_or_lr_schedule=update.lr,
         )
         if critic and config.loss.use_critic:
             self.register_optimizer(
@@ -62,13 +65,21 @@ class ChunkPPOLearner(TorchLearner):
                 optimizer_name="critic",
                 optimizer=torch.optim.AdamW(critic, weight_decay=0.0),
                 params=critic,
-                lr_or_lr_schedule=config.critic_lr,
+                lr_or_lr_schedule=update.critic_lr or 0.0,
             )
 
     def compute_loss_for_module(
         self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, torch.Tensor]
     ) -> torch.Tensor:
-        loss, st = chunk_ppo_loss(fwd_out["logprob"], fwd_out["entropy"], fwd_out["value"], batch, config.loss)
+        policy = self.module[module_id].unwrapped().policy
+        loss, st = chunk_ppo_loss(
+            fwd_out["logprob"],
+            fwd_out["entropy"],
+            fwd_out["value"],
+            batch,
+            config.loss,
+            action_dims=policy.chunk_size * policy.action_dim,
+        )
         for k in STAT_KEYS + MAX_KEYS:
             self._stats[k].append(getattr(st, k))
         return loss

@@ -395,6 +395,28 @@ class _EpisodeLog:
         self._file.close()
 
 
+#: the worker processes' settings that are the run's own of the same name
+WORKER_FIELDS = (
+    "episodes",
+    "num_envs",
+    "image_size",
+    "seed",
+    "attempts",
+    "first_state",
+    "checkpoint",
+    "device",
+    "mode",
+    "rtc_beta",
+    "videos",
+    "video_max",
+    "max_steps",
+)
+
+
+def _worker_fields(cfg: EvalConfig) -> dict[str, Any]:
+    return {k: getattr(cfg, k) for k in WORKER_FIELDS}
+
+
 def _evaluate_suite(
     cfg: EvalConfig,
     suite: str,
@@ -415,23 +437,11 @@ def _evaluate_suite(
     workers = min(cfg.workers, remaining)
     if workers > 1:
         spec = WorkerSpec(
+            **_worker_fields(cfg),
             suite=suite,
             tasks=tasks,
-            episodes=cfg.episodes,
-            num_envs=cfg.num_envs,
-            image_size=cfg.image_size,
-            seed=cfg.seed,
-            attempts=cfg.attempts,
-            first_state=cfg.first_state,
             latency=latency,
-            checkpoint=cfg.checkpoint,
-            device=cfg.device,
-            mode=cfg.mode,
-            rtc_beta=cfg.rtc_beta,
-            videos=cfg.videos,
-            video_max=cfg.video_max,
             threads=default_threads(workers),
-            max_steps=cfg.max_steps,
             env_options=env_options,
             done=[r.__dict__ for r in log.records if r.suite == suite],
         )

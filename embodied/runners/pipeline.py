@@ -77,9 +77,8 @@ register_policy_schemas()
 
 
 def check_config(cfg: PipelineConfig) -> None:
+    """Refuse a configuration the pipeline cannot run, before anything is created."""
     import sims
-    from embodied.algorithms.batch import TRUNCATION
-    from embodied.algorithms.critic import CRITICS
     from embodied.data.collect import check_action_noise
 
     choices = sims.suites.names() + sims.suites.libero_names()
@@ -100,29 +99,37 @@ def check_config(cfg: PipelineConfig) -> None:
             f"the pipeline fine-tunes a flow VLA with Flow-SDE/Flow-Noise: use policy=flow "
             f"(got {family}); token VLAs train with embodied-sft + embodied-train algo=ppo|grpo"
         )
-    if cfg.rl.algo.name not in ("flow_sde", "flow_sde_full", "flow_noise"):
-        raise PipelineError(
-            f"rl.algo.name={cfg.rl.algo.name!r}: the pipeline's flow VLA trains with "
-            "algo@rl.algo=flow_sde, flow_sde_full or flow_noise"
-        )
     if cfg.continue_rl and not cfg.init_from:
         raise PipelineError("continue_rl=true carries another run's RL on: name that run with init_from=RUN")
     if cfg.eval.attempts < 1:
         raise PipelineError(f"eval.attempts={cfg.eval.attempts}: every initial state needs at least 1 episode")
-    if cfg.rl.truncation not in TRUNCATION:
-        raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose {' or '.join(TRUNCATION)}")
-    from embodied.rllib.env_runner import INIT_POOLS
-
-    if cfg.rl.init_states not in INIT_POOLS:
-        raise PipelineError(f"rl.init_states={cfg.rl.init_states!r}: choose {' or '.join(INIT_POOLS)}")
-    if cfg.rl.algo.critic not in CRITICS:
-        raise PipelineError(f"rl.algo.critic={cfg.rl.algo.critic!r}: choose one of {', '.join(CRITICS)}")
     if cfg.eval.workers < 1:
         raise PipelineError(f"eval.workers={cfg.eval.workers} must be >= 1 (processes sharing the evaluation)")
     if cfg.eval.heldout_episodes < 0:
         raise PipelineError(
             f"eval.heldout_episodes={cfg.eval.heldout_episodes} must be >= 0 (0: no held-out evaluation)"
         )
+    check_rl(cfg)
+    task_ids(cfg)
+
+
+def check_rl(cfg: PipelineConfig) -> None:
+    """The RL stage's settings (``rl.*``), as :func:`check_config` refuses them."""
+    from embodied.algorithms.batch import TRUNCATION
+    from embodied.algorithms.critic import CRITICS
+    from embodied.rllib.env_runner import INIT_POOLS
+
+    if cfg.rl.algo.name not in ("flow_sde", "flow_sde_full", "flow_noise"):
+        raise PipelineError(
+            f"rl.algo.name={cfg.rl.algo.name!r}: the pipeline's flow VLA trains with "
+            "algo@rl.algo=flow_sde, flow_sde_full or flow_noise"
+        )
+    if cfg.rl.truncation not in TRUNCATION:
+        raise PipelineError(f"rl.truncation={cfg.rl.truncation!r}: choose {' or '.join(TRUNCATION)}")
+    if cfg.rl.init_states not in INIT_POOLS:
+        raise PipelineError(f"rl.init_states={cfg.rl.init_states!r}: choose {' or '.join(INIT_POOLS)}")
+    if cfg.rl.algo.critic not in CRITICS:
+        raise PipelineError(f"rl.algo.critic={cfg.rl.algo.critic!r}: choose one of {', '.join(CRITICS)}")
     runtime = cfg.rl.runtime
     problem = runtime_problem(runtime, "rl.runtime")
     if problem:
@@ -137,7 +144,6 @@ def check_config(cfg: PipelineConfig) -> None:
             f"rl.algo.critic_warmup={cfg.rl.algo.critic_warmup} must lie in 0..rl.iterations-1 "
             f"({cfg.rl.iterations - 1}): the actor learns after the warm-up"
         )
-    task_ids(cfg)
 
 
 def run(cfg: PipelineConfig) -> dict[str, Any]:

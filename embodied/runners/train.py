@@ -21,23 +21,35 @@ every ``save_every`` iterations and at the end),
 fraction, approx KL, value loss, explained variance, env-steps/s, time split sim / inference /
 learning / waiting, env runners restarted), ``train.json``, ``runner_recoveries.jsonl`` (env runners
 lost with their process or node and brought back), ``ray/`` (Ray's session files when Ray is started here).
+
+Each part of a run receives one typed, frozen config that checks itself when made, built from the YAML
+keys of the same names (:func:`check_config`): the env runners an
+:class:`~embodied.algorithms.sampling.EnvRunnerSettings` (with its
+:class:`~embodied.algorithms.batch.AdvantageConfig`), the update an
+:class:`~embodied.algorithms.update.UpdateConfig`, the loss a :class:`~embodied.algorithms.loss.LossConfig`, the
+critic a :class:`~embodied.algorithms.critic.CriticConfig`. Their defaults live there; :class:`AlgoConfig` and
+:class:`TrainConfig` refer to them. :func:`check_config` itself checks only what spans parts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
+from embodied.algorithms.batch import AdvantageConfig
+from embodied.algorithms.critic import CriticConfig
 from embodied.algorithms.loss import LossConfig
 from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for, trains
+from embodied.algorithms.sampling import EnvRunnerSettings
 from embodied.algorithms.update import UpdateConfig
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
 from embodied.metrics_log import MetricsLog
@@ -89,63 +101,42 @@ RECOVERIES_FILE = "runner_recoveries.jsonl"
 
 @dataclass
 class AlgoConfig:
-    """Config group ``algo/``: the RL algorithm and its hyper-parameters. The defaults of the loss come from
-    :class:`embodied.algorithms.loss.LossConfig`, those of the update schedule from :class:`embodied.algorithms.update.UpdateConfig`
-    (pi_RL's where published)."""
+    """Config group ``algo/``: the RL algorithm and its hyper-parameters, the YAML face of the typed configs
+    the run's parts receive. Every field but the last two is the field of the same name of one of them,
+    whose default it takes and whose docstring says what it does: :class:`~embodied.algorithms.batch.AdvantageConfig`
+    (``name``, ``gamma``, ``lam``, ``group_size``, ``grpo_*``), :class:`~embodied.algorithms.update.UpdateConfig`
+    (pi_RL's values where published), :class:`~embodied.algorithms.loss.LossConfig`,
+    :class:`~embodied.algorithms.critic.CriticConfig`. ``temperature`` and ``sde_steps`` set the policy's
+    sampling for the rollouts. ``configs/algo/<name>.yaml`` holds only what an algorithm sets otherwise."""
 
     # flow_sde | flow_sde_full | flow_noise | flow_grpo | flow_fpo | flow_dsrl | flow_dsrl_grpo (flow VLA) |
     # ppo | grpo (token VLA)
     name: str = "flow_sde"
-    lr: float = UpdateConfig.lr  # actor (pi_RL: 5e-6)
+    lr: float = UpdateConfig.lr  # actor (pi_RL: 5e-6; 0: a frozen-actor control)
     critic_lr: Optional[float] = UpdateConfig.critic_lr  # value head (null for grpo: no critic)
-    gamma: float = 0.99  # per chunk
-    lam: float = 0.95  # GAE lambda
+    gamma: float = AdvantageConfig.gamma  # per chunk
+    lam: float = AdvantageConfig.lam  # GAE lambda
     clip: float = LossConfig.clip  # PPO ratio clip
     dual_clip: Optional[float] = LossConfig.dual_clip  # bound on the loss for negative advantages (null: off)
     value_clip: Optional[float] = LossConfig.value_clip  # value clipping (null: off; grpo: must be null)
     vf_coef: float = LossConfig.vf_coef  # value loss weight (grpo: must be 0)
     ent_coef: float = LossConfig.ent_coef  # entropy bonus
     kl_coef: float = LossConfig.kl_coef  # approx-KL penalty (off by default)
-    # multiplies negative advantages: 1 the plain objective; 0 pulls up the better-than-average samples only
-    # and pushes nothing away (a reward-weighted regression on them; see docs/guide/online-rl.md)
-    neg_adv_scale: float = LossConfig.neg_adv_scale
-    ratio: str = "chunk"  # chunk: ratio of the whole chunk's probability; per_dim: its geometric mean per
-    #                       action dimension / token (GSPO's length normalisation), clipped far less often
-    # passes over each iteration's batch, each a fresh shuffle cut into even minibatches
-    epochs: int = UpdateConfig.epochs
-    # chunks per gradient step (null: the iteration's whole batch, one step per epoch: every step then
-    # sees all the kept episodes instead of a few, at the cost of fewer steps per iteration)
-    minibatch_size: Optional[int] = UpdateConfig.minibatch_size
-    # stop an iteration's remaining minibatches once one's approx KL (measured before its step) exceeds this
-    # (null: never); the update stays near the weights that sampled the batch
-    target_kl: Optional[float] = UpdateConfig.target_kl
-    # with target_kl: the stop also undoes the actor's last two steps (the one beyond the target and the one
-    # that crossed it), so the iteration ends on weights measured within the target; false keeps them (the
-    # plain early stop, which keeps a step however far beyond the target it went)
-    kl_rollback: bool = UpdateConfig.kl_rollback
+    neg_adv_scale: float = LossConfig.neg_adv_scale  # multiplies negative advantages (0: pull up the better only)
+    ratio: str = LossConfig.ratio  # chunk | per_dim (the ratio's per-dimension geometric mean, GSPO's)
+    epochs: int = UpdateConfig.epochs  # passes over each iteration's batch
+    minibatch_size: Optional[int] = UpdateConfig.minibatch_size  # chunks per step (null: the whole batch)
+    target_kl: Optional[float] = UpdateConfig.target_kl  # early stop of an iteration's update (null: never)
+    kl_rollback: bool = UpdateConfig.kl_rollback  # the stop also undoes the actor's last two steps
     max_grad_norm: float = UpdateConfig.max_grad_norm  # global gradient-norm clip
-    # RL trains the action expert / decoder and heads, not the observation encoder (vision, language, state,
-    # fusion: about half the weights); false trains the whole model
-    freeze_prefix: bool = UpdateConfig.freeze_prefix
-    # critic warm-up: the first N iterations update only the value head (the actor keeps its SFT weights and
-    # keeps sampling), so the first policy updates use a critic fitted to it rather than a random one
-    critic_warmup: int = 0
-    # policy: the policy's value head (sees what the policy sees) | privileged: a separate MLP critic on the
-    # proprioceptive + privileged simulator state, the task and the fraction of the step limit used (training
-    # only: deployment runs the policy alone)
-    critic: str = "policy"
-    critic_hidden: list[int] = field(default_factory=lambda: [256, 256, 256])  # privileged critic's MLP widths
-    group_size: int = 4  # grpo / flow_grpo: rollouts per initial state (each runner's envs split into groups)
-    # grpo / flow_grpo: chunk (each chunk weighs the same: long failures outweigh short successes and the chunks'
-    # mean advantage turns negative) | episode (each kept episode weighs the same, GRPO's 1/|o_i|)
-    grpo_weighting: str = "chunk"
-    # grpo / flow_grpo dynamic sampling: success (drop all-success / all-failure groups) | return (drop groups
-    # whose returns are all equal: with reward_type=shaped, all-failure groups that made different progress
-    # keep their signal; with sparse rewards the same as success)
-    grpo_keep: str = "success"
-    # grpo / flow_grpo: divide each group's centred returns by their std (GRPO) | false: keep their scale (Dr.
-    # GRPO), so that with shaped rewards a group whose rollouts barely differ pushes barely
-    grpo_std_norm: bool = True
+    freeze_prefix: bool = UpdateConfig.freeze_prefix  # false: train the observation encoder too
+    critic_warmup: int = UpdateConfig.critic_warmup  # first iterations that update only the value head
+    critic: str = CriticConfig.critic  # policy (the policy's value head) | privileged (simulator-state MLP)
+    critic_hidden: list[int] = field(default_factory=lambda: list(CriticConfig.critic_hidden))  # its widths
+    group_size: int = AdvantageConfig.group_size  # grpo / flow_grpo: rollouts per initial state
+    grpo_weighting: str = AdvantageConfig.grpo_weighting  # chunk | episode (each kept episode weighs the same)
+    grpo_keep: str = AdvantageConfig.grpo_keep  # success | return (dynamic sampling)
+    grpo_std_norm: bool = AdvantageConfig.grpo_std_norm  # false: Dr. GRPO (keep the returns' scale)
     # token VLA (ppo | grpo): sampling temperature of the rollouts, which the PPO log-probabilities use too
     # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
     # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
@@ -183,7 +174,9 @@ class RuntimeConfig:
 
 @dataclass
 class TrainConfig:
-    """Schema of ``embodied-train``."""
+    """Schema of ``embodied-train``. The env runners' fields (``suite`` .. ``latency_delays``) are the fields
+    of the same name of :class:`~embodied.algorithms.sampling.EnvRunnerSettings`, whose defaults and
+    documentation they take; the others are the command's own, checked here when it is made."""
 
     out: str = MISSING  # run folder
     init: Optional[str] = None  # SFT checkpoint bundle to start from (else a fresh policy=...)
@@ -191,29 +184,26 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     suite: str = "spatial"  # task suite (sims.suites.env_names(): ours, maniskill, real LIBERO's libero_*)
-    backend: Optional[str] = None  # simulation backend of the env runners (mujoco | mujoco_gpu); default: the suite's
-    tasks: Optional[list[int]] = None  # subset of the suite's tasks (default: all)
+    backend: Optional[str] = EnvRunnerSettings.backend  # simulation backend of the env runners; default: the suite's
+    tasks: Optional[list[int]] = EnvRunnerSettings.tasks  # subset of the suite's tasks (default: all)
     num_envs: int = 10  # envs per env runner (runtime=local: the envs)
     image_size: int = 64  # rendered size (match the policy's input size to skip resizing)
     iterations: int = 50
     chunks_per_iter: int = 16  # RL steps (chunks) per env per iteration
-    max_episode_steps: Optional[int] = None  # training step limit (truncation); default: the task's
-    # an episode ended by a step limit: bootstrap (from its final value: it could have gone on) | fail (it ends
-    # there: no success means no return; with a short limit and sparse rewards, bootstrapping gives failed and
-    # successful episodes nearly the same value targets)
-    truncation: str = "bootstrap"
+    max_episode_steps: Optional[int] = EnvRunnerSettings.max_episode_steps  # training step limit; default: the task's
+    truncation: str = EnvRunnerSettings.truncation  # bootstrap | fail (a step limit ends an episode as a failure)
     # grpo / flow_grpo: draw the groups' initial states from the first N training states of each task, in
     # turn (the LIBERO RL works train on a fixed set of initial states); null: a new state for every group.
     # Evaluation keeps its 50 held-out protocol states either way.
-    init_states: Optional[int] = None
+    init_states: Optional[int] = EnvRunnerSettings.init_states
     # where training episodes start: random (training states; evaluation's 50 protocol states stay held out) |
     # protocol (the protocol's 50 fixed initial states per task, which evaluation scores: the LIBERO RL works'
     # protocol, e.g. RLinf's use_fixed_reset_state_ids)
-    init_pool: str = "random"
-    reward_type: str = "sparse"  # sparse: success (as pi_RL on LIBERO) | shaped: progress made + success | dense
+    init_pool: str = EnvRunnerSettings.init_pool
+    reward_type: str = EnvRunnerSettings.reward_type  # sparse: success (as pi_RL on LIBERO) | shaped | dense
     # latency-aware RL (ARLI): each chunk acts d control steps after its observation, d drawn per episode
     # from this list (each < the chunk size); the policy's state gains the committed actions and d
-    latency_delays: Optional[list[int]] = None
+    latency_delays: Optional[list[int]] = EnvRunnerSettings.latency_delays
     save_every: int = 10  # iterations between checkpoints (and one at the end)
     # every this many iterations (and after the last) score the policy as evaluation runs it (greedy: the ODE
     # from the initial noise, nothing injected) on greedy_states training states per task (init_pool's: the
@@ -224,6 +214,15 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"  # where the update runs: cpu | cuda (each learner takes runtime.num_gpus_per_learner GPUs)
     resume: bool = False  # continue out/checkpoint (after a crash or kill)
+
+    def __post_init__(self) -> None:
+        for key in ("iterations", "save_every", "greedy_states"):
+            if getattr(self, key) < 1:
+                raise TrainError(f"{key}={getattr(self, key)} must be >= 1")
+        if self.greedy_every < 0:
+            raise TrainError(f"greedy_every={self.greedy_every} must be >= 0 (0: no greedy probe)")
+        if self.device not in ("cpu", "cuda"):
+            raise TrainError(f"device={self.device!r}: choose cpu or cuda")
 
 
 store("train_schema", TrainConfig)
@@ -258,51 +257,62 @@ class TrainError(ValueError):
     """A configuration that cannot work; printed as one line at start-up."""
 
 
-def check_config(cfg: TrainConfig) -> None:
-    """Stop impossible combinations before anything starts."""
-    import sims
-    from embodied.algorithms.batch import TRUNCATION
-    from embodied.algorithms.critic import CRITICS
-    from embodied.algorithms.grpo import GRPO_KEEP, GRPO_WEIGHTING
+C = TypeVar("C")
 
-    a, r = cfg.algo, cfg.runtime
-    if a.name not in ALGORITHMS:
-        raise TrainError(ALGORITHMS.unknown(a.name))
-    if not a.lr >= 0 or (a.critic_lr is not None and not a.critic_lr >= 0):
-        raise TrainError(
-            f"algo.lr ({a.lr}) and algo.critic_lr ({a.critic_lr}) must be >= 0 "
-            "(algo.lr=0 keeps the actor frozen: a control run)"
-        )
-    if a.epochs < 1 or (a.minibatch_size is not None and a.minibatch_size < 1):
-        raise TrainError(
-            f"algo.epochs ({a.epochs}) and algo.minibatch_size ({a.minibatch_size}) must be >= 1 "
-            "(algo.minibatch_size=null: the whole batch per step)"
-        )
-    if a.target_kl is not None and not a.target_kl > 0:
-        raise TrainError(f"algo.target_kl={a.target_kl} must be > 0 (null: no early stop)")
-    if not 0.0 <= a.neg_adv_scale <= 1.0:
-        raise TrainError(
-            f"algo.neg_adv_scale={a.neg_adv_scale} must lie in [0, 1] (1: plain objective, 0: only positive advantages)"
-        )
-    if ALGORITHMS[a.name].sampler == "fpo" and a.ent_coef:
-        raise TrainError(f"algo={a.name} has no closed-form entropy to reward: set algo.ent_coef=0 (got {a.ent_coef})")
-    if a.temperature is not None:
-        if ALGORITHMS[a.name].family != "autoregressive":
-            raise TrainError(
-                f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
-                f"algo={a.name} samples a flow policy: leave it unset"
-            )
-        if not a.temperature > 0:
-            raise TrainError(f"algo.temperature must be > 0, got {a.temperature}")
-    if a.sde_steps is not None:
-        if ALGORITHMS[a.name].sampler != "sde":
-            raise TrainError(
-                f"algo.sde_steps picks Flow-SDE's stochastic step (algo=flow_sde or flow_grpo); "
-                f"algo={a.name} samples otherwise: leave it unset"
-            )
-        if a.sde_steps < 1:
-            raise TrainError(f"algo.sde_steps must be >= 1 (at most the policy's num_steps), got {a.sde_steps}")
-    if a.name in GROUP_ALGORITHMS:
+
+@dataclass(frozen=True)
+class RunParts:
+    """The typed configs a run's parts receive (:func:`check_config` makes them from a :class:`TrainConfig`)."""
+
+    env_runner: EnvRunnerSettings
+    update: UpdateConfig
+    loss: LossConfig
+    critic: CriticConfig
+
+
+def part_config(cls: type[C], source: Any, group: str = "", **derived: Any) -> C:
+    """The typed config ``cls`` of a part: each field from ``source``'s field of the same name (the YAML
+    keys under ``group``: ``algo.`` or the top level), unless ``derived`` gives it; a field ``source``
+    lacks keeps its default. Its own checks (its ``__post_init__``) raise as a :class:`TrainError`
+    naming the key."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in derived]  # type: ignore[arg-type]
+    values = {name: getattr(source, name) for name in names if hasattr(source, name)}
+    try:
+        return cls(**values, **derived)
+    except ValueError as err:
+        raise TrainError(f"{group}{err}") from None
+
+
+def check_config(cfg: TrainConfig) -> RunParts:
+    """Stop impossible settings before anything starts, and return the parts' typed configs: each checks
+    its own fields when made (:func:`part_config`); here only what spans parts: the algorithm's
+    requirements on the other settings, where the run's parts are placed, what the suite offers."""
+    a = cfg.algo
+    advantages = part_config(AdvantageConfig, a, "algo.")  # the algorithm's name first: the checks read its spec
+    _check_algorithm(cfg)
+    parts = RunParts(
+        update=part_config(UpdateConfig, a, "algo."),
+        loss=part_config(LossConfig, a, "algo.", use_critic=ALGORITHMS[a.name].critic),
+        critic=part_config(CriticConfig, a, "algo."),
+        env_runner=part_config(EnvRunnerSettings, cfg, advantages=advantages, inference_device=_inference_device(cfg)),
+    )
+    _check_placement(cfg)
+    _check_suite(cfg, parts)
+    return parts
+
+
+def _inference_device(cfg: TrainConfig) -> str:
+    """Where the env runners sample: on the GPU where they see one (the driver with runtime=local, or
+    remote runners given a GPU share) when the run uses CUDA."""
+    r = cfg.runtime
+    return "cuda" if cfg.device == "cuda" and (r.name == "local" or r.num_gpus_per_env_runner > 0) else "cpu"
+
+
+def _check_algorithm(cfg: TrainConfig) -> None:
+    """What the algorithm (``algo.name``) requires of the other settings."""
+    a = cfg.algo
+    spec = ALGORITHMS[a.name]
+    if not spec.critic:
         critic_only = {
             "algo.critic_lr": a.critic_lr,
             "algo.value_clip": a.value_clip,
@@ -320,65 +330,37 @@ def check_config(cfg: TrainConfig) -> None:
             )
         if a.critic != "policy":
             raise TrainError(f"algo={a.name} has no critic: algo.critic={a.critic} applies to PPO only")
-        if a.group_size < 2 or cfg.num_envs % a.group_size:
+    if spec.sampler == "fpo" and a.ent_coef:
+        raise TrainError(f"algo={a.name} has no closed-form entropy to reward: set algo.ent_coef=0 (got {a.ent_coef})")
+    if a.temperature is not None:
+        if spec.family != "autoregressive":
             raise TrainError(
-                f"{a.name} needs num_envs ({cfg.num_envs}) to be a multiple of algo.group_size ({a.group_size} >= 2)"
+                f"algo.temperature is the token VLA's sampling temperature (algo=ppo or grpo); "
+                f"algo={a.name} samples a flow policy: leave it unset"
             )
-    if a.grpo_weighting not in GRPO_WEIGHTING:
-        raise TrainError(f"algo.grpo_weighting={a.grpo_weighting!r}: choose {' or '.join(GRPO_WEIGHTING)}")
-    if a.grpo_keep not in GRPO_KEEP:
-        raise TrainError(f"algo.grpo_keep={a.grpo_keep!r}: choose {' or '.join(GRPO_KEEP)}")
-    if cfg.init_states is not None:
-        if a.name not in GROUP_ALGORITHMS:
+        if not a.temperature > 0:
+            raise TrainError(f"algo.temperature must be > 0, got {a.temperature}")
+    if a.sde_steps is not None:
+        if spec.sampler != "sde":
             raise TrainError(
-                f"init_states={cfg.init_states} sets GRPO's group initial states; algo={a.name} "
-                f"continues episodes across iterations: use one of {list(GROUP_ALGORITHMS)}, or leave it unset"
+                f"algo.sde_steps picks Flow-SDE's stochastic step (algo=flow_sde or flow_grpo); "
+                f"algo={a.name} samples otherwise: leave it unset"
             )
-        if cfg.init_states < 1:
-            raise TrainError(f"init_states must be >= 1 (states per task), got {cfg.init_states}")
-    from embodied.rllib.env_runner import INIT_POOLS
+        if a.sde_steps < 1:
+            raise TrainError(f"algo.sde_steps must be >= 1 (at most the policy's num_steps), got {a.sde_steps}")
+    if not 0 <= a.critic_warmup < cfg.iterations:
+        raise TrainError(
+            f"algo.critic_warmup={a.critic_warmup} must lie in 0..iterations-1 ({cfg.iterations - 1}): "
+            "the warm-up iterations update the critic only, the actor learns after them"
+        )
 
-    if cfg.init_pool not in INIT_POOLS:
-        raise TrainError(f"init_pool={cfg.init_pool!r}: choose {' or '.join(INIT_POOLS)}")
-    if cfg.greedy_every < 0 or cfg.greedy_states < 1:
-        raise TrainError(
-            f"greedy_every ({cfg.greedy_every}) must be >= 0 (0: no greedy probe) and greedy_states "
-            f"({cfg.greedy_states}) >= 1"
-        )
-    pool = sims.suites.num_training_states(cfg.suite) if cfg.init_pool == "random" else sims.suites.NUM_INIT_STATES
-    if cfg.greedy_every and pool is not None and cfg.greedy_states > pool:
-        raise TrainError(
-            f"greedy_states={cfg.greedy_states}: {cfg.suite}'s {cfg.init_pool} pool has {pool} states per task"
-        )
-    if a.critic not in CRITICS:
-        raise TrainError(f"algo.critic={a.critic!r}: choose one of {', '.join(CRITICS)}")
-    if a.critic == "privileged" and (not a.critic_hidden or min(a.critic_hidden) < 1):
-        raise TrainError(f"algo.critic_hidden={list(a.critic_hidden)} must list layer widths >= 1")
-    if cfg.truncation not in TRUNCATION:
-        raise TrainError(f"truncation={cfg.truncation!r}: choose {' or '.join(TRUNCATION)}")
-    if a.ratio not in ("chunk", "per_dim"):
-        raise TrainError(f"algo.ratio={a.ratio!r}: choose chunk or per_dim")
+
+def _check_placement(cfg: TrainConfig) -> None:
+    """The runtime (:func:`runtime_problem`) and the GPUs it asks for against ``device``."""
+    r = cfg.runtime
     problem = runtime_problem(r)
     if problem:
         raise TrainError(problem)
-    if cfg.suite not in sims.suites.env_names():
-        raise TrainError(f"unknown suite {cfg.suite!r}; choose from {sims.suites.env_names()}")
-    if a.critic == "privileged" and sims.suites.is_libero(cfg.suite):
-        raise TrainError(
-            f"algo.critic=privileged reads obs['privileged'], which {cfg.suite} has not (its tasks share "
-            "no privileged vector): use algo.critic=policy"
-        )
-    n_tasks = len(sims.suites.tasks(cfg.suite))
-    if cfg.tasks is not None and any(not 0 <= t < n_tasks for t in cfg.tasks):
-        raise TrainError(f"tasks {cfg.tasks} out of range for suite {cfg.suite!r} (0..{n_tasks - 1})")
-    if cfg.backend is not None and cfg.backend not in sims.backends():
-        raise TrainError(f"unknown backend {cfg.backend!r}; choose from {sims.backends()}")
-    if cfg.backend is not None and (cfg.backend == "maniskill") != (cfg.suite == "maniskill"):
-        raise TrainError(f"backend={cfg.backend} cannot simulate suite {cfg.suite!r}")
-    if cfg.iterations < 1 or cfg.chunks_per_iter < 1 or cfg.num_envs < 1:
-        raise TrainError("iterations, chunks_per_iter and num_envs must be >= 1")
-    if cfg.device not in ("cpu", "cuda"):
-        raise TrainError(f"device={cfg.device!r}: choose cpu or cuda")
     if cfg.device == "cpu" and r.num_gpus_per_learner:
         raise TrainError(
             f"runtime.num_gpus_per_learner={r.num_gpus_per_learner} gives the learners GPUs: "
@@ -399,19 +381,33 @@ def check_config(cfg: TrainConfig) -> None:
                 "device=cuda but torch sees no CUDA device here: use device=cpu, or "
                 "runtime=cluster runtime.address=... to learn on a cluster's GPUs"
             )
-    if not 0 <= a.critic_warmup < cfg.iterations:
+
+
+def _check_suite(cfg: TrainConfig, parts: RunParts) -> None:
+    """What the suite offers: enough initial states for the greedy probe, a privileged vector for the
+    privileged critic."""
+    import sims
+
+    s = parts.env_runner
+    pool = sims.suites.num_training_states(s.suite) if s.init_pool == "random" else sims.suites.NUM_INIT_STATES
+    if cfg.greedy_every and pool is not None and cfg.greedy_states > pool:
         raise TrainError(
-            f"algo.critic_warmup={a.critic_warmup} must lie in 0..iterations-1 ({cfg.iterations - 1}): "
-            "the warm-up iterations update the critic only, the actor learns after them"
+            f"greedy_states={cfg.greedy_states}: {s.suite}'s {s.init_pool} pool has {pool} states per task"
+        )
+    if parts.critic.critic == "privileged" and sims.suites.is_libero(s.suite):
+        raise TrainError(
+            f"algo.critic=privileged reads obs['privileged'], which {s.suite} has not (its tasks share "
+            "no privileged vector): use algo.critic=policy"
         )
 
 
 def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
-    """The policy to train and, on resume, the checkpoint folder it came from."""
+    """The policy to train, sampling as the algorithm does (:func:`_sample_as_algorithm`), and, on resume,
+    the checkpoint folder it came from."""
     import policies
     from embodied.rllib.checkpoint import holds_checkpoint, load_init_policy, load_resumed_policy, resumable
 
-    family, sampler, _ = ALGORITHMS[cfg.algo.name]
+    family = ALGORITHMS[cfg.algo.name].family
     resumed = None
     if cfg.resume:
         resumed = resumable(out)
@@ -441,23 +437,32 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
         raise TrainError(
             f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: use one of algo={fits}"
         )
+    _sample_as_algorithm(policy, cfg.algo)
+    return policy, resumed
+
+
+def _sample_as_algorithm(policy: Any, a: AlgoConfig) -> None:
+    """Set the policy's sampling for the rollouts: the algorithm's sampler (DSRL: a fresh steering module
+    over the fixed flow; a steered policy keeps its own), ``algo.temperature``, ``algo.sde_steps``. The
+    one place a run changes a policy's config after loading it: :func:`policies.load` takes no config
+    overrides."""
+    sampler = ALGORITHMS[a.name].sampler
     if sampler == "steer":
-        policy.add_steer()  # DSRL: a fresh steering module over the fixed flow (a steered init keeps its own)
+        policy.add_steer()
     elif sampler is not None:
         policy.config.sampler = sampler
-    if cfg.algo.temperature is not None:
-        policy.config.temperature = float(cfg.algo.temperature)
-    if cfg.algo.sde_steps is not None:
+    if a.temperature is not None:
+        policy.config.temperature = float(a.temperature)
+    if a.sde_steps is not None:
         if not hasattr(policy.config, "sde_steps"):
             raise TrainError(
                 f"algo.sde_steps: the {policy.family} family's Flow-SDE draws its stochastic step from "
                 "every denoising step; leave it unset"
             )
         steps = int(policy.config.num_steps)
-        if not cfg.algo.sde_steps <= steps:
-            raise TrainError(f"algo.sde_steps={cfg.algo.sde_steps} is more than the policy's {steps} denoising steps")
-        policy.config.sde_steps = int(cfg.algo.sde_steps)
-    return policy, resumed
+        if not a.sde_steps <= steps:
+            raise TrainError(f"algo.sde_steps={a.sde_steps} is more than the policy's {steps} denoising steps")
+        policy.config.sde_steps = int(a.sde_steps)
 
 
 def _env_state_width(cfg: TrainConfig, state_obs: str) -> int:
@@ -536,88 +541,84 @@ def _check_env_spec(cfg: TrainConfig, policy: Any, tasks: list[int]) -> int:
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run ``embodied-train``'s RL (see the module docstring); returns the summary also written to
+    ``out/train.json``."""
     import torch
 
     import sims
-    from embodied.rllib import build_algorithm, make_env_config
-    from embodied.rllib.checkpoint import holds_critic, load_progress, restore_checkpoint, save_checkpoint
-    from embodied.rllib.startup import GPUShortageError, check_gpus, describe_placement, start_ray
+    from embodied.rllib import build_algorithm
+    from embodied.rllib.checkpoint import holds_critic, restore_checkpoint
+    from embodied.rllib.startup import describe_placement
 
-    check_config(cfg)
+    parts = check_config(cfg)
     out = prepare_run_dir(cfg.out)
     policy, resumed = _load_policy(cfg, out)
-    specs = sims.suites.tasks(cfg.suite)
-    tasks = list(range(len(specs))) if cfg.tasks is None else list(cfg.tasks)
-    critic_dim = _check_env_spec(cfg, policy, tasks)
-    a, r = cfg.algo, cfg.runtime
-    critic = (
-        {"kind": "privileged", "input_dim": critic_dim, "hidden": list(a.critic_hidden)}
-        if a.critic == "privileged"
-        else None
-    )
+    tasks = list(parts.env_runner.tasks)
+    critic = parts.critic.module_entry(_check_env_spec(cfg, policy, tasks))
     if resumed is not None and holds_critic(resumed) != (critic is not None):
         raise TrainError(
             f"{resumed} was trained with algo.critic="
             f"{'privileged' if critic is None else 'policy'}: resume with the same algo.critic"
         )
-    torch.set_num_threads(r.learner_threads)
-    start_iter, env_steps = 0, 0
-    meta: dict[str, Any] = {}
-    if resumed is not None:
-        meta = load_progress(resumed)
-        start_iter, env_steps = int(meta["step"]), int(meta["extra"].get("env_steps", 0))
-    else:
+    torch.set_num_threads(cfg.runtime.learner_threads)
+    start_iter, env_steps, meta = _progress(cfg, resumed)
+    started_ray, gpus_per_learner = _start_ray(cfg, out)
+    algo = None
+    placement: dict[str, Any] = {}
+    metrics = MetricsLog(
+        out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None, tb_prefix="rl"
+    )
+    history: list[dict[str, float]] = []
+    t_start = time.perf_counter()
+    try:
+        algo = build_algorithm(
+            policy,
+            instructions=[t.instruction for t in sims.suites.tasks(cfg.suite)],
+            env_runner=parts.env_runner,
+            update=parts.update,
+            loss=parts.loss,
+            overlap=cfg.runtime.overlap,
+            num_env_runners=cfg.runtime.num_env_runners,
+            num_learners=cfg.runtime.num_learners,
+            num_gpus_per_learner=gpus_per_learner,
+            num_gpus_per_env_runner=cfg.runtime.num_gpus_per_env_runner,
+            seed=cfg.seed,
+            critic=critic,
+            runner_restart_timeout_s=cfg.runtime.runner_restart_timeout_s,
+        )
+        if resumed is not None:
+            restore_checkpoint(algo, resumed, meta)
+        algo.stop_iteration = cfg.iterations
+        placement = algo.placement()
+        print(describe_placement(placement), file=sys.stderr, flush=True)
+        env_steps = _iterate(cfg, out, algo, policy, tasks, start_iter, env_steps, metrics, history)
+    finally:
+        _stop(metrics, algo, started_ray)
+    summary = _summary(cfg, tasks, env_steps, history, placement, time.perf_counter() - t_start, out, algo)
+    write_json(out / "train.json", summary)
+    return summary
+
+
+def _progress(cfg: TrainConfig, resumed: Optional[Path]) -> tuple[int, int, dict[str, Any]]:
+    """``(first iteration, env steps so far, the checkpoint's training state)`` of a resumed run; a new
+    one starts at 0 with torch's global RNG seeded by ``seed``."""
+    import torch
+
+    from embodied.rllib.checkpoint import load_progress
+
+    if resumed is None:
         torch.manual_seed(cfg.seed)
-    env_config = make_env_config(
-        suite=cfg.suite,
-        tasks=tasks,
-        num_envs=cfg.num_envs,
-        image_size=cfg.image_size,
-        chunks_per_iter=cfg.chunks_per_iter,
-        reward_type=cfg.reward_type,
-        max_steps=cfg.max_episode_steps,
-        algo="grpo" if a.name in GROUP_ALGORITHMS else "ppo",
-        group_size=a.group_size,
-        gamma=a.gamma,
-        lam=a.lam,
-        latency_delays=cfg.latency_delays,
-        backend=cfg.backend,
-        truncation=cfg.truncation,
-        init_states=cfg.init_states,
-        grpo_weighting=a.grpo_weighting,
-        grpo_keep=a.grpo_keep,
-        grpo_std_norm=a.grpo_std_norm,
-        init_pool=cfg.init_pool,
-        # sampling on the GPU where the runners see one: the driver (local), or
-        # remote runners given a GPU share
-        inference_device="cuda"
-        if cfg.device == "cuda" and (r.name == "local" or r.num_gpus_per_env_runner > 0)
-        else "cpu",
-    )
-    loss = LossConfig(
-        clip=a.clip,
-        dual_clip=a.dual_clip,
-        value_clip=a.value_clip,
-        vf_coef=a.vf_coef,
-        ent_coef=a.ent_coef,
-        kl_coef=a.kl_coef,
-        use_critic=ALGORITHMS[a.name].critic,
-        logprob_scale=1.0 if a.ratio == "chunk" else 1.0 / (policy.chunk_size * policy.action_dim),
-        neg_adv_scale=a.neg_adv_scale,
-    )
-    rl = dict(
-        lr=a.lr,
-        critic_lr=a.critic_lr or 0.0,
-        loss=loss,
-        num_epochs=a.epochs,
-        minibatch_size=a.minibatch_size,
-        target_kl=a.target_kl,
-        kl_rollback=a.kl_rollback,
-        freeze_prefix=a.freeze_prefix,
-        critic_warmup=a.critic_warmup,
-        grad_clip=a.max_grad_norm,
-        overlap=r.overlap,
-    )
+        return 0, 0, {}
+    meta = load_progress(resumed)
+    return int(meta["step"]), int(meta["extra"].get("env_steps", 0)), meta
+
+
+def _start_ray(cfg: TrainConfig, out: Path) -> tuple[bool, float]:
+    """Start Ray (or join ``runtime.address``) and check the GPUs asked for are there: ``(whether Ray was
+    started here, GPUs per learner)``."""
+    from embodied.rllib.startup import GPUShortageError, check_gpus, start_ray
+
+    r = cfg.runtime
     started_ray = start_ray(r, out)
     gpus_per_learner = r.num_gpus_per_learner or (1.0 if cfg.device == "cuda" else 0.0)
     try:
@@ -628,76 +629,85 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             ray.shutdown()
         raise TrainError(str(err)) from None
-    algo = None
-    placement: dict[str, Any] = {}
-    metrics = MetricsLog(
-        out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None, tb_prefix="rl"
-    )
-    history: list[dict[str, float]] = []
-    recoveries: list[Any] = []
-    t_start = time.perf_counter()
-    try:
-        algo = build_algorithm(
-            policy,
-            instructions=[t.instruction for t in specs],
-            env_config=env_config,
-            rl=rl,
-            num_env_runners=r.num_env_runners,
-            num_learners=r.num_learners,
-            num_gpus_per_learner=gpus_per_learner,
-            num_gpus_per_env_runner=r.num_gpus_per_env_runner,
-            seed=cfg.seed,
-            critic=critic,
-            runner_restart_timeout_s=r.runner_restart_timeout_s,
-        )
-        if resumed is not None:
-            restore_checkpoint(algo, resumed, meta)
-        algo.stop_iteration = cfg.iterations
-        placement = algo.placement()
-        print(describe_placement(placement), file=sys.stderr, flush=True)
-        with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {a.name}", unit="it") as bar:
-            for it in range(start_iter, cfg.iterations):
-                row = algo.run_iteration(it)
-                _log_recoveries(out, algo.recoveries[len(recoveries) :])
-                recoveries = list(algo.recoveries)
-                row["iteration_env_steps"] = row["env_steps"]
-                env_steps += int(row["env_steps"])
-                row.update(
-                    iteration=it + 1,
-                    env_steps=env_steps,
-                    env_steps_per_s=row["iteration_env_steps"] / max(row["iteration_s"], 1e-9),
-                )
-                if cfg.greedy_every and ((it + 1) % cfg.greedy_every == 0 or it + 1 == cfg.iterations):
-                    row.update(_greedy_probe(cfg, out, algo, policy, tasks, it + 1))
-                metrics.row({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
-                metrics.scalars({k: row[k] for k in METRIC_FIELDS[1:] if k in row and np.isfinite(row[k])}, it + 1)
-                history.append(row)
-                bar.set_postfix(
-                    succ=f"{row['success_rate']:.2f}", kl=f"{row['approx_kl']:.3f}", sps=f"{row['env_steps_per_s']:.0f}"
-                )
-                bar.update(1)
-                if (it + 1) % cfg.save_every == 0 or it + 1 == cfg.iterations:
-                    save_checkpoint(out, algo, policy, iteration=it + 1, env_steps=env_steps, algo_name=a.name)
-    finally:
-        metrics.close()
-        if algo is not None:
-            algo.stop()
-        if started_ray:
-            import ray
+    return started_ray, gpus_per_learner
 
-            ray.shutdown()
-    wall = time.perf_counter() - t_start
+
+def _iterate(
+    cfg: TrainConfig,
+    out: Path,
+    algo: Any,
+    policy: Any,
+    tasks: list[int],
+    start_iter: int,
+    env_steps: int,
+    metrics: MetricsLog,
+    history: list[dict[str, float]],
+) -> int:
+    """Iterations ``start_iter .. iterations - 1``: each row into ``metrics`` (and ``history``), the env
+    runners brought back logged, the greedy probe and the checkpoints on their schedules. Returns the
+    run's env steps."""
+    from embodied.rllib.checkpoint import save_checkpoint
+
+    logged = 0  # env runner recoveries logged so far
+    with tqdm(total=cfg.iterations, initial=start_iter, desc=f"rl {cfg.algo.name}", unit="it") as bar:
+        for it in range(start_iter, cfg.iterations):
+            row = algo.run_iteration(it)
+            _log_recoveries(out, algo.recoveries[logged:])
+            logged = len(algo.recoveries)
+            row["iteration_env_steps"] = row["env_steps"]
+            env_steps += int(row["env_steps"])
+            row.update(
+                iteration=it + 1,
+                env_steps=env_steps,
+                env_steps_per_s=row["iteration_env_steps"] / max(row["iteration_s"], 1e-9),
+            )
+            if cfg.greedy_every and ((it + 1) % cfg.greedy_every == 0 or it + 1 == cfg.iterations):
+                row.update(_greedy_probe(cfg, out, algo, policy, tasks, it + 1))
+            metrics.row({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+            metrics.scalars({k: row[k] for k in METRIC_FIELDS[1:] if k in row and np.isfinite(row[k])}, it + 1)
+            history.append(row)
+            bar.set_postfix(
+                succ=f"{row['success_rate']:.2f}", kl=f"{row['approx_kl']:.3f}", sps=f"{row['env_steps_per_s']:.0f}"
+            )
+            bar.update(1)
+            if (it + 1) % cfg.save_every == 0 or it + 1 == cfg.iterations:
+                save_checkpoint(out, algo, policy, iteration=it + 1, env_steps=env_steps, algo_name=cfg.algo.name)
+    return env_steps
+
+
+def _stop(metrics: MetricsLog, algo: Any, started_ray: bool) -> None:
+    """Close the metrics, stop the algorithm (its env runners and learners) and the Ray started here."""
+    metrics.close()
+    if algo is not None:
+        algo.stop()
+    if started_ray:
+        import ray
+
+        ray.shutdown()
+
+
+def _summary(
+    cfg: TrainConfig,
+    tasks: list[int],
+    env_steps: int,
+    history: list[dict[str, float]],
+    placement: dict[str, Any],
+    wall: float,
+    out: Path,
+    algo: Any,
+) -> dict[str, Any]:
+    """The run's ``train.json``."""
     steps_run = sum(h["iteration_env_steps"] for h in history)
     loop_s = sum(h["iteration_s"] for h in history)
-    summary = {
-        "algo": a.name,
+    return {
+        "algo": cfg.algo.name,
         "suite": cfg.suite,
         "tasks": tasks,
         "iterations": cfg.iterations,
         "env_steps": env_steps,
         "wall_s": round(wall, 1),
         "env_steps_per_s": round(steps_run / loop_s, 1) if history else None,
-        "runtime": OmegaConf.to_container(OmegaConf.structured(r)),
+        "runtime": OmegaConf.to_container(OmegaConf.structured(cfg.runtime)),
         "placement": placement,
         "checkpoint": str(out / "checkpoint" / "policy"),
         "time_split_s": {k: round(sum(h[k] for h in history), 2) for k in ("sim_s", "inference_s", "learn_s", "wait_s")}
@@ -705,10 +715,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         else None,
         "machine": machine_info(),
         "last": history[-1] if history else None,
-        "runner_recoveries": [rec.to_dict() for rec in recoveries],
+        "runner_recoveries": [rec.to_dict() for rec in algo.recoveries],
     }
-    write_json(out / "train.json", summary)
-    return summary
 
 
 def _log_recoveries(out: Path, new: list[Any]) -> None:
@@ -759,8 +767,8 @@ def main(cfg: Any) -> None:
     from policies import CheckpointError, SpecMismatchError
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    config: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     try:
+        config: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]  # checks TrainConfig's own fields
         summary = train(config)
     except (TrainError, CheckpointError, SpecMismatchError, FileNotFoundError, RunnerLostError) as err:
         raise SystemExit(f"embodied-train: {err}") from None

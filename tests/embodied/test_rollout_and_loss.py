@@ -136,18 +136,21 @@ def test_grpo_batch_keeps_first_episodes_of_mixed_groups():
 
 
 def test_per_dimension_ratio_is_the_geometric_mean():
-    """logprob_scale=1/D turns a chunk's log-ratio of D dimensions into its per-dimension mean:
-    a shift of 0.35 nats over 35 dimensions is a ratio of e^0.01, inside the clip range."""
+    """ratio="per_dim" (log-probabilities times 1/D) turns a chunk's log-ratio of D dimensions into its
+    per-dimension mean: a shift of 0.35 nats over 35 dimensions is a ratio of e^0.01, inside the clip
+    range. The loss needs D (the learner passes its policy's H*A)."""
     from embodied.algorithms.loss import chunk_ppo_loss
 
     mb = {"old_logprob": torch.zeros(4), "advantages": torch.ones(4)}
     new = torch.full((4,), 0.35, requires_grad=True)
     _, whole = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb, LossConfig(use_critic=False))
-    _, per_dim = chunk_ppo_loss(
-        new, torch.zeros(4), torch.zeros(4), mb, LossConfig(use_critic=False, logprob_scale=1 / 35)
-    )
+    per_dim_config = LossConfig(use_critic=False, ratio="per_dim")
+    _, per_dim = chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb, per_dim_config, action_dims=35)
     assert whole.clip_fraction == 1.0 and per_dim.clip_fraction == 0.0
     assert abs(per_dim.policy_loss + float(torch.exp(torch.tensor(0.01)))) < 1e-6
+    assert per_dim_config.logprob_scale(35) == 1 / 35 and LossConfig().logprob_scale(None) == 1.0
+    with pytest.raises(ValueError, match="needs the policy's action dimensions"):
+        chunk_ppo_loss(new, torch.zeros(4), torch.zeros(4), mb, per_dim_config)
 
 
 def test_negative_advantages_scaled():

@@ -258,7 +258,7 @@ def test_configuration_errors(tmp_path):
     )
     cases = [
         ((f"init={ar}", "algo=flow_sde"), "trains a flow policy, but the policy is autoregressive"),
-        ((f"init={ar}", "algo=grpo", "algo.group_size=3"), "multiple of algo.group_size"),
+        ((f"init={ar}", "algo=grpo", "algo.group_size=3"), "multiple of its group_size"),
         ((f"init={ar}", "algo=grpo", "algo.value_clip=0.2"), "has no critic"),
         ((f"init={ar}", "algo=grpo", "algo.critic_warmup=2"), "no critic to warm up"),
         ((f"init={ar}", "algo=grpo", "algo.critic=privileged"), "applies to PPO only"),
@@ -276,7 +276,7 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=flow_sde", "algo.temperature=0.5"), "token VLA's sampling temperature"),
         ((f"init={ar}", "algo=grpo", "algo.temperature=0"), "temperature must be > 0"),
         ((f"init={ar}", "algo=ppo", "algo.lr=-1e-5"), "must be >= 0"),
-        ((f"init={ar}", "algo=ppo", "algo.minibatch_size=0"), "minibatch_size \\(0\\) must be >= 1"),
+        ((f"init={ar}", "algo=ppo", "algo.minibatch_size=0"), "algo.minibatch_size=0 must be >= 1"),
         ((f"init={ar}", "algo=ppo", "init_states=5"), "continues episodes across iterations"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.grpo_weighting=token"), "choose episode or chunk"),
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.grpo_keep=all"), "choose success or return"),
@@ -448,31 +448,40 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
     ``embodied-train``: on a token VLA the warm-up iteration changes the value head and nothing else,
     the next one trains the actor; ``minibatch_size=None`` is one step per epoch on the whole batch
     (6 chunks). On a state-only flow VLA (privileged state, no cameras) the same, in even minibatches
-    (6 chunks in 2 of 3, 2 epochs) with finite statistics; the typed loss config reaches the learner
-    as given, and the default ``freeze_prefix`` leaves the observation encoder as it was."""
-    import dataclasses
+    (6 chunks in 2 of 3, 2 epochs) with finite statistics; the typed configs reach the runner and the
+    learner as given, and the default ``freeze_prefix`` leaves the observation encoder as it was."""
     import math
 
     import ray
     import torch
 
     import sims
+    from embodied.algorithms.batch import AdvantageConfig
     from embodied.algorithms.loss import LossConfig
-    from embodied.rllib import build_algorithm, make_env_config
+    from embodied.algorithms.sampling import EnvRunnerSettings
+    from embodied.algorithms.update import UpdateConfig
+    from embodied.rllib import build_algorithm
     from embodied.rllib.startup import start_ray
     from embodied.runners.train import RuntimeConfig
 
     torch.manual_seed(0)
     instructions = [t.instruction for t in sims.suites.tasks("goal")]
-    env_config = make_env_config(
-        suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=3, reward_type="dense"
+    settings = EnvRunnerSettings(
+        suite="goal",
+        tasks=[2],
+        num_envs=2,
+        image_size=32,
+        chunks_per_iter=3,
+        reward_type="dense",
+        advantages=AdvantageConfig(name="ppo"),
     )
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
         width = int(env.observation_spec["state"].shape[0])
     cases = [
         (
             policies.make("autoregressive", decoder_layers=1, **TINY),
-            dict(critic_warmup=1, minibatch_size=None, num_epochs=1, overlap=False),
+            UpdateConfig(critic_warmup=1, minibatch_size=None, epochs=1),
+            LossConfig(),
             1.0,
         ),
         (
@@ -482,24 +491,20 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
                 sampler="sde",
                 expert_layers=1,
             ),
-            dict(
-                critic_warmup=1,
-                minibatch_size=4,
-                num_epochs=2,
-                target_kl=None,
-                loss=dataclasses.replace(LossConfig(), ent_coef=0.01, kl_coef=0.1),
-            ),
+            UpdateConfig(critic_warmup=1, minibatch_size=4, epochs=2, target_kl=None),
+            LossConfig(ent_coef=0.01, kl_coef=0.1, ratio="per_dim"),
             4.0,
         ),
     ]
     started = start_ray(RuntimeConfig(), tmp_path)
     algo = None
     try:
-        with pytest.raises(TypeError, match="must be an embodied.algorithms.loss.LossConfig"):
-            build_algorithm(cases[0][0], instructions=instructions, env_config=env_config, rl=dict(loss={"clip": 0.1}))
-        for policy, rl, minibatches in cases:
-            algo = build_algorithm(policy, instructions=instructions, env_config=env_config, rl=rl)
-            assert algo._on_learners(lambda learner: learner.config.loss) == [rl.get("loss", LossConfig())]
+        with pytest.raises(TypeError, match="loss must be an embodied.algorithms.loss.LossConfig"):
+            build_algorithm(cases[0][0], instructions=instructions, env_runner=settings, loss={"clip": 0.1})
+        for policy, update, loss, minibatches in cases:
+            algo = build_algorithm(policy, instructions=instructions, env_runner=settings, update=update, loss=loss)
+            assert algo._on_learners(lambda learner: (learner.config.update, learner.config.loss)) == [(update, loss)]
+            assert algo.env_runner_group.local_env_runner.settings == settings  # as made, not rebuilt
 
             def snapshot() -> dict[str, torch.Tensor]:  # the local learner hands out its live tensors
                 return {k: v.clone() for k, v in algo.policy_state().items()}
@@ -514,7 +519,7 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
             assert changed and all(k.startswith("value_mlp.") for k in changed), sorted(changed)[:5]
             row = algo.run_iteration(1)
             assert row["actor_updated"] == 1.0 and row["minibatches"] == minibatches
-            assert row["epochs_run"] == rl["num_epochs"] and row["kl_stop"] == 0.0
+            assert row["epochs_run"] == update.epochs and row["kl_stop"] == 0.0
             for key in (
                 "policy_loss",
                 "value_loss",
@@ -526,7 +531,7 @@ def test_in_process_algorithm_warmup_then_updates(tmp_path):
             ):
                 assert math.isfinite(row[key]), (key, row[key])
             # the first two minibatches' actor gradients compared where an epoch has two (disjoint rows)
-            if rl["minibatch_size"] is None:
+            if update.minibatch_size is None:
                 assert math.isnan(row["grad_cos_first"])
             else:
                 assert -1.0 <= row["grad_cos_first"] <= 1.0 and row["grad_cos_first"] != 0.0
@@ -552,13 +557,22 @@ def test_kl_rollback_ends_the_iteration_on_weights_measured_within_the_target(tm
     import torch
 
     import sims
-    from embodied.rllib import build_algorithm, make_env_config
+    from embodied.algorithms.batch import AdvantageConfig
+    from embodied.algorithms.sampling import EnvRunnerSettings
+    from embodied.algorithms.update import UpdateConfig
+    from embodied.rllib import build_algorithm
     from embodied.rllib.startup import start_ray
     from embodied.runners.train import RuntimeConfig
 
     instructions = [t.instruction for t in sims.suites.tasks("goal")]
-    env_config = make_env_config(
-        suite="goal", tasks=[2], num_envs=2, image_size=32, chunks_per_iter=4, reward_type="dense"
+    settings = EnvRunnerSettings(
+        suite="goal",
+        tasks=[2],
+        num_envs=2,
+        image_size=32,
+        chunks_per_iter=4,
+        reward_type="dense",
+        advantages=AdvantageConfig(name="flow_sde"),
     )
     with sims.make("mujoco", suite="goal", num_envs=1, cameras=(), state_obs="privileged") as env:
         width = int(env.observation_spec["state"].shape[0])
@@ -575,8 +589,8 @@ def test_kl_rollback_ends_the_iteration_on_weights_measured_within_the_target(tm
             algo = build_algorithm(
                 policy,
                 instructions=instructions,
-                env_config=env_config,
-                rl=dict(lr=3e-2, critic_warmup=0, minibatch_size=4, num_epochs=2, target_kl=1e-6, kl_rollback=rollback),
+                env_runner=settings,
+                update=UpdateConfig(lr=3e-2, minibatch_size=4, epochs=2, target_kl=1e-6, kl_rollback=rollback),
             )
             try:
                 before = {k: v.clone() for k, v in algo.policy_state().items()}
