@@ -66,7 +66,9 @@ SFT_OVERRIDES = [
 ]
 #: the RL phases: (iterations at the phase's end, its ``rl.*`` settings); 40 envs x 16 chunks per iteration
 PHASES: tuple[tuple[int, tuple[str, ...]], ...] = ((40, ()), (80, ()), (120, ()))
-RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_every=5", "rl.greedy_states=5"]
+#: one env runner with all 40 envs: a runner holds one simulator per task it runs (10 here, about 14 GB with
+#: LIBERO's 4096 px textures in software GL), and two such runners do not fit a 24 GB machine
+RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_every=5", "rl.greedy_states=5", "rl.runtime.num_env_runners=1"]
 #: LIBERO-PRO's perturbations scored in the reference env (language, objects, swapped positions)
 PRO_VARIANTS = ("lan", "object", "swap")
 #: the issue's bars: an SFT start below START, RL at TARGET or more, every RL seed above SEEDS_ABOVE, the
