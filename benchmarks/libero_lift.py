@@ -304,6 +304,47 @@ def verdicts(
     return out
 
 
+def sft_start(results: dict[str, Any]) -> dict[str, Any]:
+    """What the SFT cell did: demonstrations, SFT, and its greedy success per task (official, held-out)."""
+    c, s = results.get("collect") or {}, results.get("sft") or {}
+    held = {t["task"]: t["success_rate"] for t in (results.get("eval_sft_heldout") or {}).get("tasks", [])}
+    return {
+        "demos": c.get("episodes"),
+        "frames": c.get("frames"),
+        "expert_success": c.get("expert_success_rate"),
+        "sft_steps": s.get("steps"),
+        "final_loss": s.get("final_loss"),
+        "parameters": s.get("parameters"),
+        "stage_minutes": {k: round(v / 60, 1) for k, v in results.get("stage_seconds", {}).items()},
+        "tasks": [
+            {"task": t["task"], "name": t["name"], "official": t["success_rate"], "heldout": held.get(t["task"])}
+            for t in results["eval_sft"].get("tasks", [])
+        ],
+    }
+
+
+def start_lines(start: dict[str, Any]) -> list[str]:
+    """The SFT start's section of the table page."""
+    if not start:
+        return []
+    mins = ", ".join(f"{k} {v}" for k, v in start["stage_minutes"].items())
+    lines = [
+        f"{start['demos']} demonstrations ({start['frames']} frames; the scripted experts succeed "
+        f"{start['expert_success']:.1%} of the time under DART noise), {start['sft_steps']} SFT steps of a "
+        f"{start['parameters']:,}-parameter flow VLA (final loss {start['final_loss']:.3f}); minutes: {mins}.",
+        "",
+        "| task | official pairs | held-out states |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {t['task']} {t['name']} | {t['official']:.0%} | "
+        + ("-" if t["heldout"] is None else f"{t['heldout']:.0%}")
+        + " |"
+        for t in start["tasks"]
+    ]
+    return lines + [""]
+
+
 def markdown(report: dict[str, Any], command: str) -> str:
     pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
     ci = lambda c: f"[{c[0]:+.3f}, {c[1]:+.3f}]"  # noqa: E731
@@ -328,6 +369,9 @@ def markdown(report: dict[str, Any], command: str) -> str:
     lines += [
         f"SFT start: **{pct(report.get('sft'))}** on the official pairs, {pct(report.get('sft_heldout'))} on "
         "the held-out states.",
+        "",
+        *start_lines(report.get("sft_start") or {}),
+        "RL phases finished so far:" if report.get("phases") else "No RL phase has finished yet.",
         "",
         "| seed | iterations | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] | held-out RL "
         "| states better / worse | minutes |",
@@ -438,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             sft=sft["eval_sft"]["success_rate"],
             machine=sft.get("machine"),
             sft_heldout=(sft.get("eval_sft_heldout") or {}).get("success_rate"),
+            sft_start=sft_start(sft),
         )
         cells.append(out / "sft")
     last: dict[int, tuple[dict[str, Any], Path]] = {}
