@@ -132,3 +132,6 @@ class PipelineConfig:
     # with init_from: also carry that run's RL on from its last checkpoint (policy, critic, optimizer
     # states, metrics.csv) up to this run's rl.iterations, with this run's rl.* settings
     continue_rl: bool = False
+    # where the SFT and RL stages send their scalars besides metrics.csv: tensorboard | wandb | both (W&B offline
+    # without a configured key: embodied/metrics_log.py)
+    logger: str = "tensorboard"

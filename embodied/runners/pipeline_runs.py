@@ -73,9 +73,9 @@ def upgrade_config(c: dict[str, Any]) -> dict[str, Any]:
 def run_identity(c: dict[str, Any]) -> dict[str, Any]:
     """What makes two pipeline configs the same run: stages and rl.control only choose what runs (a run
     may go on with more stages), eval.workers and rl.runtime.learner_threads change the wall time (the
-    learner's threads also the rounding of its sums) and init_from / continue_rl where the first stages
-    came from, not the episodes."""
-    kept = {k: v for k, v in c.items() if k not in ("stages", "init_from", "continue_rl")}
+    learner's threads also the rounding of its sums), init_from / continue_rl where the first stages
+    came from and logger where the scalars go, not the episodes."""
+    kept = {k: v for k, v in c.items() if k not in ("stages", "init_from", "continue_rl", "logger")}
     rl = {k: v for k, v in c.get("rl", {}).items() if k != "control"}
     if isinstance(rl.get("runtime"), dict):
         rl["runtime"] = {k: v for k, v in rl["runtime"].items() if k != "learner_threads"}

@@ -240,6 +240,7 @@ def stage_sft(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
             augment_shift=s.augment_shift,
             seed=cfg.seed,
             threads=s.threads,
+            logger=cfg.logger,
             resume=resume,
         )
     )
@@ -327,6 +328,7 @@ def stage_rl(cfg: PipelineConfig, out: Path, name: str = "rl", control: bool = F
             seed=cfg.seed if r.seed is None else r.seed,
             resume=resume,
             init_pool=r.init_states,
+            logger=cfg.logger,
         )
     )
     return {k: summary[k] for k in ("algo", "iterations", "env_steps", "wall_s", "env_steps_per_s", "time_split_s")} | {

@@ -11,9 +11,10 @@ and, with ``eval.suite`` set, ``eval.json``: success per task on the suite's fix
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,7 +24,7 @@ from omegaconf import MISSING, OmegaConf
 from tqdm import tqdm
 
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
-from embodied.metrics_log import MetricsLog
+from embodied.metrics_log import MetricsLog, check_logger
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
 #: the columns of ``metrics.csv``
@@ -72,6 +73,7 @@ class SFTConfig:
     # sums, so a fixed count trains the same policy on machines with other core counts (of one CPU type).
     threads: Optional[int] = None
     resume: bool = False  # continue from out/train_state and out/ckpt
+    logger: str = "tensorboard"  # where the scalars go besides metrics.csv: tensorboard | wandb | both
     episodes: Optional[list[int]] = None  # subset of the dataset's episodes (default: all)
     eval: SFTEvalConfig = field(default_factory=SFTEvalConfig)
 
@@ -153,7 +155,15 @@ def _fit(
 ) -> tuple[int, list[float], float]:
     """Steps ``start_step..cfg.steps`` with the learning-rate schedule, logging every ``cfg.log_every``
     and checkpointing every ``cfg.save_every``; the step reached, the losses and the seconds."""
-    metrics = MetricsLog(out, METRIC_FIELDS, "step", resume_upto=start_step if cfg.resume else None, tb_prefix="sft")
+    metrics = MetricsLog(
+        out,
+        METRIC_FIELDS,
+        "step",
+        resume_upto=start_step if cfg.resume else None,
+        tb_prefix="sft",
+        logger=cfg.logger,
+        config=json.loads(json.dumps(asdict(cfg), default=str)),
+    )
     gen = torch.Generator().manual_seed(cfg.seed + start_step)
     t0 = time.perf_counter()
     losses: list[float] = []
@@ -192,6 +202,7 @@ def train(cfg: SFTConfig) -> dict[str, Any]:
     from embodied.data.training import load_demonstrations
     from embodied.train_state import load_train_state
 
+    check_logger(cfg.logger)
     if cfg.augment_shift < 0:
         raise ValueError(f"augment_shift must be >= 0 pixels, got {cfg.augment_shift}")
     if cfg.threads is not None and cfg.threads < 1:

@@ -37,7 +37,7 @@ import dataclasses
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
@@ -52,7 +52,7 @@ from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithm
 from embodied.algorithms.sampling import EnvRunnerSettings
 from embodied.algorithms.update import UpdateConfig
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
-from embodied.metrics_log import MetricsLog
+from embodied.metrics_log import LOGGERS, MetricsLog
 from embodied.runs import machine_info, prepare_run_dir, write_json
 
 METRIC_FIELDS = [
@@ -214,8 +214,11 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"  # where the update runs: cpu | cuda (each learner takes runtime.num_gpus_per_learner GPUs)
     resume: bool = False  # continue out/checkpoint (after a crash or kill)
+    logger: str = "tensorboard"  # where the scalars go besides metrics.csv: tensorboard | wandb | both
 
     def __post_init__(self) -> None:
+        if self.logger not in LOGGERS:
+            raise TrainError(f"logger={self.logger!r}: choose one of {', '.join(LOGGERS)}")
         for key in ("iterations", "save_every", "greedy_states"):
             if getattr(self, key) < 1:
                 raise TrainError(f"{key}={getattr(self, key)} must be >= 1")
@@ -299,6 +302,13 @@ def check_config(cfg: TrainConfig) -> RunParts:
     _check_placement(cfg)
     _check_suite(cfg, parts)
     return parts
+
+
+def _jsonable(cfg: Any) -> dict[str, Any]:
+    """A config dataclass as plain JSON values (a W&B run's config)."""
+    import json
+
+    return json.loads(json.dumps(asdict(cfg), default=str))
 
 
 def _inference_device(cfg: TrainConfig) -> str:
@@ -565,9 +575,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     started_ray, gpus_per_learner = _start_ray(cfg, out)
     algo = None
     placement: dict[str, Any] = {}
-    metrics = MetricsLog(
-        out, METRIC_FIELDS, "iteration", resume_upto=start_iter if resumed is not None else None, tb_prefix="rl"
-    )
+    metrics = _metrics_log(cfg, out, start_iter if resumed is not None else None)
     history: list[dict[str, float]] = []
     t_start = time.perf_counter()
     try:
@@ -597,6 +605,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     summary = _summary(cfg, tasks, env_steps, history, placement, time.perf_counter() - t_start, out, algo)
     write_json(out / "train.json", summary)
     return summary
+
+
+def _metrics_log(cfg: TrainConfig, out: Path, resume_upto: Optional[int]) -> MetricsLog:
+    """``metrics.csv`` (kept up to ``resume_upto`` on a resume) and the scalars' logger, the config with it."""
+    return MetricsLog(
+        out,
+        METRIC_FIELDS,
+        "iteration",
+        resume_upto=resume_upto,
+        tb_prefix="rl",
+        logger=cfg.logger,
+        config=_jsonable(cfg),
+    )
 
 
 def _progress(cfg: TrainConfig, resumed: Optional[Path]) -> tuple[int, int, dict[str, Any]]:

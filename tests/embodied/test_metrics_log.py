@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 
 def test_metrics_log_columns_resume_and_tensorboard(tmp_path):
     from embodied.metrics_log import MetricsLog
@@ -30,3 +32,27 @@ def test_metrics_log_columns_resume_and_tensorboard(tmp_path):
     assert [(s.step, round(s.value, 4)) for s in run.Scalars("sft/loss")] == [(1, 0.1), (2, 0.2), (3, 0.33)]
     MetricsLog(tmp_path, ["step", "loss"], "step", tb_prefix="sft").close()  # a fresh run starts empty
     assert (tmp_path / "metrics.csv").read_bytes() == b"step,loss\r\n"
+
+
+def test_wandb_logs_offline_into_the_run_folder_and_a_resume_continues_the_run(tmp_path, monkeypatch):
+    """logger=both: the scalars also go to an offline W&B run in out/wandb (no key configured), which a
+    resumed run continues under the same id; logger=wandb writes no TensorBoard events."""
+    from embodied.metrics_log import MetricsLog
+
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc key
+    log = MetricsLog(tmp_path, ["step", "loss"], "step", tb_prefix="sft", logger="both", config={"lr": 3e-4})
+    for step in (1, 2):
+        log.row({"step": step, "loss": "0.5"})
+        log.scalars({"loss": 0.5 / step}, step)
+    log.close()
+    run_id = (tmp_path / "wandb" / "run_id").read_text()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and runs[0].name.endswith(run_id) and list(runs[0].glob("*.wandb"))
+    assert (tmp_path / "tb").is_dir()
+    MetricsLog(tmp_path, ["step", "loss"], "step", resume_upto=2, tb_prefix="sft", logger="wandb").close()
+    assert (tmp_path / "wandb" / "run_id").read_text() == run_id
+    with pytest.raises(ValueError, match="logger='mlflow': choose one of tensorboard, wandb, both"):
+        MetricsLog(tmp_path / "x", ["step"], "step", tb_prefix="sft", logger="mlflow")
