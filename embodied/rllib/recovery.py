@@ -134,7 +134,9 @@ class RemoteSample:
                 raise RunnerLostError(
                     f"env runner {i} was lost {MAX_TRIES} times while sampling iteration "
                     f"{self.iteration + 1}: see the Ray logs (the run's ray/ folder, or "
-                    "/tmp/ray/session_latest/logs on a cluster) for why it keeps dying"
+                    "/tmp/ray/session_latest/logs on a cluster) for why it keeps dying; 'killed due to memory "
+                    "pressure (OOM)' in raylet.err means the runners need more memory than the node has: fewer "
+                    "env runners per node, or fewer tasks per runner (each task is a simulator of its own)"
                 )
             self.group.foreach_env_runner_async(
                 "sample_checked",
