@@ -77,10 +77,10 @@ START, TARGET, SEEDS_ABOVE, REFERENCE_GAP = 0.70, 0.90, 0.85, 0.10
 
 
 #: what a cell's record leaves out: the demonstrations (``data/``), videos, plots, TensorBoard events, Ray's
-#: session files, logs and SFT's optimizer state (a finished SFT is never resumed); RL checkpoints stay (a
-#: later phase carries them on)
+#: session files, the greedy probe's copy of the policy, logs and SFT's optimizer state (a finished SFT is
+#: never resumed); RL checkpoints stay (a later phase carries them on)
 SKIP_FOLDERS, SKIP_SUFFIXES, SKIP_PREFIXES = (
-    {"videos", "plots", "tb", "ray"},
+    {"videos", "plots", "tb", "ray", "greedy_probe"},
     {".mp4", ".log"},
     ("data/", "sft/train_state/"),
 )
