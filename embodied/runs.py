@@ -172,3 +172,10 @@ def machine_info() -> dict[str, Any]:
         info["cuda"] = None
     info["mujoco_gl"] = os.environ.get("MUJOCO_GL")
     return info
+
+
+def plain_config(cfg: Any) -> dict[str, Any]:
+    """A config dataclass as plain JSON values (what a run records of its configuration)."""
+    import dataclasses
+
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))

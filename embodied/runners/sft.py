@@ -11,10 +11,9 @@ and, with ``eval.suite`` set, ``eval.json``: success per task on the suite's fix
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,7 +24,7 @@ from tqdm import tqdm
 
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
 from embodied.metrics_log import MetricsLog, check_logger
-from embodied.runs import machine_info, prepare_run_dir, write_json
+from embodied.runs import machine_info, plain_config, prepare_run_dir, write_json
 
 #: the columns of ``metrics.csv``
 METRIC_FIELDS = ["step", "loss", "lr", "seconds"]
@@ -162,7 +161,7 @@ def _fit(
         resume_upto=start_step if cfg.resume else None,
         tb_prefix="sft",
         logger=cfg.logger,
-        config=json.loads(json.dumps(asdict(cfg), default=str)),
+        config=plain_config(cfg),
     )
     gen = torch.Generator().manual_seed(cfg.seed + start_step)
     t0 = time.perf_counter()

@@ -37,7 +37,7 @@ import dataclasses
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
@@ -53,7 +53,7 @@ from embodied.algorithms.sampling import EnvRunnerSettings
 from embodied.algorithms.update import UpdateConfig
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
 from embodied.metrics_log import LOGGERS, MetricsLog
-from embodied.runs import machine_info, prepare_run_dir, write_json
+from embodied.runs import machine_info, plain_config, prepare_run_dir, write_json
 
 METRIC_FIELDS = [
     "iteration",
@@ -302,13 +302,6 @@ def check_config(cfg: TrainConfig) -> RunParts:
     _check_placement(cfg)
     _check_suite(cfg, parts)
     return parts
-
-
-def _jsonable(cfg: Any) -> dict[str, Any]:
-    """A config dataclass as plain JSON values (a W&B run's config)."""
-    import json
-
-    return json.loads(json.dumps(asdict(cfg), default=str))
 
 
 def _inference_device(cfg: TrainConfig) -> str:
@@ -616,7 +609,7 @@ def _metrics_log(cfg: TrainConfig, out: Path, resume_upto: Optional[int]) -> Met
         resume_upto=resume_upto,
         tb_prefix="rl",
         logger=cfg.logger,
-        config=_jsonable(cfg),
+        config=plain_config(cfg),
     )
 
 
