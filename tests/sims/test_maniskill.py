@@ -141,6 +141,7 @@ def test_sim_benchmark_gpu_backends_section(tmp_path):
             "steps=3",
             "cameras=[]",
             "rollout=false",
+            "workload_suites=[]",  # the RL workload table has its own test (tests/benchmarks/test_bench.py)
             "gpu_backends=[maniskill]",
             "gpu_num_envs=[2]",
             "gpu_steps=3",
