@@ -3,7 +3,8 @@ Weights & Biases (``wandb/``) or both (``logger=tensorboard|wandb|both``).
 
 W&B runs offline unless an API key is configured (``WANDB_API_KEY``, or ``wandb login``) or
 ``WANDB_MODE`` says otherwise: the run folder's ``wandb/`` then holds a run that ``wandb sync`` uploads
-later. A resumed run continues the same W&B run (its id is kept in ``wandb/run_id``)."""
+later. A resumed run continues the same W&B run (its id is kept in ``wandb/run_id``). A finished run's plots and
+videos go to the W&B run of its folder with :func:`publish_media`."""
 
 from __future__ import annotations
 
@@ -117,3 +118,30 @@ class MetricsLog:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def publish_media(
+    out: Path, logger: str, images: Sequence[Path], videos: Sequence[Path], config: Mapping[str, Any] | None = None
+) -> int:
+    """Attach ``images`` (PNG) and ``videos`` (H.264 MP4) to the W&B run of ``out`` (``out/wandb``: the same
+    run again where one is there), keyed by their paths relative to ``out``; nothing unless ``logger`` sends
+    to W&B. The number of files sent."""
+    check_logger(logger)
+    files = [p for p in (*images, *videos) if p.is_file()]
+    if logger not in ("wandb", "both") or not files:
+        return 0
+    import wandb
+
+    run = _wandb_run(out, config, resumed=True)
+    try:
+        media: dict[str, Any] = {}
+        for path in images:
+            if path.is_file():
+                media[path.relative_to(out).with_suffix("").as_posix()] = wandb.Image(str(path))
+        for path in videos:
+            if path.is_file():
+                media[path.relative_to(out).with_suffix("").as_posix()] = wandb.Video(str(path), format="mp4")
+        run.log(media)
+    finally:
+        run.finish()
+    return len(files)

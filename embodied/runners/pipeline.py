@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from embodied.config import hydra_app, register_policy_schemas, store
+from embodied.metrics_log import publish_media
 from embodied.runners.pipeline_config import (
     CONTROL_STAGES,
     STAGES,
@@ -175,6 +176,8 @@ def run(cfg: PipelineConfig) -> dict[str, Any]:
     plot_pipeline(results, out)
     write_json(out / "results.json", results)
     write_report(results, out)
+    videos = sorted([*out.glob("videos/*.mp4"), *out.glob("*/videos/*.mp4")])  # collect's, each evaluation's
+    publish_media(out, cfg.logger, sorted((out / "plots").glob("*.png")), videos, results["config"])
     return results
 
 

@@ -56,3 +56,39 @@ def test_wandb_logs_offline_into_the_run_folder_and_a_resume_continues_the_run(t
     assert (tmp_path / "wandb" / "run_id").read_text() == run_id
     with pytest.raises(ValueError, match="logger='mlflow': choose one of tensorboard, wandb, both"):
         MetricsLog(tmp_path / "x", ["step"], "step", tb_prefix="sft", logger="mlflow")
+
+
+def test_a_finished_runs_plots_and_videos_go_to_its_offline_wandb_run(tmp_path, monkeypatch):
+    """publish_media: a real PNG and a real H.264 video land in the offline W&B run of the folder (the same
+    run its scalars went to), under their paths in the run folder; logger=tensorboard sends nothing."""
+    import cv2
+    import numpy as np
+
+    from embodied.metrics_log import MetricsLog, publish_media
+    from embodied.video import VideoWriter
+
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    log = MetricsLog(tmp_path, ["step", "loss"], "step", tb_prefix="rl", logger="wandb")
+    log.scalars({"loss": 1.0}, 1)
+    log.close()
+    png = tmp_path / "plots" / "pipeline.png"
+    png.parent.mkdir()
+    cv2.imwrite(str(png), np.full((24, 32, 3), 200, np.uint8))
+    mp4 = tmp_path / "eval_rl" / "videos" / "task0_success.mp4"
+    video = VideoWriter(mp4, fps=10)
+    for i in range(6):
+        video.write(np.full((32, 32, 3), 40 * i, np.uint8))
+    video.close()
+    assert publish_media(tmp_path, "tensorboard", [png], [mp4]) == 0
+    assert publish_media(tmp_path, "wandb", [png], [mp4, tmp_path / "missing.mp4"]) == 2
+    # offline, each part of a run is a folder of the same id (``wandb sync`` joins them): the scalars', then
+    # the media's
+    scalars, run = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert scalars.name.endswith(run.name[-8:]) and run.name.endswith((tmp_path / "wandb" / "run_id").read_text())
+    images = list((run / "files" / "media" / "images").rglob("*.png"))
+    videos = list((run / "files" / "media" / "videos").rglob("*.mp4"))
+    assert len(images) == 1 and len(videos) == 1
+    assert videos[0].read_bytes() == mp4.read_bytes()  # the playable H.264 file itself, not a re-encoding
