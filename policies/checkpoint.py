@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from policies.errors import CheckpointError, SpecMismatchError
 from policies.files import sha256_file, write_atomic
@@ -67,19 +67,27 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def load(path: str | os.PathLike, *, device: str = "cpu", cameras: list[str] | None = None) -> Any:
+def load(
+    path: str | os.PathLike,
+    *,
+    device: str = "cpu",
+    cameras: list[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Any:
     """Load a bundle written by :func:`save`, or a checkpoint folder written by LeRobot (pi0, pi0.5,
     SmolVLA: :func:`policies.lerobot.load_lerobot`, where ``cameras`` names our cameras for its image
-    features); returns the policy in eval mode."""
+    features); returns the policy in eval mode. ``overrides``: config fields to change before the policy
+    is built (how it samples, say: ``{"sampler": "sde", "temperature": 0.5}``), validated by its config;
+    the weights stay the checkpoint's."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from policies.lerobot.checkpoint import is_lerobot_folder, load_lerobot
-    from policies.registry import policy_class
+    from policies.registry import config_with, policy_class
 
     folder = Path(path)
     if is_lerobot_folder(folder):
-        return load_lerobot(folder, device=device, cameras=cameras)
+        return load_lerobot(folder, device=device, cameras=cameras, overrides=overrides)
     if cameras is not None:
         raise CheckpointError("cameras= renames a LeRobot checkpoint's image features; a bundle keeps its own")
     meta = read_meta(folder)
@@ -99,7 +107,7 @@ def load(path: str | os.PathLike, *, device: str = "cpu", cameras: list[str] | N
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{weights} is not a valid safetensors file ({err})") from None
     cls = policy_class(meta["family"])
-    config = cls.config_class.from_dict({**LEGACY_CONFIG, **meta["config"]})
+    config = config_with(meta["family"], {**LEGACY_CONFIG, **meta["config"]}, overrides)
     policy = cls(config)
     stats_path = folder / "stats.json"
     if stats_path.is_file():

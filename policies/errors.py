@@ -10,3 +10,7 @@ class CheckpointError(ValueError):
 
 class SpecMismatchError(ValueError):
     """A policy whose action or observation spec does not fit an environment."""
+
+
+class ConfigOverrideError(ValueError):
+    """Overrides a policy's config refuses: a field it has not, or a value its validation rejects."""

@@ -6,9 +6,9 @@ strings, imported on use, so importing this module loads no model code.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple, Optional
 
-from sims.registry import Registry, load_attr
+from sims.registry import Registry, closest_key, load_attr
 
 
 class Family(NamedTuple):
@@ -57,12 +57,27 @@ def config_class(family: str) -> Any:
     return load_attr(FAMILIES.lookup(family).config)
 
 
+def config_with(family: str, values: Mapping[str, Any], overrides: Optional[Mapping[str, Any]] = None) -> Any:
+    """The config of ``family`` from ``values`` (its fields as a dict) updated by ``overrides``, validated
+    by the config itself; an override the config has no field for is refused, naming the closest."""
+    from policies.errors import ConfigOverrideError
+
+    cls = config_class(family)
+    known = set(cls().to_dict())
+    for key in sorted(set(overrides or {}) - known):
+        near = closest_key(key, known)
+        raise ConfigOverrideError(
+            f"unknown {family} config key {key!r}"
+            + (f": did you mean {near!r}?" if near else f"; known: {sorted(known)}")
+        )
+    try:
+        return cls.from_dict({**values, **(overrides or {})})
+    except ValueError as err:
+        if not overrides:
+            raise
+        raise ConfigOverrideError(f"{family} config with {dict(overrides)}: {err}") from None
+
+
 def make(family: str, **overrides: Any) -> Any:
     """A fresh policy of ``family`` with its default config updated by ``overrides``."""
-    cls = policy_class(family)
-    base = cls.config_class().to_dict()
-    unknown = sorted(set(overrides) - set(base))
-    if unknown:
-        raise ValueError(f"unknown {family} config key(s) {unknown}; known: {sorted(base)}")
-    base.update(overrides)
-    return cls(cls.config_class.from_dict(base))
+    return policy_class(family)(config_with(family, config_class(family)().to_dict(), overrides))

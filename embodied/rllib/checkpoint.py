@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 #: the separate critic's weights and input statistics in a checkpoint folder (algo.critic=privileged)
 CRITIC_FILE = "critic.safetensors"
@@ -34,19 +34,21 @@ def holds_critic(folder: Path) -> bool:
     return (folder / CRITIC_FILE).is_file()
 
 
-def load_resumed_policy(folder: Path) -> Any:
-    """The policy of a checkpoint folder (see :func:`resumable`), on the CPU."""
+def load_resumed_policy(folder: Path, overrides: Mapping[str, Any] | None = None) -> Any:
+    """The policy of a checkpoint folder (see :func:`resumable`), on the CPU, its config updated by
+    ``overrides`` (:func:`policies.load`)."""
     import policies
 
-    return policies.load(folder / "policy", device="cpu")
+    return policies.load(folder / "policy", device="cpu", overrides=overrides)
 
 
-def load_init_policy(bundle: str) -> Any:
-    """An SFT bundle (or a LeRobot checkpoint folder) to start RL from, on the CPU."""
+def load_init_policy(bundle: str, overrides: Mapping[str, Any] | None = None) -> Any:
+    """An SFT bundle (or a LeRobot checkpoint folder) to start RL from, on the CPU, its config updated by
+    ``overrides`` (:func:`policies.load`)."""
     import policies
     from policies.lerobot.checkpoint import is_lerobot_folder
 
-    policy = policies.load(bundle, device="cpu")
+    policy = policies.load(bundle, device="cpu", overrides=overrides)
     if is_lerobot_folder(bundle):  # a pretrained LeRobot VLA: the detached value head, fresh
         return policy
     meta = policies.checkpoint.read_meta(bundle)

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from policies.errors import CheckpointError
 from policies.lerobot.sizes import model_sizes
@@ -101,8 +101,10 @@ def load_lerobot(
     tokenizer: str = "",
     model_sizes_override: str | dict[str, Any] | None = None,
     cameras: list[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Our policy of a LeRobot checkpoint folder (eval mode). ``tokenizer`` overrides the model's
+    """Our policy of a LeRobot checkpoint folder (eval mode); ``overrides``: our config fields to change
+    (see :func:`policies.load`). ``tokenizer`` overrides the model's
     default (a local folder); ``model_sizes_override`` rebuilds a small model (see ``model_sizes``);
     ``cameras`` names our cameras for the checkpoint's image features, in their order (LeRobot's
     LIBERO checkpoints read ``observation.images.image`` and ``.wrist_image``: ``["agentview", "wrist"]``
@@ -110,7 +112,7 @@ def load_lerobot(
     from lerobot.configs.policies import PreTrainedConfig
     from safetensors.torch import load_file
 
-    from policies.registry import policy_class
+    from policies.registry import config_with, policy_class
 
     folder = Path(path)
     if not is_lerobot_folder(folder):
@@ -171,7 +173,7 @@ def load_lerobot(
             **({"model_sizes": model_sizes_override} if model_sizes_override else {}),
             **({"cameras": list(cameras), "camera_keys": image_keys} if cameras is not None else {}),
         }
-    config = cls.config_class.from_dict({**cls.config_class().to_dict(), **fields})
+    config = config_with(family, {**cls.config_class().to_dict(), **fields}, overrides)
     weights = folder / "model.safetensors"
     if not weights.is_file():
         raise CheckpointError(f"{folder} has no model.safetensors")

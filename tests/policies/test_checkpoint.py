@@ -41,6 +41,26 @@ def test_round_trip_gives_identical_outputs(tmp_path):
     assert meta["family"] == "flow" and meta["config"]["chunk_size"] == 3 and meta["extra"] == {"step": 7}
 
 
+def test_load_with_overrides_builds_the_policy_with_them_and_refuses_unknown_fields(tmp_path):
+    """overrides= change config fields before the policy is built (its weights stay the checkpoint's), the
+    config validates them, and a misspelt field is refused with the closest name."""
+    from policies.errors import ConfigOverrideError
+
+    folder = policies.save(policies.make("flow", **TINY), tmp_path / "ckpt")
+    plain = policies.load(folder)
+    sde = policies.load(folder, overrides={"sampler": "sde", "sde_steps": 2})
+    assert (plain.config.sde_steps, sde.config.sampler, sde.config.sde_steps) == (None, "sde", 2)
+    assert policies.load(folder, overrides={"sampler": "noise"}).config.sampler == "noise"
+    for name, weight in plain.state_dict().items():
+        torch.testing.assert_close(sde.state_dict()[name], weight)
+    out = sde.sample(_obs(), mode="explore", generator=torch.Generator().manual_seed(1))
+    assert int(out.extras["step"].max()) < 2  # the stochastic step drawn from the first two only
+    with pytest.raises(ConfigOverrideError, match="unknown flow config key 'sampeler': did you mean 'sampler'"):
+        policies.load(folder, overrides={"sampeler": "sde"})
+    with pytest.raises(ConfigOverrideError, match="sde_steps must lie in 1..num_steps"):
+        policies.load(folder, overrides={"sampler": "sde", "sde_steps": 99})
+
+
 def test_state_normalisation_floors_the_std_and_clips(tmp_path):
     """A dimension constant in the demonstrations (std 0) must not turn a millimetre into 1000 std."""
     policy = policies.make("flow", **TINY)
