@@ -3,6 +3,7 @@
     embodied-serve checkpoint=runs/pipeline/rl/checkpoint/policy port=8000 [api_key=KEY]
     embodied-deploy server=ws://127.0.0.1:8000 robot=sim sim.task=8 episodes=3 out=runs/deploy [mode=rtc]
     embodied-deploy server=ws://HOST:8000 robot=network robot_address=ws://ROBOT_PC:8765 instruction="..." out=...
+    embodied-deploy check=true robot=franka franka.host=172.16.0.2 out=runs/check     # no motion: run first
 
 The API key may also come from the environment (``EMBODIED_API_KEY``), which keeps it out of the
 shell history and the run folder's saved config.
@@ -22,7 +23,10 @@ import numpy as np
 from omegaconf import MISSING, OmegaConf
 
 from embodied.config import hydra_app, store
+from real_robot.cameras.base import CameraConfig
 from real_robot.policy_client import ReconnectPolicy
+from real_robot.robots.franka import FrankaConfig
+from real_robot.robots.ur import URConfig
 from sims.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,8 @@ class ServeConfig:
     message_timeout_s: float = 10.0  # ... and one that takes longer to finish a message or take a reply
     open_timeout_s: float = 10.0  # the websocket handshake's deadline
     max_connections: int = 32  # more open connections are refused (HTTP 503)
+    precision: str = "fp32"  # fp32 | bf16: the weights held in bfloat16 and inference under bf16 autocast
+    compile: bool = False  # torch.compile the policy's heavy submodules (eager, with a warning, where it cannot)
 
 
 @dataclass
@@ -72,9 +78,14 @@ class DeployAppConfig:
     out: str = MISSING  # run folder: deploy.json, dataset/ (the episodes, demonstration format)
     server: str = "ws://127.0.0.1:8000"
     api_key: Optional[str] = None  # or EMBODIED_API_KEY
-    robot: str = "sim"  # sim | network
+    robot: str = "sim"  # sim | network | franka | ur (ROBOTS)
     robot_address: Optional[str] = None  # robot=network: ws://ROBOT_PC:PORT of the robot adapter
     sim: SimRobotOptions = field(default_factory=SimRobotOptions)
+    franka: FrankaConfig = field(default_factory=FrankaConfig)  # robot=franka (real_robot/robots/franka.py)
+    ur: URConfig = field(default_factory=URConfig)  # robot=ur (real_robot/robots/ur.py)
+    # robot=franka|ur: cameras=[{name: agentview, kind: opencv, source: "0"}, {name: wrist, kind: realsense}]
+    cameras: list[CameraConfig] = field(default_factory=list)
+    check: bool = False  # connect, read and verify the robot, hold, disconnect (no motion, no policy server)
     instruction: Optional[str] = None  # default: the sim task's instruction (required for robot=network)
     mode: str = "async"  # sync | async | rtc | aware (a policy trained with latency_delays)
     threshold: Optional[int] = None
@@ -97,9 +108,12 @@ store("deploy_schema", DeployAppConfig)
 @hydra_app("embodied-serve", "serve")
 def serve_main(cfg) -> None:
     import policies
+    from policies.precision import PRECISIONS, compile_policy
     from real_robot.server import PolicyServer
 
     c: ServeConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    if c.precision not in PRECISIONS:
+        raise SystemExit(f"embodied-serve: precision={c.precision!r}: {PRECISIONS.unknown(c.precision)}")
     try:
         policy = policies.load(c.checkpoint, device=c.device)
     except (policies.CheckpointError, FileNotFoundError) as err:
@@ -115,10 +129,12 @@ def serve_main(cfg) -> None:
         message_timeout_s=c.message_timeout_s,
         open_timeout_s=c.open_timeout_s,
         max_connections=c.max_connections,
+        precision=c.precision,
     )
+    numerics = f"precision {c.precision}" + (f", compiled {compile_policy(policy) or 'nothing'}" if c.compile else "")
     print(
         f"embodied-serve: {policy.family} policy {c.checkpoint} on ws://{c.host}:{c.port} "
-        f"(API key {'required' if server.api_key else 'off'}); warming up ...",
+        f"(API key {'required' if server.api_key else 'off'}; {numerics}); warming up ...",
         flush=True,
     )
     try:
@@ -143,16 +159,51 @@ def _network_robot(c: DeployAppConfig) -> Any:
     return NetworkRobot(c.robot_address, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"))
 
 
+def _cameras(c: DeployAppConfig) -> dict[str, Any]:
+    from real_robot.cameras.base import make_cameras
+
+    return make_cameras(c.cameras)
+
+
+def _franka_robot(c: DeployAppConfig) -> Any:
+    from real_robot.robots.franka import FrankaRobot
+
+    return FrankaRobot(c.franka, _cameras(c))
+
+
+def _ur_robot(c: DeployAppConfig) -> Any:
+    from real_robot.robots.ur import URRobot
+
+    return URRobot(c.ur, _cameras(c))
+
+
 #: ``robot=`` of embodied-deploy: the robot each name builds from the app's config
-ROBOTS: Registry[Callable[[DeployAppConfig], Any]] = Registry("robot", {"sim": _sim_robot, "network": _network_robot})
+ROBOTS: Registry[Callable[[DeployAppConfig], Any]] = Registry(
+    "robot", {"sim": _sim_robot, "network": _network_robot, "franka": _franka_robot, "ur": _ur_robot}
+)
 
 
 def _make_robot(c: DeployAppConfig) -> Any:
     try:
-        factory = ROBOTS.lookup(c.robot)
-    except ValueError as err:
+        return ROBOTS.lookup(c.robot)(c)
+    except ValueError as err:  # an unknown robot or camera kind, an unsound spec
         raise SystemExit(f"embodied-deploy: {err}") from None
-    return factory(c)
+
+
+def _check(c: DeployAppConfig, robot: Any, out: Any) -> None:
+    """``check=true``: :func:`~real_robot.robots.check.check_robot`, its report printed and written to
+    ``out/check.json``; exits non-zero when anything failed."""
+    from embodied.runs import write_json
+    from real_robot.robots.check import check_robot
+
+    try:
+        report = check_robot(robot)
+    except Exception as err:  # a robot that cannot be reached or read fails the check, with the reason
+        raise SystemExit(f"embodied-deploy check: robot={c.robot}: {type(err).__name__}: {err}") from None
+    write_json(out / "check.json", {"robot": c.robot, "ok": report.ok, **asdict(report)})
+    print(f"check robot={c.robot} ({report.robot}): {'passed' if report.ok else 'FAILED'}", *report.lines(), sep="\n")
+    if not report.ok:
+        raise SystemExit(f"embodied-deploy check: {len(report.failures)} problem(s); {out / 'check.json'}")
 
 
 @hydra_app("embodied-deploy", "deploy")
@@ -161,11 +212,12 @@ def deploy_main(cfg) -> None:
     from embodied.runs import prepare_run_dir, write_json
     from real_robot.client import DeployConfig, Deployer, DeployError
     from real_robot.policy_client import PolicyClient
-    from sims.mujoco.robot import ACTION_NAMES, STATE_NAMES
 
     c: DeployAppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     out = prepare_run_dir(c.out)
     robot = _make_robot(c)
+    if c.check:
+        return _check(c, robot, out)
     try:
         robot.connect()
     except Exception as err:
@@ -192,6 +244,7 @@ def deploy_main(cfg) -> None:
     if c.estop_keyboard:
         deployer.watch_keyboard()
     cams = list(robot.spec.cameras)
+    state_names, action_names = robot.spec.names()
     size = robot.spec.cameras[cams[0]][0] if cams else 0
     writer = (
         DatasetWriter(
@@ -199,8 +252,8 @@ def deploy_main(cfg) -> None:
             fps=robot.spec.control_hz,
             cameras=cams,
             image_size=size,
-            state_names=STATE_NAMES,
-            action_names=ACTION_NAMES,
+            state_names=state_names,
+            action_names=action_names,
             privileged_dim=0,
             extra_info={"source": "embodied-deploy", "robot": c.robot, "mode": c.mode},
         )

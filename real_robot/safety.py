@@ -1,22 +1,26 @@
 """The robot-side safety filter: every action passes through it before it reaches the motors.
 
-On by default and configured from the :class:`~real_robot.robots.base.RobotSpec`. Checks, in
-order, and each one counted by name in :attr:`SafetyFilter.counts`:
+On by default and configured from the :class:`~real_robot.robots.base.RobotSpec` the driver
+reports: any joint count, its joint limits and speeds, its workspace box, and where the joints
+(``spec.joint_slice``, ``state[8:15]`` for the Panda) and the tool centre point
+(``spec.tcp_slice``, ``state[0:3]``) sit in its state. Actions hold the pose deltas (``ee_delta``)
+or one command per joint (``joint_pos``), then the gripper commands (``spec.gripper_slice``).
+Checks, in order, and each one counted by name in :attr:`SafetyFilter.counts`:
 
 1. ``unsafe_state``: the robot's state is checked first (:meth:`SafetyFilter.check_state`). A
-   state that is not a finite vector of ``state_dim`` numbers, a joint ``state[8:15]`` outside its
-   limits widened by one speed step ``joint_vel_max / control_hz`` (``joint_pos`` mode; no target
-   can then satisfy both the limits and the speed limit) or by ``state_margin_rad`` (``ee_delta``
-   mode), or a tool centre point ``state[0:3]`` outside the workspace box widened by
-   ``state_margin_m`` is implausible: the filter logs a warning and raises :class:`UnsafeState`
-   instead of returning any action, and :meth:`SafetyFilter.hold` does the same. A bad reading is
-   never turned into a command; the caller stops the robot (the deployment client ends the episode
-   with reason ``unsafe_state`` and takes the emergency-stop path).
+   state that is not a finite vector of ``state_dim`` numbers, a joint outside its limits widened
+   by one speed step ``joint_vel_max / control_hz`` (``joint_pos`` mode; no target can then
+   satisfy both the limits and the speed limit) or by ``state_margin_rad`` (``ee_delta`` mode), or
+   a tool centre point outside the workspace box widened by ``state_margin_m`` is implausible: the
+   filter logs a warning and raises :class:`UnsafeState` instead of returning any action, and
+   :meth:`SafetyFilter.hold` does the same. A bad reading is never turned into a command; the caller
+   stops the robot (the deployment client ends the episode with reason ``unsafe_state`` and takes
+   the emergency-stop path).
 2. ``shape`` / ``non_numeric`` / ``non_finite``: an action of the wrong shape, not numbers, or with
    NaN or inf anywhere is replaced by "hold still" (:meth:`SafetyFilter.hold`; safe, the state is
    good);
 3. ``range``: components outside ``[-1, 1]`` are clipped;
-4. ``gripper``: the gripper command is clipped to ``gripper_range``;
+4. ``gripper``: the gripper commands are clipped to ``gripper_range``;
 5. ``ee_delta`` mode: ``step`` (the tool displacement ``|a[:3]| * pos_scale`` is scaled down to
    ``max_step``), ``rotation`` (likewise ``|a[3:6]| * rot_scale`` to ``max_rot_step``),
    ``workspace`` (the displacement is cut so the tool stays in the workspace box; outside the box
@@ -27,7 +31,7 @@ order, and each one counted by name in :attr:`SafetyFilter.counts`:
    brought back to them within one step.
 
 Guarantees, for any input (every float, NaN, inf, any shape) and a plausible state: the returned
-action is finite, in ``[-1, 1]``, its gripper in ``gripper_range``, and, evaluated in float64 the
+action is finite, in ``[-1, 1]``, its grippers in ``gripper_range``, and, evaluated in float64 the
 way the robot decodes it, exactly (no tolerance):
 
 - ``ee_delta``: ``|a[:3] * pos_scale| <= max_step``, ``|a[3:6] * rot_scale| <= max_rot_step``, and
@@ -52,9 +56,6 @@ from typing import Callable, Optional
 import numpy as np
 
 from real_robot.robots.base import RobotSpec
-
-JOINT_SLICE = slice(8, 15)  # real joint angles in the Panda state
-POS_SLICE = slice(0, 3)  # tool centre point
 
 log = logging.getLogger(__name__)
 
@@ -122,13 +123,12 @@ def _shrink_to_norm(v: np.ndarray, scale: float, limit: float) -> np.ndarray:
 
 class SafetyFilter:
     def __init__(self, spec: RobotSpec):
-        if spec.action_mode not in ("ee_delta", "joint_pos"):
-            raise ValueError(f"the safety filter knows action modes ee_delta and joint_pos, not {spec.action_mode!r}")
-        if spec.action_mode == "joint_pos" and spec.state_dim < JOINT_SLICE.stop:
-            raise ValueError(f"joint_pos mode needs the joints in state[8:15], the state has {spec.state_dim} dims")
-        if spec.state_dim < POS_SLICE.stop:
-            raise ValueError(f"the filter needs the tool position in state[0:3], the state has {spec.state_dim} dims")
+        problems = spec.problems()
+        if problems:
+            raise ValueError(f"the safety filter cannot run on this robot spec ({spec.name}): " + "; ".join(problems))
         self.spec = spec
+        self.joints, self.tcp, self.grip = spec.joint_slice, spec.tcp_slice, spec.gripper_slice
+        self.n = spec.num_joints
         self.counts: Counter[str] = Counter()
         self.ws_lo = np.asarray(spec.workspace_low, np.float64)
         self.ws_hi = np.asarray(spec.workspace_high, np.float64)
@@ -136,7 +136,8 @@ class SafetyFilter:
         self.q_hi = np.asarray(spec.joint_high, np.float64)
         self.dq_max = np.asarray(spec.joint_vel_max, np.float64) / spec.control_hz
         g_lo, g_hi = spec.gripper_range
-        self.last_gripper = float(np.clip(-1.0, max(g_lo, -1.0), min(g_hi, 1.0)))
+        grips = len(range(spec.action_dim)[self.grip])
+        self.last_gripper = np.full(grips, float(np.clip(-1.0, max(g_lo, -1.0), min(g_hi, 1.0))))
 
     # ------------------------------------------------------------------ the state
     def check_state(self, state: np.ndarray) -> Optional[str]:
@@ -154,16 +155,16 @@ class SafetyFilter:
             return "state_shape"
         if not np.isfinite(x).all():
             return "non_finite_state"
-        if s.state_dim >= JOINT_SLICE.stop:
-            q = x[JOINT_SLICE]
+        if self.joints is not None:
+            q = x[self.joints]
             margin = self.dq_max if s.action_mode == "joint_pos" else s.state_margin_rad
             if (q < self.q_lo - margin).any() or (q > self.q_hi + margin).any():
                 return "joint_out_of_range"
             # at the edge of that band rounding may leave no float target meeting both limits
             if s.action_mode == "joint_pos" and self._joint_action(np.clip(q, self.q_lo, self.q_hi), q) is None:
                 return "joint_out_of_range"
-        if s.state_dim >= POS_SLICE.stop:
-            p = x[POS_SLICE]
+        if self.tcp is not None:
+            p = x[self.tcp]
             if (p < self.ws_lo - s.state_margin_m).any() or (p > self.ws_hi + s.state_margin_m).any():
                 return "workspace_out_of_range"
         return None
@@ -186,9 +187,9 @@ class SafetyFilter:
         x = self._require_plausible(state)
         a = np.zeros(self.spec.action_dim)
         if self.spec.action_mode == "joint_pos":
-            q = x[JOINT_SLICE]
-            a[:7] = self._checked_joint_action(np.clip(q, self.q_lo, self.q_hi), q)
-        a[-1] = self.last_gripper
+            q = x[self.joints]
+            a[: self.n] = self._checked_joint_action(np.clip(q, self.q_lo, self.q_hi), q)
+        a[self.grip] = self.last_gripper
         return a
 
     def filter(self, action: np.ndarray, state: np.ndarray) -> np.ndarray:
@@ -217,14 +218,15 @@ class SafetyFilter:
             self.counts["range"] += 1
             a = np.clip(a, -1.0, 1.0)
         g_lo, g_hi = self.spec.gripper_range
-        if not g_lo <= a[-1] <= g_hi:
+        g = a[self.grip]
+        if ((g < g_lo) | (g > g_hi)).any():
             self.counts["gripper"] += 1
-            a[-1] = float(np.clip(a[-1], g_lo, g_hi))
+            a[self.grip] = np.clip(g, g_lo, g_hi)
         if self.spec.action_mode == "ee_delta":
             self._ee_delta(a, x)
         else:
             self._joint_pos(a, requested, x)
-        self.last_gripper = float(a[-1])
+        self.last_gripper = a[self.grip].copy()
         return a
 
     def _ee_delta(self, a: np.ndarray, state: np.ndarray) -> None:
@@ -239,7 +241,7 @@ class SafetyFilter:
         if rnorm > s.max_rot_step:
             self.counts["rotation"] += 1
             a[3:6] *= s.max_rot_step / rnorm
-        pos = state[POS_SLICE]
+        pos = state[self.tcp]
         target = pos + move
         # inside the box: stop at its faces; outside: only the components that move back toward it
         lo = np.minimum(self.ws_lo, pos)
@@ -262,11 +264,11 @@ class SafetyFilter:
         a[:3] = np.where(pos > self.ws_hi, np.minimum(a[:3], 0.0), a[:3])
 
     def joint_targets(self, a: np.ndarray) -> np.ndarray:
-        """Joint targets (rad) the robot decodes from joint actions ``a [7]``: ``[-1, 1]`` onto the limits."""
+        """Joint targets (rad) ``[J]`` the robot decodes from joint actions ``a [J]``: ``[-1, 1]`` onto the limits."""
         return self.q_lo + (a + 1.0) * 0.5 * (self.q_hi - self.q_lo)
 
     def _joint_action(self, target: np.ndarray, q: np.ndarray) -> Optional[np.ndarray]:
-        """Joint actions ``[7]`` in ``[-1, 1]`` decoding to targets inside the limits and within one speed
+        """Joint actions ``[J]`` in ``[-1, 1]`` decoding to targets inside the limits and within one speed
         step of ``q`` (exactly, in float64), nearest to ``target``; None when a joint has none."""
         lo, hi, dq = self.q_lo, self.q_hi, self.dq_max
         t = np.clip(target, np.maximum(lo, q - dq), np.minimum(hi, q + dq))
@@ -295,9 +297,9 @@ class SafetyFilter:
         return a
 
     def _joint_pos(self, a: np.ndarray, requested: np.ndarray, state: np.ndarray) -> None:
-        q = state[JOINT_SLICE]
+        q = state[self.joints]
         with np.errstate(over="ignore", invalid="ignore"):
-            target = self.joint_targets(requested[:7])  # before the range clip: a request past the limits
+            target = self.joint_targets(requested[: self.n])  # before the range clip: a request past the limits
         # limits first, then the speed limit; q is within one step of the limits (check_state), so the
         # result satisfies both
         lim = np.clip(target, self.q_lo, self.q_hi)
@@ -306,4 +308,4 @@ class SafetyFilter:
         slow = np.clip(lim, q - self.dq_max, q + self.dq_max)
         if (slow != lim).any():
             self.counts["joint_velocity"] += 1
-        a[:7] = self._checked_joint_action(slow, q)
+        a[: self.n] = self._checked_joint_action(slow, q)

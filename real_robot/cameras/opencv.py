@@ -13,9 +13,9 @@ from typing import Optional, Union
 import cv2
 import numpy as np
 
+from real_robot.cameras.base import CameraConfig, CameraStalled, as_source, crop_box
 
-class CameraStalled(RuntimeError):
-    """No fresh frame from a camera within its timeout."""
+__all__ = ["CameraStalled", "OpenCVCamera", "fit_view", "from_config"]
 
 
 def fit_view(frame: np.ndarray, size: int, crop: Optional[tuple[int, int, int, int]] = None) -> np.ndarray:
@@ -73,3 +73,8 @@ class OpenCVCamera:
         if self._cap is not None:
             self._cap.release()
             self._cap = None
+
+
+def from_config(cfg: CameraConfig) -> OpenCVCamera:
+    """``kind: opencv``: ``source`` is a device index, a video file or a stream URL."""
+    return OpenCVCamera(as_source(cfg.source), cfg.size, crop=crop_box(cfg.crop), stall_timeout=cfg.stall_timeout_s)

@@ -14,12 +14,14 @@ op              request fields               reply fields
                                              ``frame_ids``, ``timestamp``, ``success``
 ``send_action`` ``action`` float [A]          ``sent`` float [A] (what the robot executed)
 ``hold``        -                            -
-``reset``       ``init_id`` (optional int)    -
+``reset``       ``init_id`` (optional int)    - (a robot without ``reset`` stays where it is)
 ``disconnect``  -                            -
 =============== ============================ ================================================
 
 A user's adapter implements :class:`~real_robot.robots.base.Robot` against their SDK and calls
-``RobotAdapterServer(robot).serve_forever(host, port)``.
+``RobotAdapterServer(robot).serve_forever(host, port)``; :mod:`real_robot.robots.lerobot_bridge` does
+so for LeRobot's robots. The spec travels as a map: a field an older adapter does not send takes
+its default (the Panda's).
 """
 
 from __future__ import annotations
@@ -75,9 +77,8 @@ class RobotAdapterServer:
             r.hold()
             return {}
         if op == "reset":
-            if not hasattr(r, "reset"):
-                raise protocol.ProtocolError("this robot has no reset")
-            r.reset(msg.get("init_id"))
+            if hasattr(r, "reset"):  # a real arm has none: the operator resets the scene
+                r.reset(msg.get("init_id"))
             return {}
         if op == "disconnect":
             r.disconnect()
