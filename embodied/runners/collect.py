@@ -2,6 +2,7 @@
 
     embodied-collect suite=spatial episodes_per_task=10 out=DIR [tasks=[0,3]]
     embodied-collect suite=libero_spatial episodes_per_task=5 out=DIR   # real LIBERO in our simulator
+    embodied-collect suite=maniskill cameras=[agentview] episodes_per_task=5 out=DIR   # ManiSkill's planners
 
 Writes a LeRobot v3.0 dataset into ``DIR`` (see :mod:`embodied.data.lerobot_format`) and
 ``DIR/summary.json``: ``{"tasks": [{"suite", "task", "name", "episodes", "success_rate"}]}``.
@@ -22,7 +23,7 @@ from embodied.runs import machine_info, prepare_run_dir, write_json
 class CollectConfig:
     """Schema of ``embodied-collect``."""
 
-    suite: str = "spatial"  # spatial | object | goal | long | dynamic | libero_spatial | libero_object | ...
+    suite: str = "spatial"  # spatial | object | goal | long | dynamic | maniskill | libero_spatial | ...
     episodes_per_task: int = 10  # demonstrations kept per task
     out: str = MISSING  # dataset folder (must not hold a dataset already)
     tasks: Optional[list[int]] = None  # task indices of the suite (default: all)
@@ -43,7 +44,7 @@ def run(cfg: CollectConfig) -> dict[str, Any]:
     import sims
     from embodied.data.collect import collect_suite
 
-    choices = sims.suites.names() + sims.suites.libero_names()
+    choices = sims.suites.expert_names()
     if cfg.suite not in choices:
         raise ValueError(f"unknown suite {cfg.suite!r}; choose one of {choices}")
     out = prepare_run_dir(cfg.out)

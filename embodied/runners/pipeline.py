@@ -82,7 +82,7 @@ def check_config(cfg: PipelineConfig) -> None:
     import sims
     from embodied.data.collect import check_action_noise
 
-    choices = sims.suites.names() + sims.suites.libero_names()
+    choices = sims.suites.expert_names()
     if cfg.sim.suite is None or cfg.sim.suite not in choices:
         raise PipelineError(f"unknown suite {cfg.sim.suite!r}; set sim.suite to one of {choices}")
     unknown = [s for s in cfg.stages if s not in STAGES + CONTROL_STAGES]  # held-out twins are not asked for

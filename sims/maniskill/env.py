@@ -18,8 +18,9 @@ Tasks that need no asset download, with language instructions (``TASKS``), one s
   (task, init id), so an initial state is the same on every machine.
 
 Simulation backend: ``physx_cuda`` (all envs of a task in one GPU-batched scene) when CUDA is
-available and ``sim_backend="auto"``; otherwise ``physx_cpu``, where ManiSkill allows one env per
-scene, so this adapter holds N scenes in the process and steps them one after the other.
+available, the env runs one task and ``sim_backend="auto"``; otherwise ``physx_cpu``, where ManiSkill
+allows one env per scene, so this adapter holds N scenes in the process and steps them one after the
+other (the suite's several tasks, and ManiSkill's motion planners, :mod:`sims.maniskill.experts`).
 Rendering on a machine without a GPU needs a Vulkan driver with ``VK_KHR_external_semaphore_fd``
 (Debian 12: ``mesa-vulkan-drivers`` from bookworm-backports; scripts/setup.sh installs it).
 """
@@ -122,7 +123,8 @@ class ManiSkillVecEnv(VecEnv):
         if missing:
             raise ValueError(f"tasks {missing} have no camera among {list(cameras)}; use cameras=('agentview',)")
         if sim_backend == "auto":
-            sim_backend = "physx_cuda" if torch.cuda.is_available() else "physx_cpu"
+            gpu = torch.cuda.is_available() and len(self._task_pool) == 1  # a GPU scene holds one task
+            sim_backend = "physx_cuda" if gpu else "physx_cpu"
         if sim_backend not in ("physx_cpu", "physx_cuda"):
             raise ValueError(f"sim_backend must be auto, physx_cpu or physx_cuda, got {sim_backend!r}")
         if sim_backend == "physx_cuda" and len(self._task_pool) != 1:
@@ -145,6 +147,7 @@ class ManiSkillVecEnv(VecEnv):
         self._seed = seed
         self._task_ids = np.arange(num_envs) % len(self._task_pool)
         self._init_ids = np.full(num_envs, -1, np.int64)
+        self._episode_seeds = np.zeros(num_envs, np.int64)  # the seed each env's episode was reset with
         self._elapsed = np.zeros(num_envs, np.int64)
         self._return = np.zeros(num_envs)
         self._envs: dict[tuple[int, int], Any] = {}  # (slot, task) -> gym env (cpu backend)
@@ -225,13 +228,15 @@ class ManiSkillVecEnv(VecEnv):
             if self._batched is None:
                 self._batched = self._make(0, self.num_envs)
             seeds = [self._seed_for(int(i)) for i in ids]
+            self._episode_seeds[ids] = seeds
             raw, _ = self._batched.reset(seed=seeds, options={"env_idx": torch.as_tensor(ids)})
             conv = self._convert(raw)
             for i in ids:
                 rows[int(i)] = {k: v[int(i)] for k, v in conv.items()}
         else:
             for i in ids:
-                raw, _ = self._env(int(i)).reset(seed=self._seed_for(int(i)))
+                self._episode_seeds[i] = self._seed_for(int(i))
+                raw, _ = self._env(int(i)).reset(seed=int(self._episode_seeds[i]))
                 rows[int(i)] = {k: v[0] for k, v in self._convert(raw).items()}
         self._elapsed[ids] = 0
         self._return[ids] = 0.0
@@ -309,6 +314,22 @@ class ManiSkillVecEnv(VecEnv):
             to(truncated, torch.bool),
             info_out,
         )
+
+    def sim_state(self, i: int) -> tuple[str, int, dict[str, Any]]:
+        """Env ``i`` as ManiSkill holds it, for a planner that starts from it (:mod:`sims.maniskill.experts`):
+        its task's ManiSkill ``env_id``, the seed its episode was reset with and ManiSkill's state dict
+        of that env now (actor and articulation states, batch 1, CPU tensors)."""
+        if not 0 <= i < self.num_envs:
+            raise ValueError(f"env index {i} out of range: this env has {self.num_envs}")
+        gpu = self.sim_backend == "physx_cuda"
+        whole = (self._batched if gpu else self._env(i)).unwrapped.get_state_dict()
+        k = i if gpu else 0  # the CPU backend holds one scene per env
+
+        def row(tree: Any) -> Any:
+            return {key: row(v) for key, v in tree.items()} if isinstance(tree, dict) else tree[k : k + 1].cpu()
+
+        state = {key: row(v) for key, v in whole.items() if key != "controller"}
+        return self.tasks[int(self._task_ids[i])].extras["env_id"], int(self._episode_seeds[i]), state
 
     def close(self) -> None:
         if self._closed:

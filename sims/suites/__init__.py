@@ -43,6 +43,11 @@ _EXPERTS: dict[str, str] = {
 _EXTERNAL: dict[str, tuple[str, str]] = {
     "maniskill": ("maniskill", "sims.maniskill.env:task_specs"),
 }
+#: the experts of those suites, which plan in the simulator itself: "module:class", built as
+#: ``cls(env, gain=...)`` over the env they act in
+_ENV_EXPERTS: dict[str, str] = {
+    "maniskill": "sims.maniskill.experts:ManiSkillExpert",
+}
 
 
 #: real LIBERO's suites, simulated from the scene cache (``python -m sims.libero.scenes export``) by the
@@ -63,6 +68,12 @@ def names() -> list[str]:
 def all_names() -> list[str]:
     """The suites of :func:`names` and the suites of other backends (``maniskill``)."""
     return list(_SUITES) + list(_EXTERNAL)
+
+
+def expert_names() -> list[str]:
+    """The suites whose demonstrations :func:`expert` can make: ours, ``maniskill`` (ManiSkill's motion
+    planners) and real LIBERO's."""
+    return list(_SUITES) + list(_ENV_EXPERTS) + list(_LIBERO)
 
 
 def libero_names() -> list[str]:
@@ -193,10 +204,17 @@ def expert(suite: str, task: int | str | None = None, num_envs: int = 1, gain: f
     Returns a :class:`~sims.mujoco.suites.experts.SuiteExpert`: ``expert(obs) -> [N, 1, 7]`` chunks,
     ``expert.act(obs) -> [N, 7]``, ``expert.reset(done_mask)``. A real LIBERO suite's experts read the
     simulator's state, so they need the ``env`` (a ``sims.make("mujoco", suite=...)`` env) they act in:
-    :class:`sims.libero.experts.LiberoSuiteExpert`.
+    :class:`sims.libero.experts.LiberoSuiteExpert`; so do ``maniskill``'s, ManiSkill's motion planners
+    (:class:`sims.maniskill.experts.ManiSkillExpert`).
     """
     if suite in _EXTERNAL:
-        raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
+        if suite not in _ENV_EXPERTS:
+            raise ValueError(f"suite {suite!r} has no scripted experts (collect its demonstrations another way)")
+        if env is None:
+            raise ValueError(
+                f"{suite}'s experts plan in the simulator: pass env=, a sims.make({backend(suite)!r}, ...) env"
+            )
+        return _load(_ENV_EXPERTS[suite])(env, gain=gain)
     if suite in _LIBERO:
         if env is None or getattr(env, "suite", None) != suite:
             raise ValueError(
@@ -219,6 +237,7 @@ __all__ = [
     "build_tasks",
     "env_names",
     "expert",
+    "expert_names",
     "heldout_states",
     "init_states",
     "is_libero",
