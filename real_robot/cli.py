@@ -51,6 +51,7 @@ class ServeConfig:
     max_connections: int = 32  # more open connections are refused (HTTP 503)
     precision: str = "fp32"  # fp32 | bf16: the weights held in bfloat16 and inference under bf16 autocast
     compile: bool = False  # torch.compile the policy's heavy submodules (eager, with a warning, where it cannot)
+    default_prompt: Optional[str] = None  # the instruction of a request without one (openpi's ALOHA client)
 
 
 @dataclass
@@ -130,6 +131,7 @@ def serve_main(cfg) -> None:
         open_timeout_s=c.open_timeout_s,
         max_connections=c.max_connections,
         precision=c.precision,
+        default_prompt=c.default_prompt,
     )
     numerics = f"precision {c.precision}" + (f", compiled {compile_policy(policy) or 'nothing'}" if c.compile else "")
     print(

@@ -27,6 +27,10 @@ reply) is closed (1013, logged, ``evicted_connections`` in ``/healthz``) to make
 leaked sessions never lock the robot's client out. Only when every open connection has a request
 in flight is the new one refused with HTTP 503 (``refused_connections``).
 
+Request keys: the policy's own (:mod:`real_robot.spec`) or, as aliases, those of openpi's example
+clients whose robot fits the policy (:mod:`real_robot.openpi_layouts`: LIBERO, DROID, ALOHA), listed
+in the metadata's ``request_aliases``; ``default_prompt`` stands in for a request without a prompt.
+
 ``GET /healthz`` answers 200 with JSON stage timings once the warm-up inference is done (503
 before). Requests from concurrent clients are batched: those that arrived while the previous
 batch ran go through the model together (up to ``max_batch``); ``batch_window_ms`` > 0 also lets
@@ -43,7 +47,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import Any, Optional
 
@@ -53,6 +57,7 @@ import torch
 from embodied.latency.stats import LatencyStats
 from policies.flow.rtc import rtc_sample
 from policies.io import policy_inputs
+from policies.precision import lookup as lookup_precision
 from real_robot import protocol
 from real_robot.spec import PolicySpec, RequestError
 
@@ -193,6 +198,8 @@ class PolicyServer:
         message_timeout_s: float = 10.0,
         open_timeout_s: float = 10.0,
         max_connections: int = 32,
+        default_prompt: Optional[str] = None,
+        precision: str = "fp32",
     ):
         for name, value in (
             ("idle_timeout_s", idle_timeout_s),
@@ -202,8 +209,10 @@ class PolicyServer:
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
-        self.policy = policy.eval()
-        self.spec = PolicySpec.from_policy(policy)
+        self.precision = lookup_precision(precision)  # fp32 | bf16: weights and autocast of inference
+        self.policy = self.precision.for_inference(policy)
+        # a request without a prompt gets default_prompt (openpi's ALOHA client sends none)
+        self.spec = replace(PolicySpec.from_policy(policy), default_prompt=default_prompt or None)
         self.api_key = api_key or None
         self.max_message_bytes = max_message_bytes
         self.max_batch = max(1, max_batch)
@@ -247,11 +256,12 @@ class PolicyServer:
                 valid[i, : len(p)] = True
             frozen = max(f for _, f in rtc)
         t1 = time.perf_counter()
-        if rtc:
-            actions = rtc_sample(self.policy, batch, prev, valid, frozen, generator=self._gen)
-        else:
-            with torch.no_grad():
-                actions = self.policy.sample(batch, mode="greedy", generator=self._gen).actions
+        with self.precision.autocast(self.policy.device):
+            if rtc:
+                actions = rtc_sample(self.policy, batch, prev, valid, frozen, generator=self._gen)
+            else:
+                with torch.no_grad():
+                    actions = self.policy.sample(batch, mode="greedy", generator=self._gen).actions
         out = actions.float().cpu().numpy()
         return out, t1 - t0, time.perf_counter() - t1
 

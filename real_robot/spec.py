@@ -5,7 +5,11 @@ A request is one observation dict (openpi style keys):
 - ``observation/state``: float32 or float64 ``[S]``;
 - ``observation/images/<camera>``: uint8 ``[H, W, 3]`` per camera of the bundle (any size within
   ``min_image..max_image``; the policy resizes to its own input size);
-- ``prompt``: the instruction, a string.
+- ``prompt``: the instruction, a string (may be left out when the server has a ``default_prompt``).
+
+The request layouts of openpi's example clients (LIBERO, DROID, ALOHA: :mod:`real_robot.openpi_layouts`)
+are accepted as aliases of these keys when they fit the policy; the metadata lists them under
+``request_aliases``.
 
 The reply holds ``actions`` float32 ``[H, A]`` (the chunk, within the env action space
 ``action_range``, ``[-1, 1]``) and ``server_timing`` (milliseconds per stage). Every value of a
@@ -17,7 +21,8 @@ reply never carries a non-finite or out-of-range action.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, Optional
 
 import numpy as np
 
@@ -28,6 +33,7 @@ PROMPT_KEY = "prompt"
 # observation's step on, float32 [L, A] with L <= H, and how many of its steps are frozen
 RTC_PREV_KEY = "rtc/prev_actions"
 RTC_FROZEN_KEY = "rtc/frozen"
+RTC_KEYS = frozenset({RTC_PREV_KEY, RTC_FROZEN_KEY})
 
 
 class RequestError(ValueError):
@@ -48,6 +54,7 @@ class PolicySpec:
     max_image: int = 1024
     max_prompt: int = 1000
     action_range: tuple[float, float] = (-1.0, 1.0)  # every action component lies in [low, high]
+    default_prompt: Optional[str] = None  # the instruction of a request without one (openpi's ALOHA client)
 
     @classmethod
     def from_policy(cls, policy: Any) -> "PolicySpec":
@@ -77,22 +84,77 @@ class PolicySpec:
         meta["cameras"] = list(self.cameras)
         meta["action_range"] = list(self.action_range)
         meta["request_keys"] = [STATE_KEY, *(IMAGE_PREFIX + c for c in self.cameras), PROMPT_KEY]
+        meta["request_aliases"] = {name: fit.describe() for name, fit in self._layouts[0].items()}
         return meta
 
     def keys(self) -> set[str]:
         return {STATE_KEY, PROMPT_KEY, *(IMAGE_PREFIX + c for c in self.cameras)}
 
+    @cached_property
+    def _layouts(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """openpi's client layouts this policy takes (name -> :class:`~real_robot.openpi_layouts.Fit`)
+        and why it takes each of the others not (name -> reason)."""
+        # imported here: the layouts load torch, and the robot's client (policy_client) reads this
+        # module without it
+        from real_robot.openpi_layouts import LAYOUTS, LayoutError
+
+        fits, refused = {}, {}
+        for name, layout in LAYOUTS.items():
+            try:
+                fits[name] = layout.fit(self.cameras, self.state_dim, self.action_dim, self.state_obs)
+            except LayoutError as err:
+                refused[name] = str(err)
+        return fits, refused
+
+    def _expected(self) -> str:
+        """The keys a request may carry, for the errors: ours and those of each openpi layout taken."""
+        fits, refused = self._layouts
+        aliases = "; ".join(f"or openpi's {n} layout {list(f.layout.keys())}" for n, f in fits.items())
+        none = f" (openpi's {', '.join(refused)} layouts do not fit this policy)" if refused else ""
+        return f"expected {sorted(self.keys())}" + (f"; {aliases}" if aliases else "") + none
+
+    def _own_keys(self, obs: dict) -> dict:
+        """``obs`` in the policy's own keys: as it is, or read from the openpi client layout it follows."""
+        from real_robot.openpi_layouts import LayoutError, recognize
+
+        keys = set(obs) - RTC_KEYS
+        layout = None if keys <= self.keys() else recognize(keys)
+        if layout is None:
+            return obs  # our own layout, or none: the key check names what is wrong
+        fits, refused = self._layouts
+        if layout.name not in fits:
+            raise RequestError(
+                f"the request follows openpi's {layout.name} layout ({layout.source}), which this policy does not "
+                f"take: {refused[layout.name]}; {self._expected()}"
+            )
+        try:
+            got = layout.read(
+                {k: v for k, v in obs.items() if k not in RTC_KEYS},
+                fits[layout.name],
+                self.image_size,
+                (self.min_image, self.max_image),
+            )
+        except LayoutError as err:
+            raise RequestError(f"openpi's {layout.name} layout ({layout.source}): {err}") from None
+        own = {STATE_KEY: got["state"], **{IMAGE_PREFIX + cam: img for cam, img in got["images"].items()}}
+        if got["prompt"] is not None:
+            own[PROMPT_KEY] = got["prompt"]
+        return {**own, **{k: obs[k] for k in RTC_KEYS if k in obs}}
+
     def validate(self, obs: Any) -> dict[str, Any]:
         """Check a decoded request; returns ``{"rgb" [V, H, W, 3] uint8, "state" [S] float32, "prompt"}``."""
         if not isinstance(obs, dict):
             raise RequestError(f"a request must be a map of observation keys, got {type(obs).__name__}")
+        obs = self._own_keys(obs)
         keys = set(obs)
-        optional = {RTC_PREV_KEY, RTC_FROZEN_KEY}
-        missing, unknown = sorted(self.keys() - keys), sorted(map(str, keys - self.keys() - optional))
+        needed = self.keys() - ({PROMPT_KEY} if self.default_prompt else set())
+        missing, unknown = sorted(needed - keys), sorted(map(str, keys - self.keys() - RTC_KEYS))
         if missing or unknown:
+            hint = (
+                "; a server started with a default_prompt takes requests without one" if PROMPT_KEY in missing else ""
+            )
             raise RequestError(
-                f"request keys do not match the policy: missing {missing}, unknown {unknown}; "
-                f"expected {sorted(self.keys())}"
+                f"request keys do not match the policy: missing {missing}, unknown {unknown}; {self._expected()}{hint}"
             )
         state = obs[STATE_KEY]
         if not isinstance(state, np.ndarray) or state.dtype not in (np.float32, np.float64):
@@ -104,7 +166,7 @@ class PolicySpec:
         state = _as_float32(state)
         if not np.isfinite(state).all():
             raise RequestError(f"{STATE_KEY} holds NaN or inf (or values beyond float32's range)")
-        prompt = obs[PROMPT_KEY]
+        prompt = obs.get(PROMPT_KEY, self.default_prompt)
         if not isinstance(prompt, str) or not prompt or len(prompt) > self.max_prompt:
             raise RequestError(f"{PROMPT_KEY} must be a non-empty string of at most {self.max_prompt} characters")
         images = []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA checks of the project on a machine with an NVIDIA GPU, section by section:
 #
-#   bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train] [sft]    (none named: the first four)
+#   bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train] [sft] [precision]   (none named: the first four)
 #
 #   policies  the tests marked gpu (tests/test_gpu.py: every policy family samples, scores and
 #             fine-tunes on CUDA; bundles move between devices), then bench=policy on CUDA
@@ -16,6 +16,10 @@
 #             GPU_CHECK_DATA (the main job's data/, collected on any machine); then 100 steps of
 #             the same on CUDA and on this machine's CPU cores (one thread per core), for the
 #             step-time ratio. Needs no simulator and no Ray.
+#   precision the tests marked gpu in tests/policies/test_precision.py (bf16 autocast and frozen weights,
+#             torch.compile through Triton, bf16 serving of every family), then benchmarks/precision.py on
+#             CUDA from GPU_CHECK_DATA: 300 SFT steps each in fp32, bf16, compiled and bf16 + compiled
+#             (steps/s, final loss), the greedy chunk latency in fp32 / bf16 / compiled. Needs no simulator.
 #
 # The first CUDA use of MuJoCo Warp compiles its kernels (about 4 minutes on an H200 machine with
 # an empty ~/.cache/warp), inside whichever of warp / bench / train runs first.
@@ -24,7 +28,7 @@
 # the extras test and gpu (mujoco-warp, warp-lang; array-api-compat for the task logic on the
 # device, a pure-Python wheel); MuJoCo's OpenGL renderer needs EGL (MUJOCO_GL=egl).
 set -u
-out=${1:?usage: bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train]}
+out=${1:?usage: bash scripts/gpu_check.sh OUT [policies] [warp] [bench] [train] [sft] [precision]}
 shift
 sections=${*:-policies warp bench train}
 mkdir -p "$out"
@@ -81,8 +85,13 @@ for s in $sections; do
         run sft_cuda 200 "${sft[@]}" "out=$out/sft_cuda" steps=700 save_every=250 device=cuda
         run sft_cuda_100 120 "${sft[@]}" "out=$out/sft_cuda_100" steps=100 save_every=100 device=cuda
         run sft_cpu_100 200 env OMP_NUM_THREADS="$(nproc --all)" "${sft[@]}" "out=$out/sft_cpu_100" steps=100 save_every=100 device=cpu ;;
+    precision)
+        run precision_tests 400 "$py" -m pytest -q -m gpu tests/policies/test_precision.py --junitxml="$out/precision.xml"
+        data=${GPU_CHECK_DATA:?section precision: set GPU_CHECK_DATA to a dataset folder, e.g. the main job OUT/data}
+        run precision_bench 500 "$py" benchmarks/precision.py "--data=$data" "--out=$out/precision" --device=cuda \
+            --threads="$(nproc --all)" --steps=300 --eval-states=0 --variants fp32 bf16 compile bf16_compile ;;
     *)
-        echo "unknown section $s (policies warp bench train sft)"; failed=$((failed + 1)) ;;
+        echo "unknown section $s (policies warp bench train sft precision)"; failed=$((failed + 1)) ;;
     esac
 done
 echo "== failed sections: $failed"

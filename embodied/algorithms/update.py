@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from embodied.algorithms.batch import minibatch_indices, minibatches_per_epoch
+from policies.precision import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,12 @@ class UpdateConfig:
         freeze_prefix: train the action expert / decoder and heads only, not the observation encoder.
         critic_warmup: the first N iterations update only the value head (the actor keeps its weights and
             keeps sampling), so the first policy updates use a critic fitted to it rather than a random one.
+        precision: the learners' numerics, a name of :data:`policies.precision.PRECISIONS`: ``fp32``, or
+            ``bf16`` (the train forward under bfloat16 autocast, the frozen weights, e.g. the prefix with
+            ``freeze_prefix``, held in bfloat16; the trained weights stay float32). The env runners sample
+            in float32 either way, so with ``bf16`` the first minibatch's approx KL measures the rounding.
+        compile: torch.compile the learners' policy's heavy submodules
+            (:func:`policies.precision.compile_policy`; eager, with a warning, where it cannot run).
     """
 
     lr: float = 5e-6
@@ -47,8 +54,12 @@ class UpdateConfig:
     max_grad_norm: float = 1.0
     freeze_prefix: bool = True
     critic_warmup: int = 0
+    precision: str = "fp32"
+    compile: bool = False
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}: {PRECISIONS.unknown(self.precision)}")
         if not self.lr >= 0:
             raise ValueError(f"lr={self.lr} must be >= 0 (0 keeps the actor frozen: a control run)")
         if self.critic_lr is not None and not self.critic_lr >= 0:

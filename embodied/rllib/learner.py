@@ -31,7 +31,8 @@ def load_keeping_lr(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> 
 class ChunkPPOLearner(TorchLearner):
     """Two optimizers (actor at ``config.update.lr``, critic at ``config.update.critic_lr``; the actor's
     parameters as ``config.update.freeze_prefix`` says), global-norm gradient clipping at
-    ``config.update.max_grad_norm`` (by RLlib, as its ``grad_clip``), the loss of ``config.loss``: the
+    ``config.update.max_grad_norm`` (by RLlib, as its ``grad_clip``), the train forward's numerics of
+    ``config.update.precision`` and ``config.update.compile``, the loss of ``config.loss``: the
     typed configs of :class:`~embodied.rllib.algorithm.ChunkRLConfig`. Per-minibatch statistics are
     kept until :meth:`pop_stats`."""
 
@@ -51,6 +52,8 @@ class ChunkPPOLearner(TorchLearner):
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         update = config.update
         actor, critic = split_parameters(self._module[module_id], freeze_prefix=update.freeze_prefix)
+        # after the freeze: its frozen weights are what the precision may hold in bfloat16
+        self._module[module_id].unwrapped().train_with(update.precision, compile=update.compile)
         self._actor_refs.update(dict.fromkeys(self.get_param_ref(p) for p in actor))
         self.register_optimizer(
             module_id=module_id,

@@ -15,6 +15,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from embodied.algorithms.batch import ROW
 from embodied.algorithms.critic import build_critic
 from embodied.algorithms.loss import policy_extras, policy_obs
+from policies.precision import lookup as lookup_precision
 
 
 def module_config(policy: Any, instructions: list[str], critic: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -56,6 +57,23 @@ class PolicyRLModule(TorchRLModule):
         self.critic = build_critic(self.model_config.get("critic"))
         # row -> its prefix tokens [T_i, d], for the batch being trained on (None: not kept)
         self._prefix_rows: dict[int, torch.Tensor] | None = None
+        self._precision = lookup_precision("fp32")  # the train forward's numerics (train_with)
+
+    def train_with(self, precision: str, compile: bool = False) -> list[str]:
+        """A learner's numerics (:class:`~embodied.algorithms.update.UpdateConfig`'s ``precision`` and
+        ``compile``): train passes run under the precision's autocast, the frozen weights are held in its
+        frozen dtype (call it after the parameters are frozen), and with ``compile`` the policy's heavy
+        submodules are compiled; returns their names (none where torch.compile cannot run, with a warning)."""
+        from policies.precision import compile_policy
+
+        self._precision = lookup_precision(precision)
+        self._precision.cast_frozen(self)
+        return compile_policy(self.policy) if compile else []
+
+    def get_state(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        # RLlib's state is numpy arrays, which have no bfloat16: weights held in it travel as float32
+        with self._precision.full_weights(self):
+            return super().get_state(*args, **kwargs)
 
     def keep_prefix_tokens(self, enabled: bool = True) -> None:
         """Start a new training batch: with ``enabled`` (and a frozen encoder, see
@@ -98,20 +116,23 @@ class PolicyRLModule(TorchRLModule):
         from policies.base import ENCODED
 
         obs = policy_obs(batch, self.instructions)
-        encoded = self._encoded(batch, obs)
-        if encoded is not None:
-            obs[ENCODED] = encoded
-        logprob, entropy, value = self.policy.logprob(obs, policy_extras(batch))
-        if self.critic is not None:
-            value = self.critic(batch["critic_obs"])
-        return {"logprob": logprob, "entropy": entropy, "value": value}
+        with self._precision.autocast(self.policy.device):
+            encoded = self._encoded(batch, obs)
+            if encoded is not None:
+                obs[ENCODED] = encoded
+            logprob, entropy, value = self.policy.logprob(obs, policy_extras(batch))
+            if self.critic is not None:
+                value = self.critic(batch["critic_obs"])
+        # the loss in float32, whatever the forward's precision
+        return {"logprob": logprob.float(), "entropy": entropy.float(), "value": value.float()}
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self._sample(batch, "greedy")
 
     def policy_state(self) -> dict[str, torch.Tensor]:
-        """The wrapped policy's ``state_dict`` (for saving a bundle)."""
-        return {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
+        """The wrapped policy's ``state_dict`` (for saving a bundle), every weight in float32."""
+        with self._precision.full_weights(self.policy):
+            return {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
 
     def critic_state(self) -> dict[str, torch.Tensor]:
         """The separate critic's ``state_dict`` (empty without one)."""

@@ -7,6 +7,7 @@
     embodied-train init=runs/sft_flow/ckpt algo=flow_fpo ...           # flow VLA, FPO ratio, critic-free (ODE sampler)
     embodied-train init=runs/sft_flow/ckpt algo=flow_dsrl ...          # flow VLA fixed, PPO on its initial noise (DSRL)
     embodied-train ... runtime=cluster runtime.num_env_runners=2       # env runners as Ray actors
+    embodied-train ... algo.precision=bf16 algo.compile=true           # the learner in bf16 autocast, compiled
     embodied-train ... resume=true          # continue a killed run from its last checkpoint
     embodied-train ... algo.critic=privileged   # a separate critic on the simulator's privileged state
 
@@ -54,6 +55,7 @@ from embodied.algorithms.update import UpdateConfig
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
 from embodied.metrics_log import LOGGERS, MetricsLog
 from embodied.runs import machine_info, plain_config, prepare_run_dir, write_json
+from policies.errors import ConfigOverrideError
 
 METRIC_FIELDS = [
     "iteration",
@@ -137,6 +139,8 @@ class AlgoConfig:
     grpo_weighting: str = AdvantageConfig.grpo_weighting  # chunk | episode (each kept episode weighs the same)
     grpo_keep: str = AdvantageConfig.grpo_keep  # success | return (dynamic sampling)
     grpo_std_norm: bool = AdvantageConfig.grpo_std_norm  # false: Dr. GRPO (keep the returns' scale)
+    precision: str = UpdateConfig.precision  # the learners' numerics: fp32 | bf16 (autocast, frozen weights in bf16)
+    compile: bool = UpdateConfig.compile  # torch.compile the learners' policy (eager, with a warning, where it cannot)
     # token VLA (ppo | grpo): sampling temperature of the rollouts, which the PPO log-probabilities use too
     # (null: the checkpoint's policy.temperature). Below 1 the behaviour policy is nearer the greedy one
     # that evaluation runs; the trained bundle keeps this temperature for mode="explore".
@@ -405,67 +409,75 @@ def _check_suite(cfg: TrainConfig, parts: RunParts) -> None:
 
 
 def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
-    """The policy to train, sampling as the algorithm does (:func:`_sample_as_algorithm`), and, on resume,
-    the checkpoint folder it came from."""
-    import policies
-    from embodied.rllib.checkpoint import holds_checkpoint, load_init_policy, load_resumed_policy, resumable
+    """The policy to train, built sampling as the algorithm does (:func:`_sampling`), and, on resume, the
+    checkpoint folder it came from."""
+    from embodied.rllib.checkpoint import holds_checkpoint, resumable
 
-    family = ALGORITHMS[cfg.algo.name].family
     resumed = None
     if cfg.resume:
         resumed = resumable(out)
         if resumed is None:
             raise TrainError(f"resume=true but {out / 'checkpoint'} holds no checkpoint")
-        policy = load_resumed_policy(resumed)
-    elif cfg.init is not None:
-        if holds_checkpoint(out):
-            raise TrainError(f"{out} already holds a run: pass resume=true to continue it, or a new out=...")
-        policy = load_init_policy(cfg.init)
-    else:
-        if cfg.policy is None:
-            raise TrainError("give init=CKPT (an SFT bundle) or policy=flow|autoregressive")
-        fam, overrides = policy_overrides(cfg.policy)
-        policy = policies.make(fam, **overrides)
-        width = _env_state_width(cfg, policy.config.state_obs)
-        if policy.config.state_dim != width:  # a fresh policy is sized by its config, not by the env
-            raise TrainError(
-                f"the new {fam} policy reads a {policy.config.state_dim}-D state (policy.state_dim), "
-                f"but suite {cfg.suite!r} gives a {width}-D state with "
-                f"state_obs={policy.config.state_obs!r}: set policy.state_dim={width}"
-            )
+    elif cfg.init is not None and holds_checkpoint(out):
+        raise TrainError(f"{out} already holds a run: pass resume=true to continue it, or a new out=...")
+    elif cfg.init is None and cfg.policy is None:
+        raise TrainError("give init=CKPT (an SFT bundle) or policy=flow|autoregressive")
+    sampling = _sampling(cfg.algo)
+    try:
+        policy = _build_policy(cfg, resumed, sampling)
+    except ConfigOverrideError as err:
+        _check_family(cfg, _build_policy(cfg, resumed, {}))  # a policy of another family: say that first
+        raise TrainError(f"algo={cfg.algo.name} samples with {sampling}, which the policy refuses: {err}") from None
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
-    if not trains(ALGORITHMS[cfg.algo.name], policy.family):
-        fits = ", ".join(algorithms_for(policy.family))
-        raise TrainError(
-            f"algo={cfg.algo.name} trains a {family} policy, but the policy is {policy.family}: use one of algo={fits}"
-        )
-    _sample_as_algorithm(policy, cfg.algo)
+    _check_family(cfg, policy)
+    if ALGORITHMS[cfg.algo.name].sampler == "steer":
+        policy.add_steer()  # DSRL: a steering module over the fixed flow (a steered policy keeps its own)
     return policy, resumed
 
 
-def _sample_as_algorithm(policy: Any, a: AlgoConfig) -> None:
-    """Set the policy's sampling for the rollouts: the algorithm's sampler (DSRL: a fresh steering module
-    over the fixed flow; a steered policy keeps its own), ``algo.temperature``, ``algo.sde_steps``. The
-    one place a run changes a policy's config after loading it: :func:`policies.load` takes no config
-    overrides."""
+def _check_family(cfg: TrainConfig, policy: Any) -> None:
+    if not trains(ALGORITHMS[cfg.algo.name], policy.family):
+        fits = ", ".join(algorithms_for(policy.family))
+        raise TrainError(
+            f"algo={cfg.algo.name} trains a {ALGORITHMS[cfg.algo.name].family} policy, but the policy is "
+            f"{policy.family}: use one of algo={fits}"
+        )
+
+
+def _build_policy(cfg: TrainConfig, resumed: Optional[Path], sampling: dict[str, Any]) -> Any:
+    """The resumed checkpoint's policy, the ``init`` bundle's, or a fresh ``policy`` family's, each built
+    with the config fields ``sampling``."""
+    import policies
+    from embodied.rllib.checkpoint import load_init_policy, load_resumed_policy
+
+    if resumed is not None:
+        return load_resumed_policy(resumed, sampling)
+    if cfg.init is not None:
+        return load_init_policy(cfg.init, sampling)
+    fam, overrides = policy_overrides(cfg.policy)
+    policy = policies.make(fam, **{**overrides, **sampling})
+    width = _env_state_width(cfg, policy.config.state_obs)
+    if policy.config.state_dim != width:  # a fresh policy is sized by its config, not by the env
+        raise TrainError(
+            f"the new {fam} policy reads a {policy.config.state_dim}-D state (policy.state_dim), "
+            f"but suite {cfg.suite!r} gives a {width}-D state with "
+            f"state_obs={policy.config.state_obs!r}: set policy.state_dim={width}"
+        )
+    return policy
+
+
+def _sampling(a: AlgoConfig) -> dict[str, Any]:
+    """The policy config fields the rollouts sample with, set when the policy is built: the algorithm's
+    sampler (DSRL's steering module is attached after, see :func:`_load_policy`), ``algo.temperature``,
+    ``algo.sde_steps`` (the policy's config validates them)."""
     sampler = ALGORITHMS[a.name].sampler
-    if sampler == "steer":
-        policy.add_steer()
-    elif sampler is not None:
-        policy.config.sampler = sampler
+    fields: dict[str, Any] = {"sampler": sampler} if sampler not in (None, "steer") else {}
     if a.temperature is not None:
-        policy.config.temperature = float(a.temperature)
+        fields["temperature"] = float(a.temperature)
     if a.sde_steps is not None:
-        if not hasattr(policy.config, "sde_steps"):
-            raise TrainError(
-                f"algo.sde_steps: the {policy.family} family's Flow-SDE draws its stochastic step from "
-                "every denoising step; leave it unset"
-            )
-        steps = int(policy.config.num_steps)
-        if not a.sde_steps <= steps:
-            raise TrainError(f"algo.sde_steps={a.sde_steps} is more than the policy's {steps} denoising steps")
-        policy.config.sde_steps = int(a.sde_steps)
+        fields["sde_steps"] = int(a.sde_steps)
+    return fields
 
 
 def _env_state_width(cfg: TrainConfig, state_obs: str) -> int:
@@ -722,6 +734,9 @@ def _summary(
         "wall_s": round(wall, 1),
         "env_steps_per_s": round(steps_run / loop_s, 1) if history else None,
         "runtime": OmegaConf.to_container(OmegaConf.structured(cfg.runtime)),
+        # the learners' numerics (the env runners sample in float32); the bundle's weights are float32 either way
+        "precision": cfg.algo.precision,
+        "compile": cfg.algo.compile,
         "placement": placement,
         "checkpoint": str(out / "checkpoint" / "policy"),
         "time_split_s": {k: round(sum(h[k] for h in history), 2) for k in ("sim_s", "inference_s", "learn_s", "wait_s")}

@@ -294,7 +294,7 @@ def test_configuration_errors(tmp_path):
         ((f"init={ar}", "algo=grpo", "algo.group_size=2", "algo.neg_adv_scale=2"), "must lie in \\[0, 1\\]"),
         ((f"init={flow}", "algo=flow_noise", "algo.sde_steps=2"), "picks Flow-SDE's stochastic step"),
         ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=0"), "sde_steps must be >= 1"),
-        ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=99"), "is more than the policy's"),
+        ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=99"), "sde_steps must lie in 1..num_steps"),
     ]
     if not torch.cuda.is_available():
         cases += [
