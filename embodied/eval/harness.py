@@ -207,6 +207,7 @@ def run_suite(
     shard: tuple[int, int] = (0, 1),
     max_steps: int | None = None,
     env_options: dict[str, Any] | None = None,
+    env: Any = None,
 ) -> dict[str, Any]:
     """Run the remaining waves of one suite. Returns ``{"env_steps", "seconds"}`` of this call.
 
@@ -231,6 +232,9 @@ def run_suite(
         max_steps: a step limit per episode other than the tasks' own (not the protocol's: quick checks).
         env_options: further options of the suite's env for :func:`sims.make` (e.g. a LIBERO suite's
             ``render_faces``).
+        env: an env of ``suite`` built already (with ``num_envs`` envs, the tasks' own step limits and
+            the agent's cameras and image size) to run in instead of a new one; the caller keeps it (it
+            is not closed). An RL env runner scores the greedy policy in its own envs so.
     """
     import sims
 
@@ -245,17 +249,21 @@ def run_suite(
     if not todo:
         return {"env_steps": 0, "seconds": 0.0, "latency": {}, "latency_samples": {}}
     limit = {} if max_steps is None else {"max_steps": int(max_steps)}
-    env = sims.make(
-        sims.suites.backend(suite),
-        suite=suite,
-        num_envs=n,
-        seed=seed,
-        cameras=tuple(agent.cameras),
-        image_size=image_size,
-        state_obs=agent.state_obs,
-        **limit,
-        **(env_options or {}),
-    )
+    owned = env is None
+    if owned:
+        env = sims.make(
+            sims.suites.backend(suite),
+            suite=suite,
+            num_envs=n,
+            seed=seed,
+            cameras=tuple(agent.cameras),
+            image_size=image_size,
+            state_obs=agent.state_obs,
+            **limit,
+            **(env_options or {}),
+        )
+    elif env.num_envs != n:
+        raise ValueError(f"env= holds {env.num_envs} envs but the waves need {n}: pass num_envs={env.num_envs}")
     if latency.mode == "aware":  # sets latency.max_delay
         policy = getattr(agent, "policy", None)
         policy_state = policy.config.state_dim if policy is not None else env.observation_spec["state"].shape[0]
@@ -325,7 +333,8 @@ def run_suite(
                     agent.episode_done(ended)
                 active &= ~ended
     finally:
-        env.close()
+        if owned:
+            env.close()
     return {
         "env_steps": env_steps,
         "seconds": time.perf_counter() - start,

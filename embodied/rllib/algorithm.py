@@ -382,6 +382,34 @@ class ChunkRL(Algorithm):
         self.iteration_index = iteration
         return self.training_step()
 
+    # -- the greedy probe ---------------------------------------------------------------------
+    def greedy_episodes(self, *, tasks: list[int], states: int, first_state: int, seed: int) -> list[dict] | None:
+        """The greedy probe with the current weights in the env runners' own envs
+        (:meth:`VecEnvRunner.greedy_episodes`), the waves shared among the runners: no second copy of
+        the envs (a LIBERO suite's scenes take GBs). None where they cannot run it (a sample in flight
+        with ``overlap``, a runner lost or restarted meanwhile, envs unlike the evaluation's): the
+        caller then probes in envs of its own."""
+        if self.config.overlap:
+            return None
+        self._sync_weights()
+        probe = {"tasks": list(tasks), "states": int(states), "first_state": int(first_state), "seed": int(seed)}
+        if not self.remote_runners:
+            return self.env_runner_group.local_env_runner.greedy_episodes(None, shard=(0, 1), **probe)
+        if self._runner_weights is None:
+            return None
+        version, count = self._runner_weights.version, self.env_runner_group.num_remote_env_runners()
+
+        def run(runner: Any) -> list[dict] | None:
+            return runner.greedy_episodes(version, shard=((runner.worker_index or 1) - 1, count), **probe)
+
+        try:
+            shares = self.env_runner_group.foreach_env_runner(run, local_env_runner=False)
+        except Exception:  # noqa: BLE001 - a runner lost here is brought back by the next sample
+            return None
+        if len(shares) != count or any(share is None for share in shares):
+            return None
+        return [record for share in shares for record in share]
+
     # -- weights and optimizer state (checkpoints) -------------------------------------------
     def policy_state(self) -> dict[str, torch.Tensor]:
         return self._on_learners(lambda learner: learner.policy_state(DEFAULT_MODULE_ID))[0]

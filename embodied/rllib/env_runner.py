@@ -310,6 +310,51 @@ class VecEnvRunner(EnvRunner):
         except Exception:  # noqa: BLE001 - reported to the driver, which stops the run with it
             return {**where, "error": traceback.format_exc()}
 
+    def greedy_episodes(
+        self,
+        weights_version: int | None,
+        *,
+        tasks: list[int],
+        states: int,
+        first_state: int,
+        seed: int,
+        shard: tuple[int, int],
+    ) -> list[dict[str, Any]] | None:
+        """The greedy probe (:mod:`embodied.eval.greedy_probe`) in this runner's own envs, with the
+        evaluation's harness, seeds and waves: its ``shard`` of the waves of ``states`` states per task
+        from ``first_state``; the episodes' records. None where these envs cannot stand in for the
+        evaluation's (a training step limit, latency delays, fewer episodes than envs, or not the
+        driver's current ``weights_version``): the driver then probes in its own envs. Training
+        episodes in progress end here (the next :meth:`sample` resets)."""
+        from embodied.eval.harness import PolicyAgent, run_suite
+
+        s = self.settings
+        env = self.env
+        if (
+            env is None
+            or s.latency_delays
+            or s.max_episode_steps is not None
+            or len(tasks) * states < env.num_envs
+            or (weights_version is not None and self.weights_version != weights_version)
+        ):
+            return None
+        records: list[dict[str, Any]] = []
+        self.obs = None
+        run_suite(
+            PolicyAgent(self.module.policy, "greedy"),
+            s.suite,
+            tasks=list(tasks),
+            episodes=states,
+            num_envs=env.num_envs,
+            image_size=s.image_size,
+            seed=seed,
+            first_state=first_state,
+            shard=shard,
+            env=env,
+            on_episode=lambda rec: records.append(dict(rec.__dict__)),
+        )
+        return records
+
     # -- RLlib plumbing -----------------------------------------------------------------------
     def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
         """Module weights (numpy or torch state dict, or an ObjectRef of one) and the driver's count

@@ -768,25 +768,32 @@ def _log_recoveries(out: Path, new: list[Any]) -> None:
 def _greedy_probe(
     cfg: TrainConfig, out: Path, algo: Any, policy: Any, tasks: list[int], iteration: int
 ) -> dict[str, float]:
-    """Score the current weights greedily on the run's training states (:mod:`embodied.eval.greedy_probe`),
-    in as many processes as the env runners, which wait meanwhile."""
+    """Score the current weights greedily on the run's training states (:mod:`embodied.eval.greedy_probe`):
+    in the env runners' own envs where they can stand in for the evaluation's, else in as many new
+    processes as the env runners, which wait meanwhile."""
     import policies
     from embodied.eval.greedy_probe import PROBE_POLICY, log_probe, probe_first_state, score_greedy
 
     start = time.perf_counter()
-    policy.load_state_dict(algo.policy_state())
-    policies.save(policy, out / PROBE_POLICY, extra={"iteration": iteration})
-    records = score_greedy(
-        out / PROBE_POLICY,
-        suite=cfg.suite,
-        tasks=tasks,
-        states=cfg.greedy_states,
-        first_state=probe_first_state(cfg.suite, cfg.init_pool),
-        num_envs=cfg.num_envs,
-        image_size=cfg.image_size,
-        seed=cfg.seed,
-        workers=max(1, cfg.runtime.num_env_runners),
-    )
+    first = probe_first_state(cfg.suite, cfg.init_pool)
+    records = algo.greedy_episodes(tasks=tasks, states=cfg.greedy_states, first_state=first, seed=cfg.seed)
+    where = "runners"
+    if records is None:
+        where = "own envs"
+        policy.load_state_dict(algo.policy_state())
+        policies.save(policy, out / PROBE_POLICY, extra={"iteration": iteration})
+        records = score_greedy(
+            out / PROBE_POLICY,
+            suite=cfg.suite,
+            tasks=tasks,
+            states=cfg.greedy_states,
+            first_state=first,
+            num_envs=cfg.num_envs,
+            image_size=cfg.image_size,
+            seed=cfg.seed,
+            workers=max(1, cfg.runtime.num_env_runners),
+        )
+    tqdm.write(f"greedy probe at iteration {iteration}: {len(records)} episodes in the {where}")
     return log_probe(out, iteration, records) | {"greedy_s": time.perf_counter() - start}
 
 

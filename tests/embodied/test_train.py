@@ -88,7 +88,7 @@ def test_greedy_probe_scores_the_policy_as_evaluation_does_while_it_trains(tmp_p
     states with the evaluation's harness (the protocol's states with init_pool=protocol), its success in
     metrics.csv beside the sampled one's. Under a frozen actor (lr=0) every probe plays the same episodes:
     same states, same initial noise, same weights."""
-    from embodied.eval.greedy_probe import read_probes
+    from embodied.eval.greedy_probe import read_probes, score_greedy
 
     init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
     out = tmp_path / "rl"
@@ -112,6 +112,11 @@ def test_greedy_probe_scores_the_policy_as_evaluation_does_while_it_trains(tmp_p
         assert sorted((r["task"], r["init_id"]) for r in recs) == [(2, 0), (2, 1), (3, 0), (3, 1)]
     played = [sorted((r["task"], r["init_id"], r["success"], r["length"]) for r in probes[it]) for it in (2, 3)]
     assert played[0] == played[1]
+    # the probe ran in the env runners' own envs (no second copy of the scenes), and played exactly what
+    # the evaluation's harness plays in envs of its own with the same weights
+    assert "greedy probe at iteration 2: 4 episodes in the runners" in proc.stdout
+    own = score_greedy(init, suite="goal", tasks=[2, 3], states=2, first_state=0, num_envs=2, image_size=32, seed=0)
+    assert sorted((r["task"], r["init_id"], r["success"], r["length"]) for r in own) == played[0]
     proc = _train(
         f"init={init}", f"out={tmp_path / 'bad'}", "greedy_states=51", "greedy_every=1", "init_pool=protocol", *RUN
     )
