@@ -85,10 +85,11 @@ def test_a_finished_runs_plots_and_videos_go_to_its_offline_wandb_run(tmp_path, 
     assert publish_media(tmp_path, "tensorboard", [png], [mp4]) == 0
     assert publish_media(tmp_path, "wandb", [png], [mp4, tmp_path / "missing.mp4"]) == 2
     # offline, each part of a run is a folder of the same id (``wandb sync`` joins them): the scalars', then
-    # the media's
-    scalars, run = sorted((tmp_path / "wandb").glob("offline-run-*"))
-    assert scalars.name.endswith(run.name[-8:]) and run.name.endswith((tmp_path / "wandb" / "run_id").read_text())
-    images = list((run / "files" / "media" / "images").rglob("*.png"))
-    videos = list((run / "files" / "media" / "videos").rglob("*.mp4"))
+    # the media's (named ``...-<id>-1`` when both start within the same second)
+    run_id = (tmp_path / "wandb" / "run_id").read_text()
+    parts = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(parts) == 2 and all(run_id in p.name for p in parts)
+    images = [f for p in parts for f in (p / "files" / "media" / "images").rglob("*.png")]
+    videos = [f for p in parts for f in (p / "files" / "media" / "videos").rglob("*.mp4")]
     assert len(images) == 1 and len(videos) == 1
     assert videos[0].read_bytes() == mp4.read_bytes()  # the playable H.264 file itself, not a re-encoding
