@@ -29,6 +29,7 @@ videos), ``videos/collect.mp4`` and each evaluation's failure/success videos.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -235,6 +236,13 @@ def main(cfg: Any) -> None:
         results = run(config)
     except (PipelineError, TrainError, EvalError, CheckpointError, SpecMismatchError, FileNotFoundError) as err:
         raise SystemExit(f"embodied-pipeline: {err}") from None
+    except KeyboardInterrupt:
+        print(
+            f"embodied-pipeline: interrupted; finished stages and episodes are kept in {config.out}: "
+            "run the same command to resume",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
     parts = [f"expert success {results['collect']['expert_success_rate']:.1%}" if "collect" in results else ""]
     for key, label in (("eval_sft", "SFT"), ("eval_rl", "SFT+RL")):
         if key in results:

@@ -279,6 +279,8 @@ def stage_eval(
             compare=str(compare) if compare is not None else None,
         )
     )
+    if res["interrupted"]:  # not a finished stage: its episodes are kept and the next run resumes it
+        raise KeyboardInterrupt
     suite = res["suites"][cfg.sim.suite]
     pooled_k = sum(t["successes"] for t in suite["tasks"])
     return {

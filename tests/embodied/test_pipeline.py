@@ -388,3 +388,28 @@ def test_collect_writes_a_dataset_readable_without_our_code(tmp_path):
     assert done.sum() == 4 and all(done[e["dataset_to_index"] - 1] for e in episodes)
     for cam in ("agentview", "wrist"):
         assert (out / "videos" / f"observation.images.{cam}" / "chunk-000" / "file-000.mp4").stat().st_size > 0
+
+
+def test_an_interrupted_evaluation_is_not_a_finished_stage(tmp_path):
+    """Ctrl-C during an evaluation: the pipeline stops with exit 130, keeps the episodes played so far and
+    does not count the stage as done (a resumed run finishes it rather than reporting a partial rate)."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    args = [*TINY_PIPELINE, "eval.episodes=40", "eval.attempts=1", "stages=[collect,sft,eval_sft]"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [str(BIN / "embodied-pipeline"), f"out={out}", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    episodes = out / "eval_sft" / "episodes.jsonl"
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline and not (episodes.is_file() and episodes.stat().st_size):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()[-3000:]
+    assert "interrupted; finished stages and episodes are kept" in err.decode()
+    results = json.loads((out / "results.json").read_text())
+    assert results["stages_done"] == ["collect", "sft"] and "eval_sft" not in results
+    assert 0 < len(episodes.read_text().splitlines()) < 80
