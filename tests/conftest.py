@@ -139,3 +139,13 @@ def tiny_smolvla_kwargs(lerobot_tiny_dir) -> dict:
     from policies.lerobot.tiny import tiny_config
 
     return tiny_config("smolvla", lerobot_tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    """Two goal tasks' scripted demonstrations, one episode each at 32 px (the SFT tests' dataset)."""
+    from embodied.data.collect import collect_suite
+
+    root = tmp_path_factory.mktemp("demos") / "ds"
+    collect_suite("goal", root, episodes_per_task=1, task_ids=[2, 3], num_envs=2, image_size=32)
+    return root

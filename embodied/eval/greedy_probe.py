@@ -30,6 +30,17 @@ def probe_first_state(suite: str, init_pool: str) -> int:
     return 0 if init_pool == "protocol" else sims.suites.training_init_id(suite, 0)
 
 
+def greedy_records(policy: Any, suite: str, **run: Any) -> list[dict[str, Any]]:
+    """Greedy episodes of ``policy`` as :func:`embodied.eval.harness.run_suite` plays them with ``run``
+    (tasks, episodes, num_envs, image_size, seed, first_state, and where given shard, env, check), as
+    record dicts (:class:`embodied.eval.harness.EpisodeRecord`)."""
+    from embodied.eval.harness import PolicyAgent, run_suite
+
+    records: list[dict[str, Any]] = []
+    run_suite(PolicyAgent(policy, "greedy"), suite, on_episode=lambda rec: records.append(dict(rec.__dict__)), **run)
+    return records
+
+
 def score_greedy(
     bundle: str | Path,
     *,
@@ -46,7 +57,6 @@ def score_greedy(
     """Greedy episodes of the policy ``bundle`` on ``states`` initial states per task from
     ``first_state`` (the tasks' own step limits, one attempt); returns their records as dicts
     (:class:`embodied.eval.harness.EpisodeRecord`). ``workers > 1`` shares the waves among processes."""
-    from embodied.eval.harness import PolicyAgent, run_suite
     from embodied.eval.parallel import WorkerSpec, default_threads, run_suite_parallel
     from embodied.latency import LatencyConfig
 
@@ -71,8 +81,8 @@ def score_greedy(
         import policies
 
         policy = policies.load(bundle)
-        run_suite(
-            PolicyAgent(policy, "greedy"),
+        records = greedy_records(
+            policy,
             suite,
             tasks=list(tasks),
             episodes=states,
@@ -81,7 +91,6 @@ def score_greedy(
             seed=seed,
             first_state=first_state,
             check=policy.check_env,
-            on_episode=lambda rec: records.append(dict(rec.__dict__)),
             env_options=env_options,
         )
     return records

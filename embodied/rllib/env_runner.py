@@ -326,7 +326,7 @@ class VecEnvRunner(EnvRunner):
         evaluation's (a training step limit, latency delays, fewer episodes than envs, or not the
         driver's current ``weights_version``): the driver then probes in its own envs. Training
         episodes in progress end here (the next :meth:`sample` resets)."""
-        from embodied.eval.harness import PolicyAgent, run_suite
+        from embodied.eval.greedy_probe import greedy_records
 
         s = self.settings
         env = self.env
@@ -338,10 +338,9 @@ class VecEnvRunner(EnvRunner):
             or (weights_version is not None and self.weights_version != weights_version)
         ):
             return None
-        records: list[dict[str, Any]] = []
         self.obs = None
-        run_suite(
-            PolicyAgent(self.module.policy, "greedy"),
+        return greedy_records(
+            self.module.policy,
             s.suite,
             tasks=list(tasks),
             episodes=states,
@@ -351,9 +350,7 @@ class VecEnvRunner(EnvRunner):
             first_state=first_state,
             shard=shard,
             env=env,
-            on_episode=lambda rec: records.append(dict(rec.__dict__)),
         )
-        return records
 
     # -- RLlib plumbing -----------------------------------------------------------------------
     def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:

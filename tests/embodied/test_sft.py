@@ -25,15 +25,6 @@ TINY = [
 ]
 
 
-@pytest.fixture(scope="module")
-def demos(tmp_path_factory):
-    from embodied.data.collect import collect_suite
-
-    root = tmp_path_factory.mktemp("demos") / "ds"
-    collect_suite("goal", root, episodes_per_task=1, task_ids=[2, 3], num_envs=2, image_size=32)
-    return root
-
-
 def _sft(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run([str(BIN / "embodied-sft"), *args], capture_output=True, text=True, env=env, timeout=600)

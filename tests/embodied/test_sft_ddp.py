@@ -34,15 +34,6 @@ TINY = [
 ]
 
 
-@pytest.fixture(scope="module")
-def demos(tmp_path_factory):
-    from embodied.data.collect import collect_suite
-
-    root = tmp_path_factory.mktemp("demos") / "ds"
-    collect_suite("goal", root, episodes_per_task=1, task_ids=[2, 3], num_envs=2, image_size=32)
-    return root
-
-
 def _train(*overrides: str) -> dict:
     from conftest import compose
 
