@@ -27,7 +27,10 @@ status=0
 if [ -x .venv-lerobot/bin/python ]; then
   echo "[test] the LeRobot families, in .venv-lerobot"
   lerobot_status=0
-  HF_HUB_OFFLINE=1 .venv-lerobot/bin/python -m pytest -q -p no:cacheprovider "$@" tests/lerobot_families || lerobot_status=$?
+  # test by test (--dist load): three of its tests are one parametrised family loop, most of its time
+  lerobot_parallel=()
+  [ "$workers" != "0" ] && lerobot_parallel=(-n "$workers" --dist load)
+  HF_HUB_OFFLINE=1 .venv-lerobot/bin/python -m pytest -q -p no:cacheprovider "${lerobot_parallel[@]}" "$@" tests/lerobot_families || lerobot_status=$?
   # 5: the arguments selected none of these tests
   [ "$lerobot_status" -ne 0 ] && [ "$lerobot_status" -ne 5 ] && status=$lerobot_status
 else
