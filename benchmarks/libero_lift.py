@@ -64,11 +64,17 @@ SFT_OVERRIDES = [
     "eval.attempts=1",
     "video_tasks=1",
 ]
-#: the RL phases: (iterations at the phase's end, its ``rl.*`` settings); 40 envs x 16 chunks per iteration
-PHASES: tuple[tuple[int, tuple[str, ...]], ...] = ((40, ()), (80, ()), (120, ()))
+#: the RL phases: (iterations at the phase's end, its ``rl.*`` settings); 40 envs x 16 chunks per iteration.
+#: The greedy probe (50 episodes) costs about as much as four iterations: every 5 iterations while the
+#: curve is steep, every 10 after
+PHASES: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (40, ("rl.greedy_every=5",)),
+    (80, ("rl.greedy_every=10",)),
+    (120, ("rl.greedy_every=10",)),
+)
 #: one env runner with all 40 envs: a runner holds one simulator per task it runs (10 here, about 14 GB with
 #: LIBERO's 4096 px textures in software GL), and two such runners do not fit a 24 GB machine
-RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_every=5", "rl.greedy_states=5", "rl.runtime.num_env_runners=1"]
+RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_states=5", "rl.runtime.num_env_runners=1"]
 #: LIBERO-PRO's perturbations scored in the reference env (language, objects, swapped positions)
 PRO_VARIANTS = ("lan", "object", "swap")
 #: the issue's bars: an SFT start below START, RL at TARGET or more, every RL seed above SEEDS_ABOVE, the
@@ -201,28 +207,66 @@ def paired(results: dict[str, Any] | None, suite: str) -> dict[str, Any] | None:
     return comparison.get("paired")
 
 
-def probe_curve(run: Path) -> list[dict[str, float]]:
-    """``[{iteration, sampled, greedy}]``: an RL stage's training success under its sampling beside the
-    greedy probe's, at the iterations the probe ran (``rl/metrics.csv``)."""
+def _metrics(path: Path) -> list[dict[str, str]]:
     import csv
 
-    metrics = run / "rl" / "metrics.csv"
-    if not metrics.is_file():
-        return []
-    rows = [r for r in csv.DictReader(open(metrics)) if r.get("greedy_success_rate")]
-    return [
-        {
-            "iteration": int(r["iteration"]),
-            "sampled": float(r["success_rate"]),
-            "greedy": float(r["greedy_success_rate"]),
-        }
-        for r in rows
-    ]
+    return list(csv.DictReader(open(path))) if path.is_file() else []
 
 
-def phase_row(results: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """One finished phase: greedy success on the official pairs (RL, SFT, the control where it ran), on
-    the held-out states, the paired differences, the probe's last reading and the update diagnostics."""
+def probe_curve(run: Path) -> list[dict[str, float]]:
+    """``[{iteration, sampled, greedy[, control]}]``: an RL stage's training success under its sampling
+    beside the greedy probe's, at the iterations the probe ran (``rl/metrics.csv``), and the frozen-actor
+    control's probe at the same iterations where it ran (``rl_control/metrics.csv``: the probe's own
+    spread on a policy that does not move)."""
+    control = {
+        int(r["iteration"]): float(r["greedy_success_rate"])
+        for r in _metrics(run / "rl_control" / "metrics.csv")
+        if r.get("greedy_success_rate")
+    }
+    curve = []
+    for r in _metrics(run / "rl" / "metrics.csv"):
+        if r.get("greedy_success_rate"):
+            it = int(r["iteration"])
+            point = {"iteration": it, "sampled": float(r["success_rate"]), "greedy": float(r["greedy_success_rate"])}
+            curve.append(point | ({"control": control[it]} if it in control else {}))
+    return curve
+
+
+#: the anchor's chunks per update (RLinf's pi0 on LIBERO: 64 envs x 8 rollout epochs x 48 chunks)
+ANCHOR_CHUNKS_PER_UPDATE = 64 * 8 * 48
+
+
+def update_signal(run: Path, first: int, last: int, minibatch: int) -> dict[str, float] | None:
+    """How much of an update is signal, over iterations ``first..last`` of ``run/rl/metrics.csv``: the
+    means of approx KL and clip fraction, and of ``grad_cos_first`` (the cosine between two disjoint
+    minibatches' actor gradients) with its standard error. For minibatch gradients ``G + noise`` of
+    ``minibatch`` chunks, cos ~ |G|^2 / (|G|^2 + tr(Sigma) / minibatch), so ``noise_scale`` =
+    ``minibatch * (1 / cos - 1)`` estimates the batch (in chunks) at which signal and noise weigh alike
+    (McCandlish et al. 2018's simple noise scale); None where cos <= 0 (noise only, within the estimate)."""
+    import math
+    import statistics
+
+    rows = [r for r in _metrics(run / "rl" / "metrics.csv") if first <= int(r["iteration"]) <= last]
+    cos = [float(r["grad_cos_first"]) for r in rows if r.get("grad_cos_first") not in (None, "", "nan")]
+    cos = [c for c in cos if not math.isnan(c)]
+    if len(cos) < 2:
+        return None
+    mean = statistics.fmean(cos)
+    return {
+        "iterations": len(rows),
+        "approx_kl": statistics.fmean(float(r["approx_kl"]) for r in rows),
+        "clip_fraction": statistics.fmean(float(r["clip_fraction"]) for r in rows),
+        "explained_variance": statistics.fmean(float(r["explained_variance"]) for r in rows),
+        "grad_cos": mean,
+        "grad_cos_se": statistics.stdev(cos) / math.sqrt(len(cos)),
+        "noise_scale": minibatch * (1 / mean - 1) if mean > 0 else None,
+    }
+
+
+def phase_row(results: dict[str, Any], folder: Path, since: int = 0) -> dict[str, Any]:
+    """One finished phase (its iterations after ``since``, where the previous phase ended): greedy success
+    on the official pairs (RL, SFT, the control where it ran), on the held-out states, the paired
+    differences, the probe's curve and the update diagnostics (:func:`update_signal`)."""
     vs_sft = results["eval_rl"]["comparison"]["paired"]
     row: dict[str, Any] = {
         "iterations": results["rl"].get("iterations"),
@@ -252,6 +296,12 @@ def phase_row(results: dict[str, Any], folder: Path) -> dict[str, Any]:
         row.update(probe=curve)
     upd = results["rl"].get("updates") or {}
     row.update(approx_kl=upd.get("approx_kl"), clip_fraction=upd.get("clip_fraction"))
+    rl = (results.get("config") or {}).get("rl")
+    if rl and row["iterations"]:
+        row["chunks_per_update"] = rl["num_envs"] * rl["chunks_per_iter"]
+        signal = update_signal(folder, since + 1, row["iterations"], rl["algo"]["minibatch_size"])
+        if signal:
+            row["signal"] = signal
     return row
 
 
@@ -345,6 +395,56 @@ def start_lines(start: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def probe_lines(report: dict[str, Any]) -> list[str]:
+    """Seed 0's greedy probe beside its sampled training success and the frozen control's probe."""
+    first = report.get("phases", {}).get(0) or []
+    curve = first[-1].get("probe", []) if first else []  # a phase carries the earlier ones' metrics on
+    if not curve:
+        return []
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    lines = [
+        "",
+        "The greedy probe (5 official states per task) against the sampled training success, and the frozen-actor "
+        "control's probe (seed 0; the control's spread is the probe's own):",
+        "",
+        "| iteration | sampled (training) | greedy (probe) | greedy (frozen control) |",
+        "|---|---|---|---|",
+    ]
+    return lines + [
+        f"| {p['iteration']} | {pct(p['sampled'])} | {pct(p['greedy'])} | {pct(p.get('control'))} |" for p in curve
+    ]
+
+
+def signal_lines(report: dict[str, Any]) -> list[str]:
+    """The mechanism section: how much of each update is signal (:func:`update_signal`), phase by phase."""
+    rows = [(seed, r) for seed, phases in sorted(report.get("phases", {}).items()) for r in phases if r.get("signal")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## How much of an update is signal",
+        "",
+        "Two disjoint minibatches' actor gradients point the same way only as far as they share the true gradient: "
+        "their cosine (`grad_cos_first`, every iteration) gives the gradient noise scale, the batch in chunks at "
+        "which signal and noise weigh alike (`minibatch x (1/cos - 1)`; `benchmarks/libero_lift.py: update_signal`). "
+        "An update far below it moves mostly along noise, and PPO's trust region (the KL and clipping below) is "
+        f"spent on that noise. The anchor updates on {ANCHOR_CHUNKS_PER_UPDATE:,} chunks.",
+        "",
+        "| seed | iterations | chunks per update | approx KL | clip fraction | explained variance "
+        "| gradient cosine (± s.e.) | noise scale (chunks) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for seed, r in rows:
+        g = r["signal"]
+        scale = "noise only" if g["noise_scale"] is None else f"{g['noise_scale']:,.0f}"
+        lines.append(
+            f"| {seed} | {r['iterations']} ({g['iterations']} in the phase) | {r['chunks_per_update']} | "
+            f"{g['approx_kl']:.4f} | {g['clip_fraction']:.3f} | {g['explained_variance']:.2f} | "
+            f"{g['grad_cos']:+.3f} ± {g['grad_cos_se']:.3f} | {scale} |"
+        )
+    return lines
+
+
 def markdown(report: dict[str, Any], command: str) -> str:
     pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
     ci = lambda c: f"[{c[0]:+.3f}, {c[1]:+.3f}]"  # noqa: E731
@@ -385,17 +485,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
                 + (f"{r['rl_minus_control']:+.3f} {ci(r['rl_minus_control_ci'])}" if "rl_minus_control" in r else "-")
                 + f" | {pct(r.get('heldout_rl'))} | {r['states_better']} / {r['states_worse']} | {r['minutes']} |"
             )
-    first = report.get("phases", {}).get(0) or []
-    curve = first[-1].get("probe", []) if first else []  # a phase carries the earlier ones' metrics on
-    if curve:
-        lines += [
-            "",
-            "The greedy probe against the sampled training success (seed 0, 5 official states per task):",
-            "",
-            "| iteration | sampled (training) | greedy (probe) |",
-            "|---|---|---|",
-        ]
-        lines += [f"| {p['iteration']} | {pct(p['sampled'])} | {pct(p['greedy'])} |" for p in curve]
+    lines += probe_lines(report) + signal_lines(report)
     ref = report.get("reference") or {}
     if ref:
         lines += [
@@ -500,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if results is None:
                 break
-            rows.append(phase_row(results, folder))
+            rows.append(phase_row(results, folder, rows[-1]["iterations"] if rows else 0))
             last[seed] = (results, folder)
             cells.append(folder)
         if rows:

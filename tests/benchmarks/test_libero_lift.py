@@ -33,6 +33,7 @@ def _results(sft: float, rl: float, control: float | None) -> dict:
         },
         "rl": {"iterations": 40, "env_steps": 128000, "updates": {"approx_kl": 0.01, "clip_fraction": 0.1}},
         "stage_seconds": {"rl": 600, "eval_rl": 60},
+        "config": {"rl": {"num_envs": 40, "chunks_per_iter": 16, "algo": {"minibatch_size": 64}}},
         "stages_done": ["eval_rl", "eval_control"],
     }
     if control is not None:
@@ -54,10 +55,24 @@ def test_phases_chain_from_the_sft_start_and_only_seed_0_runs_the_control(tmp_pa
 
 def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     m = _module()
-    (tmp_path / "rl").mkdir()
-    (tmp_path / "rl" / "metrics.csv").write_text("iteration,success_rate,greedy_success_rate\n1,0.6,\n5,0.8,0.55\n")
+    for name in ("rl", "rl_control"):
+        (tmp_path / name).mkdir()
+    head = "iteration,success_rate,greedy_success_rate,approx_kl,clip_fraction,explained_variance,grad_cos_first\n"
+    (tmp_path / "rl" / "metrics.csv").write_text(
+        head + "1,0.6,,0.01,0.1,0.2,nan\n2,0.7,,0.02,0.1,0.4,0.01\n5,0.8,0.55,0.03,0.1,0.6,0.03\n"
+    )
+    (tmp_path / "rl_control" / "metrics.csv").write_text(head + "5,0.6,0.5,0,0,0.5,0.0\n")
     good = m.phase_row(_results(0.6, 0.92, 0.61), tmp_path)
-    assert good["states_better"] == 4 and good["probe"] == [{"iteration": 5, "sampled": 0.8, "greedy": 0.55}]
+    assert good["states_better"] == 4 and good["probe"] == [
+        {"iteration": 5, "sampled": 0.8, "greedy": 0.55, "control": 0.5}
+    ]
+    # the phase's update signal: mean cosine 0.02 between 64-chunk minibatches, noise scale 64 x (1/0.02 - 1)
+    signal = good["signal"]
+    assert good["chunks_per_update"] == 640 and signal["iterations"] == 3 and abs(signal["grad_cos"] - 0.02) < 1e-12
+    assert abs(signal["noise_scale"] - 64 * 49) < 1e-6 and abs(signal["approx_kl"] - 0.02) < 1e-12
+    later = m.phase_row(_results(0.6, 0.92, 0.61), tmp_path, since=1)
+    assert later["signal"]["iterations"] == 2 and abs(later["signal"]["explained_variance"] - 0.5) < 1e-12
+    assert m.update_signal(tmp_path, 3, 5, 64) is None  # one cosine: no spread to judge it by
     seed1 = m.phase_row(_results(0.6, 0.88, None), tmp_path)
     reference = {"states": 10, "sft": 0.5, "rl": 0.85, "ours_rl": 0.9}
     held = {c: ok for c, ok, _ in m.verdicts(0.6, {0: good, 1: seed1}, reference)}
@@ -73,7 +88,8 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
         "verdicts": m.verdicts(0.6, {0: good, 1: seed1}, reference),
     }
     table = m.markdown(report, "python benchmarks/libero_lift.py --out X")
-    assert "| 0 | 40 | 128000 | 92.0% |" in table and "| 5 | 80.0% | 55.0% |" in table and "**no**" not in table
+    assert "| 0 | 40 | 128000 | 92.0% |" in table and "| 5 | 80% | 55% | 50% |" in table and "**no**" not in table
+    assert "| 0 | 40 (3 in the phase) | 640 | 0.0200 | 0.100 | 0.40 | +0.020 ± 0.010 | 3,136 |" in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
 
 
