@@ -428,7 +428,9 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
         "their cosine (`grad_cos_first`, every iteration) gives the gradient noise scale, the batch in chunks at "
         "which signal and noise weigh alike (`minibatch x (1/cos - 1)`; `benchmarks/libero_lift.py: update_signal`). "
         "An update far below it moves mostly along noise, and PPO's trust region (the KL and clipping below) is "
-        f"spent on that noise. The anchor updates on {ANCHOR_CHUNKS_PER_UPDATE:,} chunks.",
+        "spent on that noise; there a bigger batch buys fewer, cleaner steps from the same samples but hardly more "
+        "progress per sample, so the lift is bounded by the env steps, not by the update's shape. The anchor "
+        f"updates on {ANCHOR_CHUNKS_PER_UPDATE:,} chunks.",
         "",
         "| seed | iterations | chunks per update | approx KL | clip fraction | explained variance "
         "| gradient cosine (± s.e.) | noise scale (chunks) |",
