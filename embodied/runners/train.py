@@ -49,13 +49,21 @@ from tqdm import tqdm
 from embodied.algorithms.batch import AdvantageConfig
 from embodied.algorithms.critic import CriticConfig
 from embodied.algorithms.loss import LossConfig
-from embodied.algorithms.registry import ALGORITHMS, GROUP_ALGORITHMS, algorithms_for, trains
+from embodied.algorithms.registry import (
+    ALGORITHMS,
+    FLOW_MATCHING_FAMILIES,
+    GROUP_ALGORITHMS,
+    AlgoSpec,
+    algorithms_for,
+    trains,
+)
 from embodied.algorithms.sampling import EnvRunnerSettings
 from embodied.algorithms.update import UpdateConfig
 from embodied.config import hydra_app, policy_overrides, register_policy_schemas, store
 from embodied.metrics_log import LOGGERS, MetricsLog
 from embodied.runs import machine_info, plain_config, prepare_run_dir, write_json
 from policies.errors import ConfigOverrideError
+from sims.registry import closest_key
 
 METRIC_FIELDS = [
     "iteration",
@@ -149,6 +157,15 @@ class AlgoConfig:
     # steps only (null: the checkpoint's policy.sde_steps, all K by default). The last steps' noise is the
     # smallest and their scores the largest (benchmarks/gradient_signal.py measures what that does to a batch)
     sde_steps: Optional[int] = None
+    # flow VLA: the rollouts' sampler, any stochastic one registered in policies.flow.samplers (null: the
+    # algorithm's, sde for flow_sde). A new sampler trains under an existing algorithm: algo.sampler=NAME
+    sampler: Optional[str] = None
+
+
+def algorithm_spec(a: AlgoConfig) -> AlgoSpec:
+    """The spec of ``algo.name`` with its rollouts' sampler replaced by ``algo.sampler`` where set."""
+    spec = ALGORITHMS[a.name]
+    return spec if a.sampler is None else spec._replace(sampler=a.sampler)
 
 
 @dataclass
@@ -318,7 +335,8 @@ def _inference_device(cfg: TrainConfig) -> str:
 def _check_algorithm(cfg: TrainConfig) -> None:
     """What the algorithm (``algo.name``) requires of the other settings."""
     a = cfg.algo
-    spec = ALGORITHMS[a.name]
+    _check_sampler(a)
+    spec = algorithm_spec(a)
     if not spec.critic:
         critic_only = {
             "algo.critic_lr": a.critic_lr,
@@ -359,6 +377,31 @@ def _check_algorithm(cfg: TrainConfig) -> None:
         raise TrainError(
             f"algo.critic_warmup={a.critic_warmup} must lie in 0..iterations-1 ({cfg.iterations - 1}): "
             "the warm-up iterations update the critic only, the actor learns after them"
+        )
+
+
+def _check_sampler(a: AlgoConfig) -> None:
+    """``algo.sampler``: a flow algorithm's, a registered sampler, one that explores."""
+    if a.sampler is None:
+        return
+    from policies.flow.samplers import SAMPLERS
+
+    family = ALGORITHMS[a.name].family
+    if family != "flow":
+        raise TrainError(
+            f"algo.sampler picks a flow VLA's rollouts; algo={a.name} trains a {family} policy: leave it unset"
+        )
+    if a.sampler not in SAMPLERS.names():
+        guess = closest_key(a.sampler, SAMPLERS.names())
+        raise TrainError(
+            f"algo.sampler={a.sampler!r} is not a flow sampler"
+            + (f" (did you mean {guess!r}?)" if guess else "")
+            + f": one of {', '.join(SAMPLERS.names())}, or register yours in policies/flow/samplers.py"
+        )
+    if not SAMPLERS[a.sampler].explores:
+        raise TrainError(
+            f"algo.sampler={a.sampler} draws chunks without a log-probability to train on: pick a stochastic "
+            f"one ({', '.join(n for n in SAMPLERS.names() if SAMPLERS[n].explores)})"
         )
 
 
@@ -431,18 +474,24 @@ def _load_policy(cfg: TrainConfig, out: Path) -> tuple[Any, Optional[Path]]:
     if cfg.latency_delays:
         policy = _latency_aware(cfg, policy)
     _check_family(cfg, policy)
-    if ALGORITHMS[cfg.algo.name].sampler == "steer":
+    if algorithm_spec(cfg.algo).sampler == "steer":
         policy.add_steer()  # DSRL: a steering module over the fixed flow (a steered policy keeps its own)
     return policy, resumed
 
 
 def _check_family(cfg: TrainConfig, policy: Any) -> None:
-    if not trains(ALGORITHMS[cfg.algo.name], policy.family):
-        fits = ", ".join(algorithms_for(policy.family))
+    if trains(algorithm_spec(cfg.algo), policy.family):
+        return
+    if cfg.algo.sampler is not None and trains(ALGORITHMS[cfg.algo.name], policy.family):
         raise TrainError(
-            f"algo={cfg.algo.name} trains a {ALGORITHMS[cfg.algo.name].family} policy, but the policy is "
-            f"{policy.family}: use one of algo={fits}"
+            f"algo.sampler={cfg.algo.sampler}: a {policy.family} policy samples with "
+            f"{', '.join(FLOW_MATCHING_FAMILIES.get(policy.family, ()))} only (or leave algo.sampler unset)"
         )
+    fits = ", ".join(algorithms_for(policy.family))
+    raise TrainError(
+        f"algo={cfg.algo.name} trains a {ALGORITHMS[cfg.algo.name].family} policy, but the policy is "
+        f"{policy.family}: use one of algo={fits}"
+    )
 
 
 def _build_policy(cfg: TrainConfig, resumed: Optional[Path], sampling: dict[str, Any]) -> Any:
@@ -471,7 +520,7 @@ def _sampling(a: AlgoConfig) -> dict[str, Any]:
     """The policy config fields the rollouts sample with, set when the policy is built: the algorithm's
     sampler (DSRL's steering module is attached after, see :func:`_load_policy`), ``algo.temperature``,
     ``algo.sde_steps`` (the policy's config validates them)."""
-    sampler = ALGORITHMS[a.name].sampler
+    sampler = algorithm_spec(a).sampler
     fields: dict[str, Any] = {"sampler": sampler} if sampler not in (None, "steer") else {}
     if a.temperature is not None:
         fields["temperature"] = float(a.temperature)

@@ -73,6 +73,8 @@ class FlowSampler:
     """
 
     name: ClassVar[str] = "ode"
+    #: whether its chunks carry a log-probability RL can train on (the ODE's is 0: it does not explore)
+    explores: ClassVar[bool] = False
 
     def start(self, policy: FlowPolicy, d: Draw) -> torch.Tensor:
         """The initial noise ``x_1 [n, h, a]``."""
@@ -108,6 +110,8 @@ class ChainSampler(FlowSampler):
     """Every denoising step stochastic; the log-probability sums the K Gaussian transitions of the
     recorded ``chain [N, K+1, H, A]`` (one batched expert pass). Subclasses give the transition's
     mean and std."""
+
+    explores = True
 
     def gaussian(
         self, policy: FlowPolicy, x: torch.Tensor, t: torch.Tensor, feats: torch.Tensor, v: torch.Tensor, dt: float
@@ -176,6 +180,8 @@ class SDESampler(FlowSampler):
     Extras: ``step [N]`` (its index), ``x_t`` and ``x_next [N, H, A]`` (its two ends).
     """
 
+    explores = True
+
     name = "sde"
 
     def start(self, policy: FlowPolicy, d: Draw) -> torch.Tensor:
@@ -224,6 +230,8 @@ class FPOSampler(FlowSampler):
     Extras: ``action [N, H, A]`` (the chunk, normalised), ``fpo_t [N, M]``, ``fpo_eps [N, M, H, A]``.
     """
 
+    explores = True
+
     name = "fpo"
 
     def finish(self, policy: FlowPolicy, d: Draw, x: torch.Tensor) -> None:
@@ -251,6 +259,8 @@ class SteerSampler(FlowSampler):
 
     Extras: ``steer_w [N, H, A]`` (the initial noise).
     """
+
+    explores = True
 
     name = "steer"
 

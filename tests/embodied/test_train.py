@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -300,6 +301,10 @@ def test_configuration_errors(tmp_path):
         ((f"init={flow}", "algo=flow_noise", "algo.sde_steps=2"), "picks Flow-SDE's stochastic step"),
         ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=0"), "sde_steps must be >= 1"),
         ((f"init={flow}", "algo=flow_sde", "algo.sde_steps=99"), "sde_steps must lie in 1..num_steps"),
+        ((f"init={flow}", "algo=flow_sde", "algo.sampler=sde_ful"), "not a flow sampler \\(did you mean 'sde_full'"),
+        ((f"init={flow}", "algo=flow_sde", "algo.sampler=ode"), "without a log-probability to train on"),
+        ((f"init={ar}", "algo=ppo", "algo.sampler=sde"), "picks a flow VLA's rollouts; algo=ppo trains"),
+        ((f"init={flow}", "algo=flow_sde", "algo.sampler=noise", "algo.sde_steps=2"), "picks Flow-SDE's"),
     ]
     if not torch.cuda.is_available():
         cases += [
@@ -612,3 +617,28 @@ def test_kl_rollback_ends_the_iteration_on_weights_measured_within_the_target(tm
     finally:
         if started:
             ray.shutdown()
+
+
+def test_a_new_sampler_trains_under_an_existing_algorithm(tmp_path):
+    """A sampler is one registered class (policies/flow/samplers.py); ``algo.sampler=NAME`` then trains
+    with it under an existing algorithm: its chunks carry its extras and its log-probability, which the
+    learner recomputes. Here every denoising step gets a fixed Gaussian noise around the ODE step."""
+    from policies.flow import sde
+    from policies.flow.samplers import SAMPLERS, ChainSampler, register_sampler
+
+    class FixedNoiseSampler(ChainSampler):
+        name = "fixed_noise_test"
+
+        def gaussian(self, policy, x, t, feats, v, dt):
+            return sde.ode_step(x, v, dt), torch.full_like(x, 0.1)
+
+    if FixedNoiseSampler.name not in SAMPLERS:  # registered once per process (the registry only appends)
+        register_sampler(FixedNoiseSampler)
+    init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
+    out = tmp_path / "rl"
+    train(compose("train", f"init={init}", f"out={out}", "iterations=1", "algo.sampler=fixed_noise_test", *RUN))
+    (row,) = list(csv.DictReader(open(out / "metrics.csv")))
+    assert float(row["env_steps"]) == 2 * 3 * 3 and float(row["approx_kl_first"]) < 1e-6  # on-policy, recomputed
+    entropy = 3 * 7 * 5 * (0.5 + 0.5 * math.log(2 * math.pi * 0.01))  # H x A x K steps of std 0.1
+    assert abs(float(row["entropy"]) - entropy) < 1e-3
+    assert policies.load(out / "checkpoint" / "policy").config.sampler == "fixed_noise_test"

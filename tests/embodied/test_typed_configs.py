@@ -63,7 +63,7 @@ def test_every_algo_key_reaches_a_part():
     parts = {
         f.name for cls in (AdvantageConfig, UpdateConfig, LossConfig, CriticConfig) for f in dataclasses.fields(cls)
     }
-    rollout = {"temperature", "sde_steps"}  # the policy's sampling, set on the policy itself
+    rollout = {"temperature", "sde_steps", "sampler"}  # the policy's sampling, set on the policy itself
     assert {f.name for f in dataclasses.fields(AlgoConfig)} - parts == rollout
 
 
