@@ -19,11 +19,13 @@ session). Extra arguments after ``--`` go to every pipeline cell as Hydra overri
    the sampled and the greedy success are logged side by side). Seed 0 runs the frozen-actor control
    beside it (``rl.control=true``: the same run with ``algo.lr=0``); ``--rl-seeds`` adds RL seeds over
    the same SFT start.
-3. ``OUT/reference_{sft,rl}``: ``embodied-eval simulator=robosuite``, real LIBERO's own env (robosuite
-   1.4 in ``.venv-libero``) through the policy server, on ``--reference-states`` states of every task;
-   the RL checkpoint paired with the SFT one.
-4. ``OUT/pro_{variant}_{sft,rl}``: LIBERO-PRO's perturbed variants of the suite (:data:`PRO_VARIANTS`) in
-   the reference env on ``--pro-states`` states per task, RL paired with SFT.
+3. ``OUT/reference_sft``, ``OUT/reference_rl_it{N}``: ``embodied-eval simulator=robosuite``, real
+   LIBERO's own env (robosuite 1.4 in ``.venv-libero``) through the policy server, on
+   ``--reference-states`` states of every task; seed 0's RL checkpoint after its last finished phase
+   (``N`` iterations: each phase's checkpoint gets its own cells) paired with the SFT one.
+4. ``OUT/pro_{variant}_sft``, ``OUT/pro_{variant}_rl_it{N}``: LIBERO-PRO's perturbed variants of the
+   suite (:data:`PRO_VARIANTS`) in the reference env on ``--pro-states`` states per task, RL paired
+   with SFT.
 
 Writes ``OUT/libero_lift.json`` and, with ``--docs``, the table with the issue's criteria
 (:func:`verdicts`).
@@ -493,7 +495,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
         lines += [
             "",
             f"In the reference env (robosuite 1.4, {ref.get('states')} states per task): SFT {pct(ref.get('sft'))}, "
-            f"RL {pct(ref.get('rl'))}; ours on the same states {pct(ref.get('ours_rl'))}.",
+            f"RL at {ref.get('rl_iterations')} iterations {pct(ref.get('rl'))}; ours on the same states "
+            f"{pct(ref.get('ours_rl'))}.",
         ]
     for variant, r in (report.get("pro") or {}).items():
         lines.append(
@@ -601,7 +604,11 @@ def main(argv: list[str] | None = None) -> int:
     if 0 in last and sft is not None:
         rl_ckpt = (last[0][1] / "rl" / "checkpoint" / "policy").resolve()
         sft_ckpt = (out / "sft" / "sft" / "ckpt").resolve()
-        for name, ckpt, base in (("reference_sft", sft_ckpt, None), ("reference_rl", rl_ckpt, out / "reference_sft")):
+        rl_tag = f"rl_it{report['phases'][0][-1]['iterations']}"  # each phase's RL checkpoint has its own cells
+        for name, ckpt, base in (
+            ("reference_sft", sft_ckpt, None),
+            (f"reference_{rl_tag}", rl_ckpt, out / "reference_sft"),
+        ):
             eval_cell(
                 out / name,
                 reference_command(out, name, ckpt, SUITE, args.reference_states, base),
@@ -612,16 +619,17 @@ def main(argv: list[str] | None = None) -> int:
         reference = {
             "states": args.reference_states,
             "sft": suite_rate(eval_results(out / "reference_sft"), SUITE),
-            "rl": suite_rate(eval_results(out / "reference_rl"), SUITE),
-            "paired": paired(eval_results(out / "reference_rl"), SUITE),
+            "rl": suite_rate(eval_results(out / f"reference_{rl_tag}"), SUITE),
+            "rl_iterations": report["phases"][0][-1]["iterations"],
+            "paired": paired(eval_results(out / f"reference_{rl_tag}"), SUITE),
             "ours_rl": ours_on(last[0][0]["eval_rl"], args.reference_states),
         }
         pro: dict[str, Any] = {}
         for variant in PRO_VARIANTS:
             suite = f"{SUITE}_{variant}"
-            for tag, ckpt in (("sft", sft_ckpt), ("rl", rl_ckpt)):
+            for tag, ckpt in (("sft", sft_ckpt), (rl_tag, rl_ckpt)):
                 name = f"pro_{variant}_{tag}"
-                base = out / f"pro_{variant}_sft" if tag == "rl" else None
+                base = out / f"pro_{variant}_sft" if tag == rl_tag else None
                 eval_cell(
                     out / name,
                     reference_command(out, name, ckpt, suite, args.pro_states, base),
@@ -631,8 +639,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             pro[variant] = {
                 "sft": suite_rate(eval_results(out / f"pro_{variant}_sft"), suite),
-                "rl": suite_rate(eval_results(out / f"pro_{variant}_rl"), suite),
-                "paired": paired(eval_results(out / f"pro_{variant}_rl"), suite),
+                "rl": suite_rate(eval_results(out / f"pro_{variant}_{rl_tag}"), suite),
+                "paired": paired(eval_results(out / f"pro_{variant}_{rl_tag}"), suite),
             }
         report["pro"] = pro
     report["reference"] = reference

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,3 +132,40 @@ def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path)
     assert lift.restore(fresh, records) and (fresh / "rl/checkpoint/train_state/state.safetensors").read_text() == "o"
     assert not lift.restore(fresh, records)  # a cell already there is left as it is
     assert not lift.restore(tmp_path / "fresh" / "rl_s1", records)  # no record: nothing to restore
+
+
+def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
+    """``--table-only`` over finished cells: the reference env's cells of seed 0's last finished phase
+    (``reference_rl_it40`` after 40 iterations; a later phase gets its own) are the ones reported."""
+    m = _module()
+    out, records = tmp_path / "out", tmp_path / "records"
+    task = {"task": 0, "name": "pick", "success_rate": 0.6, "state_successes": _states(0.6)}
+    sft = {
+        "eval_sft": {"success_rate": 0.6, "tasks": [task]},
+        "stages_done": list(m.SFT_DONE),
+        "collect": {"episodes": 20, "frames": 2000, "expert_success_rate": 0.97},
+        "sft": {"steps": 100, "final_loss": 0.1, "parameters": 1000},
+    }
+    rl = _results(0.6, 0.92, 0.61) | {"stages_done": list(m.RL_DONE + m.CONTROL_DONE)}
+    for cell, results in (("sft", sft), ("rl_s0", rl)):
+        (out / cell).mkdir(parents=True)
+        (out / cell / "results.json").write_text(json.dumps(results))
+
+    def scored(name: str, rate: float) -> None:
+        (out / name).mkdir()
+        suite = {"success_rate": rate, "tasks": [{"task": 0, "state_successes": _states(rate)}]}
+        (out / name / "results.json").write_text(json.dumps({"suites": {m.SUITE: suite}}))
+
+    scored("reference_sft", 0.5)
+    scored("reference_rl_it40", 0.8)
+    scored("reference_rl_it80", 0.1)  # a later phase's, not finished here: not this table's
+    assert m.main(["--out", str(out), "--records", str(records), "--table-only", "--docs", str(tmp_path / "t.md")]) == 1
+    report = json.loads((out / "libero_lift.json").read_text())
+    assert (report["reference"]["rl"], report["reference"]["rl_iterations"], report["reference"]["sft"]) == (
+        0.8,
+        40,
+        0.5,
+    )
+    assert "RL at 40 iterations 80.0%" in (tmp_path / "t.md").read_text()
+    # the finished cells are kept in the records; the later phase's cell is not this table's
+    assert sorted(p.name for p in records.iterdir()) == ["reference_rl_it40", "reference_sft", "rl_s0", "sft"]
