@@ -632,13 +632,15 @@ def test_a_new_sampler_trains_under_an_existing_algorithm(tmp_path):
         def gaussian(self, policy, x, t, feats, v, dt):
             return sde.ode_step(x, v, dt), torch.full_like(x, 0.1)
 
-    if FixedNoiseSampler.name not in SAMPLERS:  # registered once per process (the registry only appends)
-        register_sampler(FixedNoiseSampler)
-    init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
-    out = tmp_path / "rl"
-    train(compose("train", f"init={init}", f"out={out}", "iterations=1", "algo.sampler=fixed_noise_test", *RUN))
-    (row,) = list(csv.DictReader(open(out / "metrics.csv")))
-    assert float(row["env_steps"]) == 2 * 3 * 3 and float(row["approx_kl_first"]) < 1e-6  # on-policy, recomputed
-    entropy = 3 * 7 * 5 * (0.5 + 0.5 * math.log(2 * math.pi * 0.01))  # H x A x K steps of std 0.1
-    assert abs(float(row["entropy"]) - entropy) < 1e-3
-    assert policies.load(out / "checkpoint" / "policy").config.sampler == "fixed_noise_test"
+    register_sampler(FixedNoiseSampler)
+    try:
+        init = policies.save(policies.make("flow", expert_layers=1, **TINY), tmp_path / "sft")
+        out = tmp_path / "rl"
+        train(compose("train", f"init={init}", f"out={out}", "iterations=1", "algo.sampler=fixed_noise_test", *RUN))
+        (row,) = list(csv.DictReader(open(out / "metrics.csv")))
+        assert float(row["env_steps"]) == 2 * 3 * 3 and float(row["approx_kl_first"]) < 1e-6  # on-policy, recomputed
+        entropy = 3 * 7 * 5 * (0.5 + 0.5 * math.log(2 * math.pi * 0.01))  # H x A x K steps of std 0.1
+        assert abs(float(row["entropy"]) - entropy) < 1e-3
+        assert policies.load(out / "checkpoint" / "policy").config.sampler == "fixed_noise_test"
+    finally:
+        SAMPLERS._entries.pop(FixedNoiseSampler.name)  # other tests of this process see the registry as shipped
