@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -230,8 +231,31 @@ def probe_curve(run: Path) -> list[dict[str, float]]:
         if r.get("greedy_success_rate"):
             it = int(r["iteration"])
             point = {"iteration": it, "sampled": float(r["success_rate"]), "greedy": float(r["greedy_success_rate"])}
+            if r.get("greedy_episodes"):
+                point["episodes"] = int(float(r["greedy_episodes"]))
             curve.append(point | ({"control": control[it]} if it in control else {}))
     return curve
+
+
+def probe_flips(run: Path) -> dict[str, int] | None:
+    """At the first iteration both RL's and the frozen control's probes ran (``greedy_episodes.jsonl``):
+    ``{iteration, states, differ}``, the states whose greedy outcome differs between the two (the same
+    states and initial noise; only the weights moved). None without both probes."""
+
+    def outcomes(path: Path) -> dict[int, dict[tuple[int, int], bool]]:
+        by_it: dict[int, dict[tuple[int, int], bool]] = {}
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            r = json.loads(line)
+            by_it.setdefault(r["iteration"], {})[(r["task"], r["init_id"])] = bool(r["success"])
+        return by_it
+
+    rl, control = outcomes(run / "rl" / "greedy_episodes.jsonl"), outcomes(run / "rl_control" / "greedy_episodes.jsonl")
+    common = sorted(rl.keys() & control.keys())
+    if not common:
+        return None
+    a, b = rl[common[0]], control[common[0]]
+    shared = a.keys() & b.keys()
+    return {"iteration": common[0], "states": len(shared), "differ": sum(a[k] != b[k] for k in shared)}
 
 
 #: the anchor's chunks per update (RLinf's pi0 on LIBERO: 64 envs x 8 rollout epochs x 48 chunks)
@@ -296,6 +320,9 @@ def phase_row(results: dict[str, Any], folder: Path, since: int = 0) -> dict[str
     curve = probe_curve(folder)
     if curve:
         row.update(probe=curve)
+    flips = probe_flips(folder)
+    if flips:
+        row.update(probe_flips=flips)
     upd = results["rl"].get("updates") or {}
     row.update(approx_kl=upd.get("approx_kl"), clip_fraction=upd.get("clip_fraction"))
     rl = (results.get("config") or {}).get("rl")
@@ -412,9 +439,21 @@ def probe_lines(report: dict[str, Any]) -> list[str]:
         "| iteration | sampled (training) | greedy (probe) | greedy (frozen control) |",
         "|---|---|---|---|",
     ]
-    return lines + [
+    lines += [
         f"| {p['iteration']} | {pct(p['sampled'])} | {pct(p['greedy'])} | {pct(p.get('control'))} |" for p in curve
     ]
+    last, flips = curve[-1], first[0].get("probe_flips")
+    if last.get("episodes"):
+        half = 1.96 * math.sqrt(max(last["greedy"] * (1 - last["greedy"]), 1e-9) / last["episodes"])
+        lines += ["", f"One probe is {last['episodes']} episodes: its 95% interval is about ±{half:.0%}."]
+        if flips:
+            lines[-1] += (
+                f" At iteration {flips['iteration']}, {flips['differ']} of its {flips['states']} states already ended "
+                "otherwise under RL's weights than under the frozen control's (the same states and initial noise), so "
+                "two probes compare nearly unpaired: the probe shows which way the greedy path goes, the evaluations "
+                "over all states how far."
+            )
+    return lines
 
 
 def signal_lines(report: dict[str, Any]) -> list[str]:

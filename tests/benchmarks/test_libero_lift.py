@@ -58,15 +58,20 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     m = _module()
     for name in ("rl", "rl_control"):
         (tmp_path / name).mkdir()
-    head = "iteration,success_rate,greedy_success_rate,approx_kl,clip_fraction,explained_variance,grad_cos_first\n"
+    head = "iteration,success_rate,greedy_success_rate,approx_kl,clip_fraction,explained_variance,grad_cos_first,greedy_episodes\n"
     (tmp_path / "rl" / "metrics.csv").write_text(
-        head + "1,0.6,,0.01,0.1,0.2,nan\n2,0.7,,0.02,0.1,0.4,0.01\n5,0.8,0.55,0.03,0.1,0.6,0.03\n"
+        head + "1,0.6,,0.01,0.1,0.2,nan,\n2,0.7,,0.02,0.1,0.4,0.01,\n5,0.8,0.55,0.03,0.1,0.6,0.03,20\n"
     )
-    (tmp_path / "rl_control" / "metrics.csv").write_text(head + "5,0.6,0.5,0,0,0.5,0.0\n")
+    (tmp_path / "rl_control" / "metrics.csv").write_text(head + "5,0.6,0.5,0,0,0.5,0.0,20\n")
+    # the probes' episodes at iteration 5: of 4 states, RL and the frozen control end 3 alike, 1 otherwise
+    for name, wins in (("rl", [1, 1, 0, 0]), ("rl_control", [1, 0, 0, 0])):
+        episodes = [{"iteration": 5, "task": 0, "init_id": i, "success": bool(w)} for i, w in enumerate(wins)]
+        (tmp_path / name / "greedy_episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
     good = m.phase_row(_results(0.6, 0.92, 0.61), tmp_path)
     assert good["states_better"] == 4 and good["probe"] == [
-        {"iteration": 5, "sampled": 0.8, "greedy": 0.55, "control": 0.5}
+        {"iteration": 5, "sampled": 0.8, "greedy": 0.55, "control": 0.5, "episodes": 20}
     ]
+    assert good["probe_flips"] == {"iteration": 5, "states": 4, "differ": 1}
     # the phase's update signal: mean cosine 0.02 between 64-chunk minibatches, noise scale 64 x (1/0.02 - 1)
     signal = good["signal"]
     assert good["chunks_per_update"] == 640 and signal["iterations"] == 3 and abs(signal["grad_cos"] - 0.02) < 1e-12
@@ -90,6 +95,7 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     }
     table = m.markdown(report, "python benchmarks/libero_lift.py --out X")
     assert "| 0 | 40 | 128000 | 92.0% |" in table and "| 5 | 80% | 55% | 50% |" in table and "**no**" not in table
+    assert "its 95% interval is about ±22%. At iteration 5, 1 of its 4 states already ended otherwise" in table
     assert "| 0 | 40 (3 in the phase) | 640 | 0.0200 | 0.100 | 0.40 | +0.020 ± 0.010 | 3,136 |" in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
 
