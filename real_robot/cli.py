@@ -208,18 +208,12 @@ def _check(c: DeployAppConfig, robot: Any, out: Any) -> None:
         raise SystemExit(f"embodied-deploy check: {len(report.failures)} problem(s); {out / 'check.json'}")
 
 
-@hydra_app("embodied-deploy", "deploy")
-def deploy_main(cfg) -> None:
-    from embodied.data.lerobot_format import DatasetWriter, Episode
-    from embodied.runs import prepare_run_dir, write_json
+def _connected_deployer(c: DeployAppConfig, robot: Any) -> tuple[Any, str]:
+    """The robot connected and its :class:`~real_robot.client.Deployer` with the instruction it runs;
+    a robot that cannot be reached or a deployer that cannot start exits with the reason."""
     from real_robot.client import DeployConfig, Deployer, DeployError
     from real_robot.policy_client import PolicyClient
 
-    c: DeployAppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    out = prepare_run_dir(c.out)
-    robot = _make_robot(c)
-    if c.check:
-        return _check(c, robot, out)
     try:
         robot.connect()
     except Exception as err:
@@ -229,13 +223,9 @@ def deploy_main(cfg) -> None:
         robot.disconnect()
         raise SystemExit('embodied-deploy: give instruction="..." (the task the policy should do)')
     client = PolicyClient(c.server, api_key=c.api_key or os.environ.get("EMBODIED_API_KEY"), reconnect=c.reconnect)
+    timeouts = ("hold_timeout_s", "stop_timeout_s", "stall_timeout_s")
     dcfg = DeployConfig(
-        mode=c.mode,
-        threshold=c.threshold,
-        max_steps=c.max_steps,
-        hold_timeout_s=c.hold_timeout_s,
-        stop_timeout_s=c.stop_timeout_s,
-        stall_timeout_s=c.stall_timeout_s,
+        mode=c.mode, threshold=c.threshold, max_steps=c.max_steps, **{k: getattr(c, k) for k in timeouts}
     )
     try:
         deployer = Deployer(robot, client, dcfg, instruction)
@@ -245,24 +235,85 @@ def deploy_main(cfg) -> None:
     deployer.install_signal_handler()
     if c.estop_keyboard:
         deployer.watch_keyboard()
+    return deployer, instruction
+
+
+def _dataset_writer(c: DeployAppConfig, robot: Any, out: Any) -> Any:
+    """``record=true``: the LeRobot-format writer of the run's episodes (``out/dataset``), else None."""
+    from embodied.data.lerobot_format import DatasetWriter
+
+    if not c.record:
+        return None
     cams = list(robot.spec.cameras)
     state_names, action_names = robot.spec.names()
-    size = robot.spec.cameras[cams[0]][0] if cams else 0
-    writer = (
-        DatasetWriter(
-            out / "dataset",
-            fps=robot.spec.control_hz,
-            cameras=cams,
-            image_size=size,
-            state_names=state_names,
-            action_names=action_names,
-            privileged_dim=0,
-            extra_info={"source": "embodied-deploy", "robot": c.robot, "mode": c.mode},
-        )
-        if c.record
-        else None
+    return DatasetWriter(
+        out / "dataset",
+        fps=robot.spec.control_hz,
+        cameras=cams,
+        image_size=robot.spec.cameras[cams[0]][0] if cams else 0,
+        state_names=state_names,
+        action_names=action_names,
+        privileged_dim=0,
+        extra_info={"source": "embodied-deploy", "robot": c.robot, "mode": c.mode},
     )
-    episodes = []
+
+
+def _record(writer: Any, res: Any, cams: list[str], instruction: str) -> None:
+    """One episode's states, actions and frames ``[T, C, H, W, 3]`` into the dataset, success on its last frame."""
+    from embodied.data.lerobot_format import Episode
+
+    t = len(res.actions)
+    done, succ = np.zeros(t, bool), np.zeros(t, bool)
+    done[-1], succ[-1] = True, res.success
+    writer.add_episode(
+        Episode(
+            task_index=0,
+            instruction=instruction,
+            state=np.stack(res.states),
+            privileged=np.zeros((t, 0), np.float32),
+            action=np.stack(res.actions),
+            reward=succ.astype(np.float32),
+            done=done,
+            success=succ,
+            rgb=np.stack([np.stack([im[c_] for c_ in cams]) for im in res.images]) if cams else None,
+            meta={"reason": res.reason},
+        )
+    )
+
+
+def _episode_row(e: int, res: Any) -> dict[str, Any]:
+    """``deploy.json``'s record of episode ``e``, printed as one line."""
+    print(
+        f"episode {e}: {'success' if res.success else 'no success'} ({res.reason}) in {res.steps} steps, "
+        f"held {res.held_steps}, safety clips {res.safety_counts}"
+        + (
+            f", held {res.server_hold_s:.1f} s for the policy server ({res.reconnects} reconnects)"
+            if res.server_hold_s
+            else ""
+        ),
+        flush=True,
+    )
+    trips = res.latency.get("round_trip", {})
+    return {
+        "episode": e,
+        "success": res.success,
+        "reason": res.reason,
+        "steps": res.steps,
+        "held_steps": res.held_steps,
+        "starved_steps": res.starved_steps,
+        "safety_counts": res.safety_counts,
+        "server_hold_s": round(res.server_hold_s, 3),
+        "reconnects": res.reconnects,
+        "round_trip_ms": {k: round(v * 1e3, 2) for k, v in trips.items() if k != "count"},
+    }
+
+
+def _run_episodes(c: DeployAppConfig, robot: Any, deployer: Any, writer: Any, instruction: str) -> list[dict[str, Any]]:
+    """``c.episodes`` episodes (each after the first from a reset robot), until one ends in a way that
+    stops the robot (:attr:`~real_robot.loop.exits.ExitReason.stops_robot`) or Ctrl-C; the robot is held
+    and disconnected, and the dataset closed, whatever happens."""
+    cams = list(robot.spec.cameras)
+    episodes: list[dict[str, Any]] = []
     try:
         for e in range(c.episodes):
             if e > 0:
@@ -271,55 +322,10 @@ def deploy_main(cfg) -> None:
                 if hasattr(robot, "reset"):
                     robot.reset(c.sim.init_id + e if c.robot == "sim" else None)
             res = deployer.run_episode(record=c.record)
-            row = {
-                "episode": e,
-                "success": res.success,
-                "reason": res.reason,
-                "steps": res.steps,
-                "held_steps": res.held_steps,
-                "starved_steps": res.starved_steps,
-                "safety_counts": res.safety_counts,
-                "server_hold_s": round(res.server_hold_s, 3),
-                "reconnects": res.reconnects,
-                "round_trip_ms": {
-                    k: round(v * 1e3, 2) for k, v in res.latency.get("round_trip", {}).items() if k != "count"
-                },
-            }
-            episodes.append(row)
-            print(
-                f"episode {e}: {'success' if res.success else 'no success'} ({res.reason}) in {res.steps} steps, "
-                f"held {res.held_steps}, safety clips {res.safety_counts}"
-                + (
-                    f", held {res.server_hold_s:.1f} s for the policy server ({res.reconnects} reconnects)"
-                    if res.server_hold_s
-                    else ""
-                ),
-                flush=True,
-            )
+            episodes.append(_episode_row(e, res))
             if writer is not None and res.actions:
-                t = len(res.actions)
-                rgb = np.stack([np.stack([im[c_] for c_ in cams]) for im in res.images]) if cams else None
-                done = np.zeros(t, bool)
-                done[-1] = True
-                succ = np.zeros(t, bool)
-                succ[-1] = res.success
-                writer.add_episode(
-                    Episode(
-                        task_index=0,
-                        instruction=instruction,
-                        state=np.stack(res.states),
-                        privileged=np.zeros((t, 0), np.float32),
-                        action=np.stack(res.actions),
-                        reward=succ.astype(np.float32),
-                        done=done,
-                        success=succ,
-                        rgb=rgb,
-                        meta={"reason": res.reason},
-                    )
-                )
-            if res.reason in ("estop", "watchdog", "unsafe_state", "server_lost") or res.reason.startswith(
-                "camera_stalled"
-            ):
+                _record(writer, res, cams, instruction)
+            if res.exit.stops_robot:
                 break
     except KeyboardInterrupt:
         print("interrupted: stopping the robot", file=sys.stderr)
@@ -329,6 +335,20 @@ def deploy_main(cfg) -> None:
         deployer.close()
         if writer is not None and writer.num_episodes:
             writer.close()
+    return episodes
+
+
+@hydra_app("embodied-deploy", "deploy")
+def deploy_main(cfg) -> None:
+    from embodied.runs import prepare_run_dir, write_json
+
+    c: DeployAppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    out = prepare_run_dir(c.out)
+    robot = _make_robot(c)
+    if c.check:
+        return _check(c, robot, out)
+    deployer, instruction = _connected_deployer(c, robot)
+    episodes = _run_episodes(c, robot, deployer, _dataset_writer(c, robot, out), instruction)
     summary = {
         "config": json.loads(json.dumps(OmegaConf.to_container(cfg))),
         "episodes": episodes,
