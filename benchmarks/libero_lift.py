@@ -86,12 +86,13 @@ START, TARGET, SEEDS_ABOVE, REFERENCE_GAP = 0.70, 0.90, 0.85, 0.10
 
 
 #: what a cell's record leaves out: the demonstrations (``data/``), videos, plots, TensorBoard events, Ray's
-#: session files, the greedy probe's copy of the policy, logs and SFT's optimizer state (a finished SFT is
-#: never resumed); RL checkpoints stay (a later phase carries them on)
+#: session files, the greedy probe's copy of the policy, logs, and the optimizer state of SFT and of the frozen
+#: control (neither is resumed once finished; later phases copy the control's policy); RL checkpoints stay (a
+#: later phase carries them on)
 SKIP_FOLDERS, SKIP_SUFFIXES, SKIP_PREFIXES = (
     {"videos", "plots", "tb", "ray", "greedy_probe"},
     {".mp4", ".log"},
-    ("data/", "sft/train_state/"),
+    ("data/", "sft/train_state/", "rl_control/checkpoint/train_state/"),
 )
 RECORDS = ROOT / "benchmarks" / "records" / "libero_lift"
 

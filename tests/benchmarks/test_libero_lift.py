@@ -102,7 +102,7 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
 
 def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path):
     """A cell's record keeps its results, evaluations and checkpoints (RL's optimizer state included), not
-    its dataset, videos, logs or SFT's optimizer state; a fresh OUT gets the cell back before anything runs."""
+    its dataset, videos, logs or the optimizer state of SFT and of the frozen control; a fresh OUT gets the cell back before anything runs."""
     lift = _module()
     cell = tmp_path / "out" / "rl_s0"
     files = {
@@ -112,6 +112,8 @@ def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path)
         "eval_rl/plots/libero_spatial.png": "p",
         "rl/checkpoint/policy/model.safetensors": "w",
         "rl/checkpoint/train_state/state.safetensors": "o",
+        "rl_control/checkpoint/policy/model.safetensors": "w",
+        "rl_control/checkpoint/train_state/state.safetensors": "o",
         "rl/metrics.csv": "iteration\n",
         "rl/tb/events": "e",
         "rl/ray/session/log": "r",
@@ -132,6 +134,7 @@ def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path)
         "rl/checkpoint/policy/model.safetensors",
         "rl/checkpoint/train_state/state.safetensors",
         "rl/metrics.csv",
+        "rl_control/checkpoint/policy/model.safetensors",
         "sft/ckpt/model.safetensors",
     ]
     fresh = tmp_path / "fresh" / "rl_s0"
