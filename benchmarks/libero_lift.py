@@ -270,7 +270,6 @@ def update_signal(run: Path, first: int, last: int, minibatch: int) -> dict[str,
     ``minibatch`` chunks, cos ~ |G|^2 / (|G|^2 + tr(Sigma) / minibatch), so ``noise_scale`` =
     ``minibatch * (1 / cos - 1)`` estimates the batch (in chunks) at which signal and noise weigh alike
     (McCandlish et al. 2018's simple noise scale); None where cos <= 0 (noise only, within the estimate)."""
-    import math
     import statistics
 
     rows = [r for r in _metrics(run / "rl" / "metrics.csv") if first <= int(r["iteration"]) <= last]
