@@ -34,6 +34,7 @@ __all__ = [
     "EnvRunnerSettings",
     "VecEnvRunner",
     "chunk_spaces",
+    "env_tasks",
     "group_initial_states",
     "make_env_config",
     "runner_envs",
@@ -111,6 +112,16 @@ def runner_envs(num_envs: int, worker_index: int) -> tuple[int, int]:
     """``(first global env index, env count)`` of runner ``worker_index`` (0 = the local runner), each
     runner holding ``num_envs`` envs."""
     return max(worker_index - 1, 0) * num_envs, num_envs
+
+
+def env_tasks(first: int, count: int, total: int, tasks: list[int]) -> list[int]:
+    """The tasks of envs ``first .. first + count - 1`` of ``total`` envs over all runners: env ``g`` runs
+    ``tasks[g * T // total]``, so each task has ``total // T`` or one more envs, and each runner's envs run
+    a contiguous share of the tasks (a runner then builds simulators for its share only: with 2 runners of
+    20 envs over LIBERO's 10 tasks, 5 each instead of all 10)."""
+    if total < 1 or not tasks or not 0 <= first <= first + count <= total:
+        raise ValueError(f"envs {first}..{first + count - 1} of {total} over tasks {tasks}: out of range")
+    return [tasks[g * len(tasks) // total] for g in range(first, first + count)]
 
 
 def group_initial_states(
@@ -249,7 +260,7 @@ class VecEnvRunner(EnvRunner):
             return self.env.reset(task_ids=np.repeat(task_ids, g).tolist(), init_ids=np.repeat(init_ids, g).tolist())
         return self.env.reset(
             seed=self.seed + 104729 * iteration + self.first_env,
-            task_ids=[tasks[(self.first_env + i) % len(tasks)] for i in range(n)],
+            task_ids=env_tasks(self.first_env, n, s.num_envs * max(self.config.num_env_runners, 1), tasks),
         )
 
     def sample(self, iteration: int = 0, **kwargs: Any) -> dict[str, Any]:

@@ -72,6 +72,9 @@ def test_a_restarted_env_runner_samples_its_share_with_the_current_weights(tmp_p
     )
     try:
         rows = [algo.run_iteration(0), algo.run_iteration(1)]
+        runner_tasks = algo.env_runner_group.foreach_env_runner(
+            lambda r: (r.worker_index, r.obs["task_id"].tolist()), local_env_runner=False
+        )
         victim = next(p for p in algo.placement()["env_runners"] if p["worker_index"] == 2)
         os.kill(victim["pid"], signal.SIGKILL)
         rows += [algo.run_iteration(2), algo.run_iteration(3)]
@@ -80,6 +83,7 @@ def test_a_restarted_env_runner_samples_its_share_with_the_current_weights(tmp_p
         algo.stop()
         if started:
             ray.shutdown()
+    assert sorted(runner_tasks) == [(1, [2, 2]), (2, [3, 3])]  # each runner runs its share of the tasks
     assert after["pid"] != victim["pid"]
     assert [r["runner_restarts"] for r in rows] == [0.0, 0.0, 1.0, 0.0]
     assert [r["env_steps"] for r in rows] == [STEPS_PER_ITERATION] * 4

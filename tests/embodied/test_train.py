@@ -341,6 +341,20 @@ def test_fresh_state_only_policy_is_told_to_set_policy_state_dim(tmp_path):
         train(compose("train", f"out={tmp_path / 'bad'}", *RUN, *args))
 
 
+def test_each_runner_runs_a_contiguous_share_of_the_tasks():
+    from embodied.rllib.env_runner import env_tasks
+
+    tasks = list(range(10))
+    # 40 envs over LIBERO's 10 tasks on 2 runners: 4 envs per task, tasks 0-4 on one runner and 5-9 on the other
+    assert env_tasks(0, 20, 40, tasks) == [t for t in range(5) for _ in range(4)]
+    assert env_tasks(20, 20, 40, tasks) == [t for t in range(5, 10) for _ in range(4)]
+    assert env_tasks(0, 40, 40, tasks) == env_tasks(0, 20, 40, tasks) + env_tasks(20, 20, 40, tasks)
+    assert env_tasks(0, 5, 5, [1, 8]) == [1, 1, 1, 8, 8]  # uneven: the counts differ by one at most
+    assert env_tasks(0, 2, 2, [2, 3]) == [2, 3]
+    with pytest.raises(ValueError, match="out of range"):
+        env_tasks(20, 30, 40, tasks)
+
+
 def test_group_initial_states_new_or_from_a_fixed_pool():
     from embodied.rllib.env_runner import group_initial_states
     from sims.protocol import TRAIN_INIT_OFFSET
