@@ -199,6 +199,11 @@ def eval_results(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def ci(bounds: list[float]) -> str:
+    """A 95% interval as the tables print it."""
+    return f"[{bounds[0]:+.3f}, {bounds[1]:+.3f}]"
+
+
 def suite_rate(results: dict[str, Any] | None, suite: str) -> float | None:
     return None if results is None else float(results["suites"][suite]["success_rate"])
 
@@ -373,12 +378,15 @@ def verdicts(
         )
     ours, theirs = reference.get("ours_rl"), reference.get("rl")
     if ours is not None and theirs is not None:
-        above = reference.get("sft") is not None and theirs > reference["sft"]
+        pair = reference.get("paired")
+        above = pair is not None and pair["ci95"][0] > 0
+        lift = f", paired {pair['difference']:+.3f} {ci(pair['ci95'])}" if pair else ""
         out.append(
             (
-                f"the reference env within {REFERENCE_GAP:.0%} of ours on the same states, and above SFT's",
+                f"the reference env within {REFERENCE_GAP:.0%} of ours on the same states, and above SFT's "
+                "(a paired interval above 0)",
                 abs(theirs - ours) <= REFERENCE_GAP and above,
-                f"reference {theirs:.1%} (SFT {reference.get('sft', float('nan')):.1%}), ours {ours:.1%}",
+                f"reference {theirs:.1%} against SFT {reference.get('sft', float('nan')):.1%}{lift}; ours {ours:.1%}",
             )
         )
     return out
@@ -434,6 +442,9 @@ def probe_lines(report: dict[str, Any]) -> list[str]:
     pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
     lines = [
         "",
+        "![Seed 0: sampled and greedy success over RL iterations](../img/libero-lift.png)",
+        "",
+        "(`docs/img/make_plots.py libero_lift` redraws it from the records.) "
         "The greedy probe (5 official states per task) against the sampled training success, and the frozen-actor "
         "control's probe (seed 0; the control's spread is the probe's own):",
         "",
@@ -491,7 +502,6 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
 
 def markdown(report: dict[str, Any], command: str) -> str:
     pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
-    ci = lambda c: f"[{c[0]:+.3f}, {c[1]:+.3f}]"  # noqa: E731
     lines = [
         "# One vision VLA for a real-LIBERO suite, lifted by RL",
         "",
@@ -517,7 +527,16 @@ def markdown(report: dict[str, Any], command: str) -> str:
         *start_lines(report.get("sft_start") or {}),
         "RL phases finished so far:" if report.get("phases") else "No RL phase has finished yet.",
         "",
-        "| seed | iterations | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] | held-out RL "
+        *(
+            [
+                f"Every figure below is one run of one seed on one machine ({len(report['phases'])} RL seed(s) so "
+                "far): an observation, not yet a result.",
+                "",
+            ]
+            if 0 < len(report.get("phases", {})) < 2
+            else []
+        ),
+        "| seed | iterations | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] | held-out RL (- SFT) "
         "| states better / worse | minutes |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -527,7 +546,9 @@ def markdown(report: dict[str, Any], command: str) -> str:
                 f"| {seed} | {r['iterations']} | {r.get('env_steps') or '-'} | {pct(r['rl'])} | {r['rl_minus_sft']:+.3f} "
                 f"{ci(r['rl_minus_sft_ci'])} | {pct(r.get('control'))} | "
                 + (f"{r['rl_minus_control']:+.3f} {ci(r['rl_minus_control_ci'])}" if "rl_minus_control" in r else "-")
-                + f" | {pct(r.get('heldout_rl'))} | {r['states_better']} / {r['states_worse']} | {r['minutes']} |"
+                + f" | {pct(r.get('heldout_rl'))}"
+                + (f" ({r['heldout_rl_minus_sft']:+.3f} {ci(r['heldout_ci'])})" if "heldout_ci" in r else "")
+                + f" | {r['states_better']} / {r['states_worse']} | {r['minutes']} |"
             )
     lines += probe_lines(report) + signal_lines(report)
     ref = report.get("reference") or {}
@@ -535,8 +556,15 @@ def markdown(report: dict[str, Any], command: str) -> str:
         lines += [
             "",
             f"In the reference env (robosuite 1.4, {ref.get('states')} states per task): SFT {pct(ref.get('sft'))}, "
-            f"RL at {ref.get('rl_iterations')} iterations {pct(ref.get('rl'))}; ours on the same states "
-            f"{pct(ref.get('ours_rl'))}.",
+            f"RL at {ref.get('rl_iterations')} iterations {pct(ref.get('rl'))}"
+            + (f", paired {ref['paired']['difference']:+.3f} {ci(ref['paired']['ci95'])}" if ref.get("paired") else "")
+            + f"; ours on the same states: SFT {pct(ref.get('ours_sft'))}, RL {pct(ref.get('ours_rl'))}."
+            + "".join(
+                f" {name}: the two simulators end {a['agree']} of {a['states']} states alike ({a['ours_only']} "
+                f"succeed in ours only, {a['reference_only']} in the reference only)."
+                for name, a in (("SFT", ref.get("agree_sft")), ("RL", ref.get("agree_rl")))
+                if a
+            ),
         ]
     for variant, r in (report.get("pro") or {}).items():
         lines.append(
@@ -547,6 +575,30 @@ def markdown(report: dict[str, Any], command: str) -> str:
     lines += ["", "| criterion | holds | evidence |", "|---|---|---|"]
     lines += [f"| {c} | {'yes' if ok else '**no**'} | {ev} |" for c, ok, ev in report.get("verdicts", [])]
     return "\n".join(lines) + "\n"
+
+
+def state_outcomes(tasks: list[dict[str, Any]], states: int) -> dict[tuple[int, int], bool]:
+    """``{(task, init id): success}`` of an evaluation's per-task records (``state_successes``) on the
+    first ``states`` states of every task."""
+    return {(t["task"], s[0]): s[1] > 0 for t in tasks for s in t.get("state_successes", []) if s[0] < states}
+
+
+def agreement(ours: dict[str, Any] | None, theirs: dict[str, Any] | None, states: int) -> dict[str, int] | None:
+    """How often our simulator and the reference env end the same (task, state) alike: ``{"states",
+    "agree", "ours_only", "reference_only"}`` (success in one simulator only) over the states both ran."""
+    if ours is None or theirs is None:
+        return None
+    a = state_outcomes(ours.get("tasks", []), states)
+    b = state_outcomes(theirs["suites"][SUITE].get("tasks", []), states)
+    common = sorted(a.keys() & b.keys())
+    if not common:
+        return None
+    return {
+        "states": len(common),
+        "agree": sum(a[k] == b[k] for k in common),
+        "ours_only": sum(a[k] and not b[k] for k in common),
+        "reference_only": sum(b[k] and not a[k] for k in common),
+    }
 
 
 def ours_on(results: dict[str, Any] | None, states: int) -> float | None:
@@ -663,6 +715,11 @@ def main(argv: list[str] | None = None) -> int:
             "rl_iterations": report["phases"][0][-1]["iterations"],
             "paired": paired(eval_results(out / f"reference_{rl_tag}"), SUITE),
             "ours_rl": ours_on(last[0][0]["eval_rl"], args.reference_states),
+            "ours_sft": ours_on(last[0][0]["eval_sft"], args.reference_states),
+            "agree_sft": agreement(last[0][0]["eval_sft"], eval_results(out / "reference_sft"), args.reference_states),
+            "agree_rl": agreement(
+                last[0][0]["eval_rl"], eval_results(out / f"reference_{rl_tag}"), args.reference_states
+            ),
         }
         pro: dict[str, Any] = {}
         for variant in PRO_VARIANTS:

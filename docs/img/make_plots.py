@@ -279,6 +279,51 @@ def libero_frame() -> None:
     print(f"{path.relative_to(ROOT)}: {path.stat().st_size // 1024} KB")
 
 
+def libero_lift() -> None:
+    """benchmarks/libero_lift.py, seed 0: the sampled training success, the greedy probe of RL and of the frozen
+    control over RL iterations, and every finished phase's greedy success on all official pairs."""
+    lift = REC / "libero_lift"
+    cells = sorted(lift.glob("rl_s0*"), key=lambda c: int(c.name.partition("_it")[2] or 0))
+    rows = {int(r["iteration"]): r for c in cells for r in _csv(c / "rl" / "metrics.csv")}
+    control = {int(r["iteration"]): r for r in _csv(lift / "rl_s0" / "rl_control" / "metrics.csv")}
+    fig, ax = plt.subplots(figsize=SIZE)
+    it = sorted(rows)
+    # an iteration ends only 20-30 episodes: the sampled success over the last 5 iterations' episodes, from the
+    # 5th (an episode outlasts an iteration, so the first iterations end only the quick successes)
+    ended = [float(rows[i]["episodes"]) for i in it]
+    won = [float(rows[i]["success_rate"]) * e for i, e in zip(it, ended)]
+    smooth = [100 * sum(won[max(0, k - 4) : k + 1]) / max(sum(ended[max(0, k - 4) : k + 1]), 1) for k in range(len(it))]
+    ax.plot(it[4:], smooth[4:], color="#999999", lw=1, label="sampled (training), last 5 iterations")
+    for runs, color, label in (
+        (rows, "#2f6db5", "greedy probe: RL"),
+        (control, "#e08a2c", "greedy probe: frozen control"),
+    ):
+        pts = [i for i in sorted(runs) if runs[i].get("greedy_success_rate")]
+        ax.plot(pts, [100 * float(runs[i]["greedy_success_rate"]) for i in pts], "o-", ms=3, color=color, label=label)
+    sft = json.loads((lift / "sft" / "results.json").read_text())["eval_sft"]["success_rate"]
+    ends = [(0, sft)] + [
+        (r["rl"]["iterations"], r["eval_rl"]["success_rate"])
+        for r in (json.loads((c / "results.json").read_text()) for c in cells)
+        if "eval_rl" in r
+    ]
+    ax.plot(
+        [e[0] for e in ends],
+        [100 * e[1] for e in ends],
+        "D-",
+        ms=5,
+        color="#1b3f73",
+        label="greedy, 500 official pairs",
+    )
+    ax.axhline(90, color="grey", lw=0.8, ls="--")
+    ax.text(1, 90.6, "90%: the target", color="grey")
+    ax.set_xlabel("RL iteration (640 chunks each)")
+    ax.set_ylabel("success (%)")
+    ax.set_ylim(40, 100)
+    ax.set_title("libero_spatial, one vision VLA for 10 tasks: Flow-SDE PPO from few-shot SFT (seed 0)")
+    ax.legend(loc="lower right", fontsize=7)
+    _save(fig, "libero-lift")
+
+
 PLOTS = {
     "main_job": main_job,
     "rl_lift_grid": rl_lift_grid,
@@ -286,6 +331,7 @@ PLOTS = {
     "libero_experts": libero_experts,
     "libero_speed": libero_speed,
     "libero_frame": libero_frame,
+    "libero_lift": libero_lift,
 }
 
 if __name__ == "__main__":

@@ -80,9 +80,13 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert later["signal"]["iterations"] == 2 and abs(later["signal"]["explained_variance"] - 0.5) < 1e-12
     assert m.update_signal(tmp_path, 3, 5, 64) is None  # one cosine: no spread to judge it by
     seed1 = m.phase_row(_results(0.6, 0.88, None), tmp_path)
-    reference = {"states": 10, "sft": 0.5, "rl": 0.85, "ours_rl": 0.9}
+    reference = {"states": 10, "sft": 0.5, "rl": 0.85, "ours_rl": 0.9, "paired": _paired(0.5, 0.85, 0.2)}
     held = {c: ok for c, ok, _ in m.verdicts(0.6, {0: good, 1: seed1}, reference)}
     assert all(held.values()) and len(held) == 5
+    # above SFT's in the reference env means a paired interval above 0, not a higher rate alone
+    unsure = {**reference, "paired": _paired(0.5, 0.85, -0.01)}
+    (evidence,) = [ev for c, ok, ev in m.verdicts(0.6, {0: good}, unsure) if c.startswith("the reference") and not ok]
+    assert evidence == "reference 85.0% against SFT 50.0%, paired +0.350 [-0.010, +0.400]; ours 90.0%"
     low_seed = m.phase_row(_results(0.6, 0.80, None), tmp_path)
     held = {c.split(" ")[1]: ok for c, ok, _ in m.verdicts(0.75, {0: good, 1: low_seed}, {**reference, "rl": 0.7})}
     assert held["below"] is False and held["RL"] is False and held["reference"] is False
@@ -175,6 +179,10 @@ def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
         40,
         0.5,
     )
-    assert "RL at 40 iterations 80.0%" in (tmp_path / "t.md").read_text()
+    table = (tmp_path / "t.md").read_text()
+    assert "RL at 40 iterations 80.0%; ours on the same states: SFT 60.0%, RL 100.0%." in table
+    # state by state: ours ends states 0-5 (SFT) and 0-9 (RL) in success, the reference 0-4 and 0-7
+    assert report["reference"]["agree_sft"] == {"states": 10, "agree": 9, "ours_only": 1, "reference_only": 0}
+    assert "RL: the two simulators end 8 of 10 states alike (2 succeed in ours only, 0 in the reference only)" in table
     # the finished cells are kept in the records; the later phase's cell is not this table's
     assert sorted(p.name for p in records.iterdir()) == ["reference_rl_it40", "reference_sft", "rl_s0", "sft"]
