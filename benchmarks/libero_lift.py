@@ -244,6 +244,19 @@ def probe_curve(run: Path) -> list[dict[str, float]]:
     return curve
 
 
+def sampled_rate(rows: list[dict[str, str]], first: int, last: int) -> dict[str, float] | None:
+    """The sampled policy's success over the episodes that training ended in iterations ``first .. last``
+    (``metrics.csv`` rows: each iteration's ``success_rate`` over its ``episodes``): ``{"rate", "episodes"}``,
+    None without episodes. An episode outlasts an iteration, so start a few iterations after a fresh
+    start, whose first iterations end only the quick successes."""
+    picked = [r for r in rows if first <= int(r["iteration"]) <= last and float(r.get("episodes") or 0) > 0]
+    episodes = sum(float(r["episodes"]) for r in picked)
+    if not episodes:
+        return None
+    won = sum(float(r["success_rate"]) * float(r["episodes"]) for r in picked)
+    return {"rate": won / episodes, "episodes": episodes}
+
+
 def probe_flips(run: Path) -> dict[str, int] | None:
     """At the first iteration both RL's and the frozen control's probes ran (``greedy_episodes.jsonl``):
     ``{iteration, states, differ}``, the states whose greedy outcome differs between the two (the same
@@ -326,6 +339,11 @@ def phase_row(results: dict[str, Any], folder: Path, since: int = 0) -> dict[str
     curve = probe_curve(folder)
     if curve:
         row.update(probe=curve)
+    if row["iterations"]:  # the sampled success over the phase's second half, and the frozen control's
+        rl_rows = _metrics(folder / "rl" / "metrics.csv")
+        row["sampled"] = sampled_rate(rl_rows, (since + row["iterations"]) // 2 + 1, row["iterations"])
+        if "eval_control" in results:
+            row["control_sampled"] = sampled_rate(_metrics(folder / "rl_control" / "metrics.csv"), 5, row["iterations"])
     flips = probe_flips(folder)
     if flips:
         row.update(probe_flips=flips)
@@ -464,6 +482,25 @@ def probe_lines(report: dict[str, Any]) -> list[str]:
                 "otherwise under RL's weights than under the frozen control's (the same states and initial noise), so "
                 "two probes compare nearly unpaired: the probe shows which way the greedy path goes, the evaluations "
                 "over all states how far."
+            )
+    last_phase = first[-1]
+    ctl, rl = last_phase.get("control_sampled"), last_phase.get("sampled")
+    if ctl and rl and "control" in first[0]:
+        lines += [
+            "",
+            f"Sampled against greedy on all {len(TASKS)} x 50 official states: the frozen control's sampled success "
+            f"(the Flow-SDE noise RL trains with, {ctl['episodes']:.0f} training episodes) is {pct(ctl['rate'])} "
+            f"where its greedy path scores {pct(first[0]['control'])}; RL's, over the second half of its last phase "
+            f"({rl['episodes']:.0f} episodes), {pct(rl['rate'])} where its greedy path scores {pct(last_phase['rl'])}.",
+        ]
+        greedy = first[0]["control"]
+        spread = 1.96 * math.sqrt(
+            ctl["rate"] * (1 - ctl["rate"]) / ctl["episodes"] + greedy * (1 - greedy) / (50 * len(TASKS))
+        )
+        if ctl["rate"] - greedy > spread:  # beyond both rates' 95% spread (the official pairs)
+            lines[-1] += (
+                " The gap between the two paths is there before RL moves the actor: the noise alone gets the SFT "
+                "policy out of some of the states its ODE path fails in."
             )
     return lines
 

@@ -147,6 +147,18 @@ def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path)
     assert not lift.restore(tmp_path / "fresh" / "rl_s1", records)  # no record: nothing to restore
 
 
+def test_the_sampled_success_weighs_each_iteration_by_the_episodes_it_ended():
+    m = _module()
+    rows = [
+        {"iteration": "1", "success_rate": "1.0", "episodes": "2"},  # the quick successes of a fresh start
+        {"iteration": "5", "success_rate": "0.5", "episodes": "20"},
+        {"iteration": "6", "success_rate": "0.8", "episodes": "10"},
+        {"iteration": "7", "success_rate": "0", "episodes": "0"},
+    ]
+    assert m.sampled_rate(rows, 5, 7) == {"rate": 0.6, "episodes": 30.0}
+    assert m.sampled_rate(rows, 7, 9) is None
+
+
 def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
     """``--table-only`` over finished cells: the reference env's cells of seed 0's last finished phase
     (``reference_rl_it40`` after 40 iterations; a later phase gets its own) are the ones reported."""
