@@ -322,6 +322,10 @@ def phase_row(results: dict[str, Any], folder: Path, since: int = 0) -> dict[str
         "minutes": own_minutes(results),
         "env_steps": results["rl"].get("env_steps"),
     }
+    held_tasks = {t["task"]: t["success_rate"] for t in (results.get("eval_rl_heldout") or {}).get("tasks", [])}
+    row["tasks"] = {
+        t["task"]: (t["success_rate"], held_tasks.get(t["task"])) for t in results["eval_rl"].get("tasks", [])
+    }
     better, worse = states_moved(results["eval_sft"], results["eval_rl"])
     row.update(states_better=better, states_worse=worse)
     if "eval_control" in results:
@@ -429,25 +433,29 @@ def sft_start(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def start_lines(start: dict[str, Any]) -> list[str]:
-    """The SFT start's section of the table page."""
+def start_lines(start: dict[str, Any], rl: dict[str, Any] | None = None) -> list[str]:
+    """The SFT start's section of the table page, per task beside ``rl`` (a :func:`phase_row`: seed 0's last
+    finished phase) where one finished."""
     if not start:
         return []
     mins = ", ".join(f"{k} {v}" for k, v in start["stage_minutes"].items())
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    per_task = (rl or {}).get("tasks") or {}
     lines = [
         f"{start['demos']} demonstrations ({start['frames']} frames; the scripted experts succeed "
         f"{start['expert_success']:.1%} of the time under DART noise), {start['sft_steps']} SFT steps of a "
         f"{start['parameters']:,}-parameter flow VLA (final loss {start['final_loss']:.3f}); minutes: {mins}.",
         "",
-        "| task | official pairs | held-out states |",
+        *([f"Per task, SFT and then RL (seed 0 at {rl['iterations']} iterations):", ""] if per_task else []),
+        f"| task | official pairs{': SFT -> RL' if per_task else ''} | held-out states{': SFT -> RL' if per_task else ''} |",
         "|---|---|---|",
     ]
-    lines += [
-        f"| {t['task']} {t['name']} | {t['official']:.0%} | "
-        + ("-" if t["heldout"] is None else f"{t['heldout']:.0%}")
-        + " |"
-        for t in start["tasks"]
-    ]
+    for t in start["tasks"]:
+        now = per_task.get(t["task"]) or per_task.get(str(t["task"]))
+        official, heldout = pct(t["official"]), pct(t["heldout"])
+        if now:
+            official, heldout = f"{official} -> {pct(now[0])}", f"{heldout} -> {pct(now[1])}"
+        lines.append(f"| {t['task']} {t['name']} | {official} | {heldout} |")
     return lines + [""]
 
 
@@ -561,7 +569,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
         f"SFT start: **{pct(report.get('sft'))}** on the official pairs, {pct(report.get('sft_heldout'))} on "
         "the held-out states.",
         "",
-        *start_lines(report.get("sft_start") or {}),
+        *start_lines(report.get("sft_start") or {}, (report.get("phases", {}).get(0) or [None])[-1]),
         "RL phases finished so far:" if report.get("phases") else "No RL phase has finished yet.",
         "",
         *(

@@ -24,13 +24,17 @@ def _states(rate: float) -> list:
     return [[i, int(i < rate * 10)] for i in range(10)]
 
 
+def _task(rate: float) -> dict:
+    return {"task": 0, "name": "pick", "success_rate": rate, "state_successes": _states(rate)}
+
+
 def _results(sft: float, rl: float, control: float | None) -> dict:
     res = {
-        "eval_sft": {"success_rate": sft, "tasks": [{"task": 0, "state_successes": _states(sft)}]},
+        "eval_sft": {"success_rate": sft, "tasks": [_task(sft)]},
         "eval_rl": {
             "success_rate": rl,
             "comparison": {"paired": _paired(sft, rl, rl - sft - 0.05)},
-            "tasks": [{"task": 0, "state_successes": _states(rl)}],
+            "tasks": [_task(rl)],
         },
         "rl": {"iterations": 40, "env_steps": 128000, "updates": {"approx_kl": 0.01, "clip_fraction": 0.1}},
         "stage_seconds": {"rl": 600, "eval_rl": 60},
@@ -192,6 +196,7 @@ def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
         0.5,
     )
     table = (tmp_path / "t.md").read_text()
+    assert "| 0 pick | 60% -> 92% | - -> - |" in table  # per task: SFT, then RL's last finished phase
     assert "RL at 40 iterations 80.0%; ours on the same states: SFT 60.0%, RL 100.0%." in table
     # state by state: ours ends states 0-5 (SFT) and 0-9 (RL) in success, the reference 0-4 and 0-7
     assert report["reference"]["agree_sft"] == {"states": 10, "agree": 9, "ours_only": 1, "reference_only": 0}
