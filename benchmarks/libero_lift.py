@@ -3,6 +3,7 @@ protocol, scored on the path every evaluation runs (greedy: the ODE from the ini
 
     .venv/bin/python benchmarks/libero_lift.py --out runs/libero_lift --docs docs/results/libero-lift.md
     .venv/bin/python benchmarks/libero_lift.py --out runs/libero_lift --until sft      # the SFT start alone
+    .venv/bin/python benchmarks/libero_lift.py --out runs/libero_lift --until rl --rl-iterations 40  # every seed's first phase
     .venv/bin/python benchmarks/libero_lift.py --out runs/libero_lift --table-only --docs docs/results/libero-lift.md
 
 Every cell is a run folder that the same command resumes (hours on 2 cores: run it again in the next
@@ -77,6 +78,8 @@ PHASES: tuple[tuple[int, tuple[str, ...]], ...] = (
     (40, ("rl.greedy_every=5", "rl.runtime.num_env_runners=1")),
     (80, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
     (120, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
+    (160, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
+    (200, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
 )
 RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_states=5"]
 #: LIBERO-PRO's perturbations scored in the reference env (language, objects, swapped positions)
@@ -694,6 +697,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rl-seeds", type=int, nargs="+", default=[0, 1], help="RL seeds over the SFT start (0 has the control)"
     )
+    ap.add_argument(
+        "--rl-iterations",
+        type=int,
+        default=PHASES[-1][0],
+        help="run each seed's RL phases up to this many iterations (later ones finished already are still reported)",
+    )
     ap.add_argument("--reference-states", type=int, default=10, help="states per task in the reference env")
     ap.add_argument("--pro-states", type=int, default=5, help="states per task of each LIBERO-PRO variant")
     ap.add_argument("--until", choices=("sft", "rl", "reference", "pro"), default="pro", help="the last part to run")
@@ -728,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
                 phase_command(out, seed, phase, args.demos, extra),
                 f"RL seed {seed}, phase {phase + 1}/{len(PHASES)} (to {PHASES[phase][0]} iterations)",
                 records,
-                runs("rl"),
+                runs("rl") and PHASES[phase][0] <= args.rl_iterations,
             )
             if results is None:
                 break

@@ -56,6 +56,8 @@ def test_phases_chain_from_the_sft_start_and_only_seed_0_runs_the_control(tmp_pa
     assert f"out={tmp_path / 'rl_s1_it120'}" in later and "rl.control=false" in later and "continue_rl=true" in later
     assert f"init_from={(tmp_path / 'rl_s1_it80').resolve()}" in later and "rl.iterations=120" in later
     assert "stages=[collect,sft,eval_sft]" in m.sft_command(tmp_path, 20, [])
+    # the first phase samples on one runner, the later ones share the tasks' envs between two
+    assert "rl.runtime.num_env_runners=1" in first and "rl.runtime.num_env_runners=2" in later
 
 
 def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
@@ -201,5 +203,13 @@ def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
     # state by state: ours ends states 0-5 (SFT) and 0-9 (RL) in success, the reference 0-4 and 0-7
     assert report["reference"]["agree_sft"] == {"states": 10, "agree": 9, "ours_only": 1, "reference_only": 0}
     assert "RL: the two simulators end 8 of 10 states alike (2 succeed in ours only, 0 in the reference only)" in table
+    # --rl-iterations 40: seed 0's first phase is finished, so nothing runs (no second phase starts)
+    assert (
+        m.main(
+            ["--out", str(out), "--records", str(records), "--until", "rl", "--rl-seeds", "0", "--rl-iterations", "40"]
+        )
+        == 1
+    )
+    assert not (out / "rl_s0_it80").exists()
     # the finished cells are kept in the records; the later phase's cell is not this table's
     assert sorted(p.name for p in records.iterdir()) == ["reference_rl_it40", "reference_sft", "rl_s0", "sft"]
