@@ -293,7 +293,9 @@ def libero_lift() -> None:
     ended = [float(rows[i]["episodes"]) for i in it]
     won = [float(rows[i]["success_rate"]) * e for i, e in zip(it, ended)]
     smooth = [100 * sum(won[max(0, k - 4) : k + 1]) / max(sum(ended[max(0, k - 4) : k + 1]), 1) for k in range(len(it))]
-    ax.plot(it[4:], smooth[4:], color="#999999", lw=1, label="sampled (training), last 5 iterations")
+    ax.plot(
+        it[4:], smooth[4:], color="#999999", lw=1, label="sampled (every ended episode, last 5 iterations; reads high)"
+    )
     for runs, color, label in (
         (rows, "#2f6db5", "greedy probe: RL"),
         (control, "#e08a2c", "greedy probe: frozen control"),

@@ -370,10 +370,14 @@ class ChunkRL(Algorithm):
         returns = [x for r in results for x in r["episode_returns"]]
         success = [x for r in results for x in r["episode_success"]]
         lengths = [x for r in results for x in r["episode_lengths"]]
+        fresh = [x for r in results for x in r.get("fresh_success", [])]
         return {
             "env_steps": float(sum(r["env_steps"] for r in results)),
             "episodes": float(len(success)),
             "success_rate": float(np.mean(success)) if success else float("nan"),
+            # each env's first episode since a reset (VecEnvRunner: fresh_episodes), unbiased by the cuts
+            "fresh_episodes": float(len(fresh)),
+            "fresh_success_rate": float(np.mean(fresh)) if fresh else float("nan"),
             "return": float(np.mean(returns)) if returns else float("nan"),
             "episode_length": float(np.mean(lengths)) if lengths else float("nan"),
         }

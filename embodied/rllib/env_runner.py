@@ -35,6 +35,7 @@ __all__ = [
     "VecEnvRunner",
     "chunk_spaces",
     "env_tasks",
+    "fresh_episodes",
     "group_initial_states",
     "make_env_config",
     "runner_envs",
@@ -124,6 +125,23 @@ def env_tasks(first: int, count: int, total: int, tasks: list[int]) -> list[int]
     return [tasks[g * len(tasks) // total] for g in range(first, first + count)]
 
 
+def fresh_episodes(ended_since_reset: np.ndarray, envs: list[int], success: list[bool]) -> list[bool]:
+    """The successes of the episodes (ended by ``envs``, in order of ending) that are their env's first since
+    the last reset; counts them into ``ended_since_reset [N]`` (in place).
+
+    Every ended episode is a biased sample whenever training episodes are cut (a reset for the greedy probe,
+    a new phase): an env that succeeds fast ends several episodes in a window where a failing one, which runs
+    to the step limit, is more often cut and never counted, so the share of successes among the ended
+    episodes reads high. An env's first episode after a reset starts from a fresh draw and ends before the
+    next cut when resets are further apart than the step limit: its success is the sampled policy's, unbiased."""
+    fresh = []
+    for env, ok in zip(envs, success):
+        if ended_since_reset[env] == 0:
+            fresh.append(bool(ok))
+        ended_since_reset[env] += 1
+    return fresh
+
+
 def group_initial_states(
     iteration: int,
     total_groups: int,
@@ -176,6 +194,8 @@ class VecEnvRunner(EnvRunner):
         self.env = None
         self.obs: dict[str, torch.Tensor] | None = None
         self.critic_inputs: CriticInputs | None = None
+        # episodes each env ended since the last reset (its first is a fresh, unbiased draw: see sample)
+        self.ended_since_reset: np.ndarray | None = None
         self.module = None
         # the driver's count of the weights it sent (:meth:`set_weights`); None until the first arrive, as
         # in a runner Ray has just restarted, whose module holds random weights
@@ -275,6 +295,7 @@ class VecEnvRunner(EnvRunner):
         start = time.perf_counter()
         if self.obs is None or s.grouped:
             self.obs = self._reset(iteration)
+            self.ended_since_reset = np.zeros(self.env.num_envs, np.int64)
             if self.critic_inputs is not None:
                 self.critic_inputs.clock.reset()
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + 9973 * (self.worker_index or 0) + iteration)
@@ -295,6 +316,7 @@ class VecEnvRunner(EnvRunner):
             "episode_returns": returns,
             "episode_lengths": lengths,
             "episode_success": success,
+            "fresh_success": fresh_episodes(self.ended_since_reset, rollout.episode_envs, rollout.episode_success),
             "sim_s": rollout.timing["sim_s"],
             "inference_s": rollout.timing["inference_s"],
             "sample_s": time.perf_counter() - start,

@@ -70,6 +70,8 @@ METRIC_FIELDS = [
     "env_steps",
     "episodes",
     "success_rate",
+    "fresh_episodes",
+    "fresh_success_rate",
     "return",
     "episode_length",
     "entropy",

@@ -153,16 +153,17 @@ def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path)
     assert not lift.restore(tmp_path / "fresh" / "rl_s1", records)  # no record: nothing to restore
 
 
-def test_the_sampled_success_weighs_each_iteration_by_the_episodes_it_ended():
+def test_the_sampled_success_counts_each_envs_first_episode_after_a_reset():
     m = _module()
     rows = [
-        {"iteration": "1", "success_rate": "1.0", "episodes": "2"},  # the quick successes of a fresh start
-        {"iteration": "5", "success_rate": "0.5", "episodes": "20"},
-        {"iteration": "6", "success_rate": "0.8", "episodes": "10"},
-        {"iteration": "7", "success_rate": "0", "episodes": "0"},
+        {"iteration": "4", "fresh_success_rate": "1.0", "fresh_episodes": "2"},
+        {"iteration": "5", "fresh_success_rate": "0.5", "fresh_episodes": "20"},
+        {"iteration": "6", "fresh_success_rate": "0.8", "fresh_episodes": "10"},
+        {"iteration": "7", "fresh_success_rate": "", "fresh_episodes": "0"},
     ]
     assert m.sampled_rate(rows, 5, 7) == {"rate": 0.6, "episodes": 30.0}
     assert m.sampled_rate(rows, 7, 9) is None
+    assert m.sampled_rate([{"iteration": "5", "success_rate": "0.7", "episodes": "20"}], 1, 9) is None  # older runs
 
 
 def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):

@@ -87,6 +87,7 @@ def test_a_restarted_env_runner_samples_its_share_with_the_current_weights(tmp_p
     assert after["pid"] != victim["pid"]
     assert [r["runner_restarts"] for r in rows] == [0.0, 0.0, 1.0, 0.0]
     assert [r["env_steps"] for r in rows] == [STEPS_PER_ITERATION] * 4
+    assert all(r["fresh_episodes"] <= r["episodes"] for r in rows)  # each env's first episode since a reset
     assert all(r["approx_kl_first"] < 1e-6 and r["clip_fraction_first"] == 0.0 for r in rows)
     (recovery,) = algo.recoveries
     assert (recovery.iteration, recovery.worker_index) == (2, 2) and recovery.wait_s > 0

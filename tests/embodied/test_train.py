@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import compose
@@ -353,6 +354,16 @@ def test_each_runner_runs_a_contiguous_share_of_the_tasks():
     assert env_tasks(0, 2, 2, [2, 3]) == [2, 3]
     with pytest.raises(ValueError, match="out of range"):
         env_tasks(20, 30, 40, tasks)
+
+
+def test_only_each_envs_first_episode_since_a_reset_counts_as_fresh():
+    from embodied.rllib.env_runner import fresh_episodes
+
+    ended = np.zeros(3, np.int64)
+    # env 0 succeeds fast twice, env 2 fails once (its long episode), env 1 ends nothing yet
+    assert fresh_episodes(ended, [0, 2, 0], [True, False, True]) == [True, False]
+    assert fresh_episodes(ended, [1, 0], [True, False]) == [True]  # env 1's first; env 0's third
+    assert ended.tolist() == [3, 1, 1]
 
 
 def test_group_initial_states_new_or_from_a_fixed_pool():
