@@ -311,10 +311,29 @@ def update_signal(run: Path, first: int, last: int, minibatch: int) -> dict[str,
     }
 
 
-def phase_row(results: dict[str, Any], folder: Path, since: int = 0) -> dict[str, Any]:
+def phase_over_phase(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any] | None:
+    """Two greedy evaluations of the same states (``eval_rl`` of consecutive phases): ``{"difference",
+    "ci95", "states"}``, paired over the states both scored (each state's success over its attempts)."""
+    from embodied.eval.stats import paired_difference_interval
+
+    def rates(res: dict[str, Any]) -> dict[tuple[int, int], float]:
+        return {(t["task"], s[0]): s[1] / s[2] for t in res.get("tasks", []) for s in t.get("state_successes", [])}
+
+    a, b = rates(before), rates(now)
+    shared = sorted(a.keys() & b.keys())
+    if len(shared) < 2:
+        return None
+    d, lo, hi = paired_difference_interval([b[k] for k in shared], [a[k] for k in shared])
+    return {"difference": d, "ci95": [lo, hi], "states": len(shared)}
+
+
+def phase_row(
+    results: dict[str, Any], folder: Path, since: int = 0, previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One finished phase (its iterations after ``since``, where the previous phase ended): greedy success
     on the official pairs (RL, SFT, the control where it ran), on the held-out states, the paired
-    differences, the probe's curve and the update diagnostics (:func:`update_signal`)."""
+    differences, the probe's curve and the update diagnostics (:func:`update_signal`); with ``previous`` (the
+    previous phase's results) what this phase changed on the official pairs (:func:`phase_over_phase`)."""
     vs_sft = results["eval_rl"]["comparison"]["paired"]
     row: dict[str, Any] = {
         "iterations": results["rl"].get("iterations"),
@@ -331,6 +350,9 @@ def phase_row(results: dict[str, Any], folder: Path, since: int = 0) -> dict[str
     }
     better, worse = states_moved(results["eval_sft"], results["eval_rl"])
     row.update(states_better=better, states_worse=worse)
+    if previous is not None and "eval_rl" in previous:
+        row["vs_previous"] = phase_over_phase(previous["eval_rl"], results["eval_rl"])
+        row["previous_iterations"] = previous["rl"].get("iterations")
     if "eval_control" in results:
         row["control"] = results["eval_control"]["success_rate"]
         row["rl_minus_control"] = results["rl_vs_control"]["paired"]["difference"]
@@ -594,6 +616,15 @@ def markdown(report: dict[str, Any], command: str) -> str:
                 + (f" ({r['heldout_rl_minus_sft']:+.3f} {ci(r['heldout_ci'])})" if "heldout_ci" in r else "")
                 + f" | {r['states_better']} / {r['states_worse']} | {r['minutes']} |"
             )
+    steps = [
+        f"seed {seed} from {r['previous_iterations']} to {r['iterations']} iterations: "
+        f"{r['vs_previous']['difference']:+.3f} {ci(r['vs_previous']['ci95'])}"
+        for seed, phases in sorted(report.get("phases", {}).items())
+        for r in phases
+        if r.get("vs_previous")
+    ]
+    if steps:
+        lines += ["", "What each later phase changed, paired on the official pairs: " + "; ".join(steps) + "."]
     lines += probe_lines(report) + signal_lines(report)
     ref = report.get("reference") or {}
     if ref:
@@ -737,7 +768,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             if results is None:
                 break
-            rows.append(phase_row(results, folder, rows[-1]["iterations"] if rows else 0))
+            rows.append(
+                phase_row(results, folder, rows[-1]["iterations"] if rows else 0, last[seed][0] if rows else None)
+            )
             last[seed] = (results, folder)
             cells.append(folder)
         if rows:

@@ -21,7 +21,7 @@ def _paired(before: float, now: float, lo: float) -> dict:
 
 
 def _states(rate: float) -> list:
-    return [[i, int(i < rate * 10)] for i in range(10)]
+    return [[i, int(i < rate * 10), 1] for i in range(10)]  # [init id, successes, attempts]
 
 
 def _task(rate: float) -> dict:
@@ -82,7 +82,9 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     signal = good["signal"]
     assert good["chunks_per_update"] == 640 and signal["iterations"] == 3 and abs(signal["grad_cos"] - 0.02) < 1e-12
     assert abs(signal["noise_scale"] - 64 * 49) < 1e-6 and abs(signal["approx_kl"] - 0.02) < 1e-12
-    later = m.phase_row(_results(0.6, 0.92, 0.61), tmp_path, since=1)
+    later = m.phase_row(_results(0.6, 0.92, 0.61), tmp_path, since=1, previous=_results(0.6, 0.8, 0.61))
+    # what the phase changed on the same states: states 8 and 9 now succeed, 0.2 over the 10
+    assert later["vs_previous"]["states"] == 10 and abs(later["vs_previous"]["difference"] - 0.2) < 1e-12
     assert later["signal"]["iterations"] == 2 and abs(later["signal"]["explained_variance"] - 0.5) < 1e-12
     assert m.update_signal(tmp_path, 3, 5, 64) is None  # one cosine: no spread to judge it by
     seed1 = m.phase_row(_results(0.6, 0.88, None), tmp_path)
@@ -108,6 +110,8 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert "its 95% interval is about ±22%. At iteration 5, 1 of its 4 states already ended otherwise" in table
     assert "| 0 | 40 (3 in the phase) | 640 | 0.0200 | 0.100 | 0.40 | +0.020 ± 0.010 | 3,136 |" in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
+    two_phases = m.markdown({**report, "phases": {0: [good, later]}}, "python benchmarks/libero_lift.py --out X")
+    assert "paired on the official pairs: seed 0 from 40 to 40 iterations: +0.200 [" in two_phases
 
 
 def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path):
