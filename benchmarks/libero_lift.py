@@ -70,18 +70,19 @@ SFT_OVERRIDES = [
 ]
 #: the RL phases: (iterations at the phase's end, its ``rl.*`` settings); 40 envs x 16 chunks per iteration.
 #: The greedy probe (50 episodes) costs about as much as four iterations: every 5 iterations while the
-#: curve is steep, every 10 after. A runner holds one simulator per task its envs run (about 1.4 GB each
-#: with LIBERO's 4096 px textures in software GL) and renders on one core: the first phase ran one runner
-#: with all 40 envs; the later ones split them between two runners (each runs 5 tasks' envs,
-#: :func:`embodied.rllib.env_runner.env_tasks`), which sample on both cores
+#: curve is steep, every 10 after
 PHASES: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (40, ("rl.greedy_every=5", "rl.runtime.num_env_runners=1")),
-    (80, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
-    (120, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
-    (160, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
-    (200, ("rl.greedy_every=10", "rl.runtime.num_env_runners=2")),
+    (40, ("rl.greedy_every=5",)),
+    (80, ("rl.greedy_every=10",)),
+    (120, ("rl.greedy_every=10",)),
+    (160, ("rl.greedy_every=10",)),
+    (200, ("rl.greedy_every=10",)),
 )
-RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_states=5"]
+#: two env runners of 20 envs: a runner holds one simulator per task its envs run (about 1.4 GB each with
+#: LIBERO's 4096 px textures in software GL) and renders on one core, and each runs 5 tasks' envs
+#: (:func:`embodied.rllib.env_runner.env_tasks`), so the two sample on both cores (seed 0's first phase, run
+#: before, sampled on one runner with all 40 envs: its record's config says so)
+RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_states=5", "rl.runtime.num_env_runners=2"]
 #: LIBERO-PRO's perturbations scored in the reference env (language, objects, swapped positions)
 PRO_VARIANTS = ("lan", "object", "swap")
 #: the issue's bars: an SFT start below START, RL at TARGET or more, every RL seed above SEEDS_ABOVE, the

@@ -56,8 +56,8 @@ def test_phases_chain_from_the_sft_start_and_only_seed_0_runs_the_control(tmp_pa
     assert f"out={tmp_path / 'rl_s1_it120'}" in later and "rl.control=false" in later and "continue_rl=true" in later
     assert f"init_from={(tmp_path / 'rl_s1_it80').resolve()}" in later and "rl.iterations=120" in later
     assert "stages=[collect,sft,eval_sft]" in m.sft_command(tmp_path, 20, [])
-    # the first phase samples on one runner, the later ones share the tasks' envs between two
-    assert "rl.runtime.num_env_runners=1" in first and "rl.runtime.num_env_runners=2" in later
+    # two runners share the tasks' envs
+    assert "rl.runtime.num_env_runners=2" in first and "rl.runtime.num_env_runners=2" in later
 
 
 def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
