@@ -314,7 +314,8 @@ def update_signal(run: Path, first: int, last: int, minibatch: int) -> dict[str,
 
 def phase_over_phase(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any] | None:
     """Two greedy evaluations of the same states (``eval_rl`` of consecutive phases): ``{"difference",
-    "ci95", "states"}``, paired over the states both scored (each state's success over its attempts)."""
+    "ci95", "states", "better", "worse"}``, paired over the states both scored (each state's success over
+    its attempts), and how many states ended better and worse."""
     from embodied.eval.stats import paired_difference_interval
 
     def rates(res: dict[str, Any]) -> dict[tuple[int, int], float]:
@@ -325,7 +326,8 @@ def phase_over_phase(before: dict[str, Any], now: dict[str, Any]) -> dict[str, A
     if len(shared) < 2:
         return None
     d, lo, hi = paired_difference_interval([b[k] for k in shared], [a[k] for k in shared])
-    return {"difference": d, "ci95": [lo, hi], "states": len(shared)}
+    better, worse = sum(b[k] > a[k] for k in shared), sum(b[k] < a[k] for k in shared)
+    return {"difference": d, "ci95": [lo, hi], "states": len(shared), "better": better, "worse": worse}
 
 
 def phase_row(
@@ -619,7 +621,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
             )
     steps = [
         f"seed {seed} from {r['previous_iterations']} to {r['iterations']} iterations: "
-        f"{r['vs_previous']['difference']:+.3f} {ci(r['vs_previous']['ci95'])}"
+        f"{r['vs_previous']['difference']:+.3f} {ci(r['vs_previous']['ci95'])} ({r['vs_previous']['better']} states "
+        f"better, {r['vs_previous']['worse']} worse)"
         for seed, phases in sorted(report.get("phases", {}).items())
         for r in phases
         if r.get("vs_previous")

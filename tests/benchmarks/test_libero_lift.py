@@ -84,6 +84,7 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert abs(signal["noise_scale"] - 64 * 49) < 1e-6 and abs(signal["approx_kl"] - 0.02) < 1e-12
     later = m.phase_row(_results(0.6, 0.92, 0.61), tmp_path, since=1, previous=_results(0.6, 0.8, 0.61))
     # what the phase changed on the same states: states 8 and 9 now succeed, 0.2 over the 10
+    assert (later["vs_previous"]["better"], later["vs_previous"]["worse"]) == (2, 0)
     assert later["vs_previous"]["states"] == 10 and abs(later["vs_previous"]["difference"] - 0.2) < 1e-12
     assert later["signal"]["iterations"] == 2 and abs(later["signal"]["explained_variance"] - 0.5) < 1e-12
     assert m.update_signal(tmp_path, 3, 5, 64) is None  # one cosine: no spread to judge it by
