@@ -566,6 +566,24 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
             f"{g['approx_kl']:.4f} | {g['clip_fraction']:.3f} | {g['explained_variance']:.2f} | "
             f"{g['grad_cos']:+.3f} ± {g['grad_cos_se']:.3f} | {scale} |"
         )
+    moved = []
+    for seed, phases in sorted(report.get("phases", {}).items()):
+        for i, r in enumerate(phases):
+            step = r.get("vs_previous") or {}
+            better, worse = (step.get("better"), step.get("worse")) if i else (r["states_better"], r["states_worse"])
+            if better is not None and better + worse:
+                z = (better - worse) / math.sqrt(better + worse)
+                start = "SFT" if not i else f"{phases[i - 1]['iterations']} iterations"
+                moved.append(
+                    f"seed {seed}, {start} to {r['iterations']}: {better} better, {worse} worse (z = {z:+.1f})"
+                )
+    if moved:
+        lines += [
+            "",
+            "Each phase moves the greedy outcome of many states both ways. Were the update's movement noise alone, "
+            "as many would end better as worse; the sign test's z (|z| > 2: a direction) says how far the net lift "
+            "stands out of that churn: " + "; ".join(moved) + ".",
+        ]
     return lines
 
 

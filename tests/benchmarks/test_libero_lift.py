@@ -113,6 +113,7 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
     two_phases = m.markdown({**report, "phases": {0: [good, later]}}, "python benchmarks/libero_lift.py --out X")
     assert "paired on the official pairs: seed 0 from 40 to 40 iterations: +0.200 [" in two_phases
+    assert "seed 0, SFT to 40: 4 better, 0 worse (z = +2.0); seed 0, 40 iterations to 40: 2 better" in two_phases
 
 
 def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path):
