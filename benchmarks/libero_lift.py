@@ -776,6 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         cells.append(out / "sft")
     last: dict[int, tuple[dict[str, Any], Path]] = {}
+    seed0: list[tuple[dict[str, Any], Path]] = []  # seed 0's finished phases, in order
     for seed in args.rl_seeds if sft is not None else []:
         rows = []
         for phase in range(len(PHASES)):
@@ -794,14 +795,25 @@ def main(argv: list[str] | None = None) -> int:
                 phase_row(results, folder, rows[-1]["iterations"] if rows else 0, last[seed][0] if rows else None)
             )
             last[seed] = (results, folder)
+            if seed == 0:
+                seed0.append((results, folder))
             cells.append(folder)
         if rows:
             report["phases"][seed] = rows
     reference: dict[str, Any] = {}
-    if 0 in last and sft is not None:
-        rl_ckpt = (last[0][1] / "rl" / "checkpoint" / "policy").resolve()
+    if seed0 and sft is not None:
+        # the reference env scores seed 0's last finished phase (each phase's checkpoint has its own cells);
+        # where those cells have not run, the table reports the latest phase whose cells have
+        scored = seed0[-1]
+        if not runs("reference"):
+            for results, folder in reversed(seed0):
+                tag = f"reference_rl_it{results['rl'].get('iterations')}"
+                if eval_cell(out / tag, [], tag, records, False) is not None:
+                    scored = (results, folder)
+                    break
+        rl_ckpt = (scored[1] / "rl" / "checkpoint" / "policy").resolve()
         sft_ckpt = (out / "sft" / "sft" / "ckpt").resolve()
-        rl_tag = f"rl_it{report['phases'][0][-1]['iterations']}"  # each phase's RL checkpoint has its own cells
+        rl_tag = f"rl_it{scored[0]['rl'].get('iterations')}"
         for name, ckpt, base in (
             ("reference_sft", sft_ckpt, None),
             (f"reference_{rl_tag}", rl_ckpt, out / "reference_sft"),
@@ -817,13 +829,13 @@ def main(argv: list[str] | None = None) -> int:
             "states": args.reference_states,
             "sft": suite_rate(eval_results(out / "reference_sft"), SUITE),
             "rl": suite_rate(eval_results(out / f"reference_{rl_tag}"), SUITE),
-            "rl_iterations": report["phases"][0][-1]["iterations"],
+            "rl_iterations": scored[0]["rl"].get("iterations"),
             "paired": paired(eval_results(out / f"reference_{rl_tag}"), SUITE),
-            "ours_rl": ours_on(last[0][0]["eval_rl"], args.reference_states),
-            "ours_sft": ours_on(last[0][0]["eval_sft"], args.reference_states),
-            "agree_sft": agreement(last[0][0]["eval_sft"], eval_results(out / "reference_sft"), args.reference_states),
+            "ours_rl": ours_on(scored[0]["eval_rl"], args.reference_states),
+            "ours_sft": ours_on(scored[0]["eval_sft"], args.reference_states),
+            "agree_sft": agreement(scored[0]["eval_sft"], eval_results(out / "reference_sft"), args.reference_states),
             "agree_rl": agreement(
-                last[0][0]["eval_rl"], eval_results(out / f"reference_{rl_tag}"), args.reference_states
+                scored[0]["eval_rl"], eval_results(out / f"reference_{rl_tag}"), args.reference_states
             ),
         }
         pro: dict[str, Any] = {}

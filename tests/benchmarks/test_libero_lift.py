@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,6 +211,16 @@ def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
     # state by state: ours ends states 0-5 (SFT) and 0-9 (RL) in success, the reference 0-4 and 0-7
     assert report["reference"]["agree_sft"] == {"states": 10, "agree": 9, "ours_only": 1, "reference_only": 0}
     assert "RL: the two simulators end 8 of 10 states alike (2 succeed in ours only, 0 in the reference only)" in table
+    # seed 0's second phase finished, its reference cells not run yet: the table keeps the first phase's
+    shutil.rmtree(out / "reference_rl_it80")
+    second = {**rl, "rl": {**rl["rl"], "iterations": 80}}
+    (out / "rl_s0_it80").mkdir()
+    (out / "rl_s0_it80" / "results.json").write_text(json.dumps(second))
+    assert m.main(["--out", str(out), "--records", str(records), "--table-only"]) == 1
+    report = json.loads((out / "libero_lift.json").read_text())
+    assert report["reference"]["rl_iterations"] == 40 and report["phases"]["0"][-1]["iterations"] == 80
+    shutil.rmtree(out / "rl_s0_it80")
+    shutil.rmtree(records / "rl_s0_it80")
     # --rl-iterations 40: seed 0's first phase is finished, so nothing runs (no second phase starts)
     assert (
         m.main(
