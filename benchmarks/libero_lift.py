@@ -382,6 +382,8 @@ def phase_row(
     upd = results["rl"].get("updates") or {}
     row.update(approx_kl=upd.get("approx_kl"), clip_fraction=upd.get("clip_fraction"))
     rl = (results.get("config") or {}).get("rl")
+    if rl:
+        row["runners"] = (rl.get("runtime") or {}).get("num_env_runners")
     if rl and row["iterations"]:
         row["chunks_per_update"] = rl["num_envs"] * rl["chunks_per_iter"]
         signal = update_signal(folder, since + 1, row["iterations"], rl["algo"]["minibatch_size"])
@@ -508,6 +510,15 @@ def probe_lines(report: dict[str, Any]) -> list[str]:
     lines += [
         f"| {p['iteration']} | {pct(p['sampled'])} | {pct(p['greedy'])} | {pct(p.get('control'))} |" for p in curve
     ]
+    runners = [r.get("runners") for r in first]
+    if len(set(runners)) > 1:
+        changes = ", ".join(f"{r['iterations']} iterations: {r.get('runners')}" for r in first)
+        lines += [
+            "",
+            "A probe plays its episodes in waves of one env runner's envs, seeded by wave, so its initial noise "
+            f"changes with the runner count (phases ending at {changes} runner(s)): probes compare state by state "
+            "within a phase, not across that change.",
+        ]
     last, flips = curve[-1], first[0].get("probe_flips")
     if last.get("episodes"):
         half = 1.96 * math.sqrt(max(last["greedy"] * (1 - last["greedy"]), 1e-9) / last["episodes"])
@@ -663,7 +674,10 @@ def markdown(report: dict[str, Any], command: str) -> str:
                 if a
             ),
         ]
-    for variant, r in (report.get("pro") or {}).items():
+    pro = {v: r for v, r in (report.get("pro") or {}).items() if r.get("sft") is not None or r.get("rl") is not None}
+    if report.get("pro") and not pro:
+        lines.append("LIBERO-PRO's variants: not scored yet.")
+    for variant, r in pro.items():
         lines.append(
             f"LIBERO-PRO `{variant}`: SFT {pct(r.get('sft'))} -> RL {pct(r.get('rl'))}"
             + (f", paired {r['paired']['difference']:+.3f} {ci(r['paired']['ci95'])}" if r.get("paired") else "")

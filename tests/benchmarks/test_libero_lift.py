@@ -112,7 +112,12 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert "its 95% interval is about ±22%. At iteration 5, 1 of its 4 states already ended otherwise" in table
     assert "| 0 | 40 (3 in the phase) | 640 | 0.0200 | 0.100 | 0.40 | +0.020 ± 0.010 | 3,136 |" in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
-    two_phases = m.markdown({**report, "phases": {0: [good, later]}}, "python benchmarks/libero_lift.py --out X")
+    two_phases = m.markdown(
+        {**report, "phases": {0: [good | {"runners": 1}, later | {"runners": 2}]}, "pro": {"lan": {"sft": None}}},
+        "python benchmarks/libero_lift.py --out X",
+    )
+    assert "(phases ending at 40 iterations: 1, 40 iterations: 2 runner(s))" in two_phases
+    assert "LIBERO-PRO's variants: not scored yet." in two_phases
     assert "paired on the official pairs: seed 0 from 40 to 40 iterations: +0.200 [" in two_phases
     assert "seed 0, SFT to 40: 4 better, 0 worse (z = +2.0); seed 0, 40 iterations to 40: 2 better" in two_phases
 
