@@ -318,6 +318,8 @@ def libero_lift() -> None:
     )
     ax.axhline(90, color="grey", lw=0.8, ls="--")
     ax.text(1, 90.6, "90%: the target", color="grey")
+    ax.axvline(40, color="#dddddd", lw=0.8)
+    ax.text(41, 95, "from 40: two env runners\n(the probe's noise changes)", fontsize=7, color="grey")
     ax.set_xlabel("RL iteration (640 chunks each)")
     ax.set_ylabel("success (%)")
     ax.set_ylim(40, 100)
