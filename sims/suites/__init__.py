@@ -165,6 +165,8 @@ def tasks(suite: str) -> list[TaskSpec]:
         return task_specs(suite)
     if suite in _EXTERNAL:
         return _load(_EXTERNAL[suite][1])()
+    if suite not in _SUITES:
+        raise ValueError(f"unknown suite {suite!r}; available suites: {env_names()}")
     return [t.spec for t in build_tasks(suite)]
 
 

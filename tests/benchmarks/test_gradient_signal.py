@@ -97,6 +97,8 @@ def test_real_run_and_per_chunk_gradients_add_up(tmp_path):
     [
         (["--suite", "goal", "--tasks", "2", "--num-envs", "1", "--chunks", "2"], "at least 4 chunks"),
         (["--suite", "goal", "--tasks", "99"], "has tasks 0.."),
+        (["--suite", "libero_spatial", "--tasks", "10"], "'libero_spatial' has tasks 0..9"),  # real LIBERO's too
+        (["--suite", "nope", "--tasks", "0"], "'libero_spatial'"),  # the suites named include real LIBERO's
     ],
 )
 def test_refusals(tmp_path, capsys, argv, message):
