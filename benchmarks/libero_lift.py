@@ -248,17 +248,30 @@ def probe_curve(run: Path) -> list[dict[str, float]]:
     return curve
 
 
-def sampled_rate(rows: list[dict[str, str]], first: int, last: int) -> dict[str, float] | None:
-    """The sampled policy's success in iterations ``first .. last`` of ``metrics.csv`` rows, over each env's
-    first episode since a reset (``fresh_success_rate`` of ``fresh_episodes``: unbiased, see
-    :func:`embodied.rllib.env_runner.fresh_episodes`): ``{"rate", "episodes"}``, None where no row of the
-    range logged them (runs made before they were)."""
-    picked = [r for r in rows if first <= int(r["iteration"]) <= last and float(r.get("fresh_episodes") or 0) > 0]
-    episodes = sum(float(r["fresh_episodes"]) for r in picked)
+def sampled_rate(rows: list[dict[str, str]], first: int, last: int, frozen: bool = False) -> dict[str, float] | None:
+    """The sampled policy's success in iterations ``first .. last`` of ``metrics.csv`` rows (``frozen``: only
+    those whose actor was not updated, the critic's warm-up: the policy the phase started from), over each
+    env's first episode since a reset (``fresh_success_rate`` of ``fresh_episodes``: unbiased, see
+    :func:`embodied.rllib.env_runner.fresh_episodes`): ``{"rate", "episodes", "ended_rate", "ended_episodes"}``,
+    the last two over every episode those iterations ended (``success_rate``, which the cuts bias); None where
+    no row logged fresh episodes (runs made before they were)."""
+    picked = [
+        r
+        for r in rows
+        if first <= int(r["iteration"]) <= last and not (frozen and float(r.get("actor_updated") or 0) > 0)
+    ]
+    fresh = [r for r in picked if float(r.get("fresh_episodes") or 0) > 0]
+    episodes = sum(float(r["fresh_episodes"]) for r in fresh)
     if not episodes:
         return None
-    won = sum(float(r["fresh_success_rate"]) * float(r["fresh_episodes"]) for r in picked)
-    return {"rate": won / episodes, "episodes": episodes}
+    ended = [r for r in picked if float(r.get("episodes") or 0) > 0]
+    ended_episodes = sum(float(r["episodes"]) for r in ended)
+    return {
+        "rate": sum(float(r["fresh_success_rate"]) * float(r["fresh_episodes"]) for r in fresh) / episodes,
+        "episodes": episodes,
+        "ended_rate": sum(float(r["success_rate"]) * float(r["episodes"]) for r in ended) / ended_episodes,
+        "ended_episodes": ended_episodes,
+    }
 
 
 def probe_flips(run: Path) -> dict[str, int] | None:
@@ -371,11 +384,10 @@ def phase_row(
     curve = probe_curve(folder)
     if curve:
         row.update(probe=curve)
-    if row["iterations"]:  # the sampled success over the phase's second half, and the frozen control's
+    if row["iterations"]:  # the sampled success at the phase's start and over its second half
         rl_rows = _metrics(folder / "rl" / "metrics.csv")
+        row["sampled_start"] = sampled_rate(rl_rows, since + 1, row["iterations"], frozen=True)
         row["sampled"] = sampled_rate(rl_rows, (since + row["iterations"]) // 2 + 1, row["iterations"])
-        if "eval_control" in results:
-            row["control_sampled"] = sampled_rate(_metrics(folder / "rl_control" / "metrics.csv"), 1, row["iterations"])
     flips = probe_flips(folder)
     if flips:
         row.update(probe_flips=flips)
@@ -530,22 +542,47 @@ def probe_lines(report: dict[str, Any]) -> list[str]:
                 "two probes compare nearly unpaired: the probe shows which way the greedy path goes, the evaluations "
                 "over all states how far."
             )
-    last_phase = first[-1]
-    ctl, rl = last_phase.get("control_sampled"), last_phase.get("sampled")
     lines += [
         "",
         "The sampled column counts every episode training ended. Each probe resets the envs and cuts the "
         "episodes in progress, more often long ones (failures run to the step limit), so it reads high and "
-        "does not compare with the greedy rates.",
+        "does not compare with the greedy rates (below: with each env's first episode after a reset).",
     ]
-    if rl:
-        lines[-1] += (
-            f" Counting each env's first episode after a reset only (unbiased; `fresh_success_rate`), RL's "
-            f"sampled success over the second half of its last phase is {pct(rl['rate'])} ({rl['episodes']:.0f} "
-            f"episodes) where its greedy path scores {pct(last_phase['rl'])}"
-            + (f"; the frozen control's, {pct(ctl['rate'])} against {pct(first[0]['control'])}." if ctl else ".")
-        )
     return lines
+
+
+def sampled_lines(report: dict[str, Any]) -> list[str]:
+    """The sampled policy (Flow-SDE's noise, what RL trains) against the greedy path, where a phase logged
+    each env's first episode after a reset (:func:`sampled_rate`)."""
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    rows = []
+    for seed, phases in sorted(report.get("phases", {}).items()):
+        for i, r in enumerate(phases):
+            start, half = r.get("sampled_start"), r.get("sampled")
+            if not (start or half):
+                continue
+            greedy_start = report.get("sft") if i == 0 else phases[i - 1]["rl"]
+            cell = lambda x: "-" if not x else f"{pct(x['rate'])} of {x['episodes']:.0f} ({pct(x['ended_rate'])})"  # noqa: E731
+            rows.append(
+                f"| {seed} | {r['iterations']} | {cell(start)} | {pct(greedy_start)} | {cell(half)} | {pct(r['rl'])} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "## The sampled policy against the greedy path",
+        "",
+        "RL trains the policy it samples (Flow-SDE: noise injected at one denoising step); evaluation scores the "
+        "greedy path. The sampled success here counts each env's first episode after a reset (`fresh_success_rate`, "
+        "an unbiased draw), in brackets every episode the same iterations ended (`success_rate`, which the resets "
+        "bias upward). At the phase's start the actor is frozen for the critic's warm-up: the policy the phase "
+        "started from, under RL's noise.",
+        "",
+        "| seed | to iteration | sampled at the start (all ended) | greedy at the start | sampled, second half "
+        "(all ended) | greedy at the end |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def signal_lines(report: dict[str, Any]) -> list[str]:
@@ -658,7 +695,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
     ]
     if steps:
         lines += ["", "What each later phase changed, paired on the official pairs: " + "; ".join(steps) + "."]
-    lines += probe_lines(report) + signal_lines(report)
+    lines += probe_lines(report) + sampled_lines(report) + signal_lines(report)
     ref = report.get("reference") or {}
     if ref:
         lines += [

@@ -167,15 +167,30 @@ def test_a_finished_cell_is_kept_in_the_records_and_restored_from_them(tmp_path)
 
 def test_the_sampled_success_counts_each_envs_first_episode_after_a_reset():
     m = _module()
+
+    def row(it, fresh, fresh_rate, ended, rate, updated="1"):
+        return {
+            "iteration": str(it),
+            "fresh_episodes": str(fresh),
+            "fresh_success_rate": fresh_rate,
+            "episodes": str(ended),
+            "success_rate": str(rate),
+            "actor_updated": updated,
+        }
+
     rows = [
-        {"iteration": "4", "fresh_success_rate": "1.0", "fresh_episodes": "2"},
-        {"iteration": "5", "fresh_success_rate": "0.5", "fresh_episodes": "20"},
-        {"iteration": "6", "fresh_success_rate": "0.8", "fresh_episodes": "10"},
-        {"iteration": "7", "fresh_success_rate": "", "fresh_episodes": "0"},
+        row(4, 2, "1.0", 2, 1.0, updated="0"),  # the critic's warm-up: the phase's starting policy
+        row(5, 20, "0.5", 30, 0.6),
+        row(6, 10, "0.8", 10, 1.0),
+        row(7, 0, "", 10, 0.5),  # no env's first episode ended: only the biased count
     ]
-    assert m.sampled_rate(rows, 5, 7) == {"rate": 0.6, "episodes": 30.0}
+    assert m.sampled_rate(rows, 5, 7) == {"rate": 0.6, "episodes": 30.0, "ended_rate": 0.66, "ended_episodes": 50.0}
+    assert m.sampled_rate(rows, 1, 7, frozen=True)["episodes"] == 2.0
     assert m.sampled_rate(rows, 7, 9) is None
-    assert m.sampled_rate([{"iteration": "5", "success_rate": "0.7", "episodes": "20"}], 1, 9) is None  # older runs
+    assert m.sampled_rate([row(5, 0, "", 20, 0.7)], 1, 9) is None
+    phase = {"iterations": 40, "rl": 0.64, "sampled_start": m.sampled_rate(rows, 1, 7, frozen=True)}
+    table = "\n".join(m.sampled_lines({"sft": 0.57, "phases": {1: [phase | {"sampled": m.sampled_rate(rows, 5, 7)}]}}))
+    assert "| 1 | 40 | 100% of 2 (100%) | 57% | 60% of 30 (66%) | 64% |" in table
 
 
 def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
