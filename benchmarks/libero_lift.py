@@ -671,14 +671,15 @@ def markdown(report: dict[str, Any], command: str) -> str:
             if 0 < len(report.get("phases", {})) < 2
             else []
         ),
-        "| seed | iterations | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] | held-out RL (- SFT) "
-        "| states better / worse | minutes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| seed | iterations | env runners | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] "
+        "| held-out RL (- SFT) | states better / worse | minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for seed, phases in sorted(report.get("phases", {}).items()):
         for r in phases:
             lines.append(
-                f"| {seed} | {r['iterations']} | {r.get('env_steps') or '-'} | {pct(r['rl'])} | {r['rl_minus_sft']:+.3f} "
+                f"| {seed} | {r['iterations']} | {r.get('runners') or '-'} | {r.get('env_steps') or '-'} | {pct(r['rl'])} | "
+                f"{r['rl_minus_sft']:+.3f} "
                 f"{ci(r['rl_minus_sft_ci'])} | {pct(r.get('control'))} | "
                 + (f"{r['rl_minus_control']:+.3f} {ci(r['rl_minus_control_ci'])}" if "rl_minus_control" in r else "-")
                 + f" | {pct(r.get('heldout_rl'))}"
@@ -695,6 +696,18 @@ def markdown(report: dict[str, Any], command: str) -> str:
     ]
     if steps:
         lines += ["", "What each later phase changed, paired on the official pairs: " + "; ".join(steps) + "."]
+    by_count: dict[int, dict[int, Any]] = {}
+    for seed, phases in sorted(report.get("phases", {}).items()):
+        for r in phases:
+            by_count.setdefault(r["iterations"], {})[seed] = r.get("runners")
+    mixed = {n: seeds for n, seeds in sorted(by_count.items()) if len(seeds) > 1 and len(set(seeds.values())) > 1}
+    for n, seeds in mixed.items():
+        lines += [
+            "",
+            f"At {n} iterations the seeds sampled on different env-runner counts ("
+            + ", ".join(f"seed {s}: {c}" for s, c in sorted(seeds.items()))
+            + "): the seeds differ in that as well, so their difference is not the seed's alone.",
+        ]
     lines += probe_lines(report) + sampled_lines(report) + signal_lines(report)
     ref = report.get("reference") or {}
     if ref:

@@ -108,7 +108,7 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
         "verdicts": m.verdicts(0.6, {0: good, 1: seed1}, reference),
     }
     table = m.markdown(report, "python benchmarks/libero_lift.py --out X")
-    assert "| 0 | 40 | 128000 | 92.0% |" in table and "| 5 | 80% | 55% | 50% |" in table and "**no**" not in table
+    assert "| 0 | 40 | - | 128000 | 92.0% |" in table and "| 5 | 80% | 55% | 50% |" in table and "**no**" not in table
     assert "its 95% interval is about ±22%. At iteration 5, 1 of its 4 states already ended otherwise" in table
     assert "| 0 | 40 (3 in the phase) | 640 | 0.0200 | 0.100 | 0.40 | +0.020 ± 0.010 | 3,136 |" in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
@@ -117,6 +117,8 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
         "python benchmarks/libero_lift.py --out X",
     )
     assert "(phases ending at 40 iterations: 1, 40 iterations: 2 runner(s))" in two_phases
+    seeds_apart = m.markdown({**report, "phases": {0: [good | {"runners": 1}], 1: [seed1 | {"runners": 2}]}}, "X")
+    assert "At 40 iterations the seeds sampled on different env-runner counts (seed 0: 1, seed 1: 2)" in seeds_apart
     assert "LIBERO-PRO's variants: not scored yet." in two_phases
     assert "paired on the official pairs: seed 0 from 40 to 40 iterations: +0.200 [" in two_phases
     assert "seed 0, SFT to 40: 4 better, 0 worse (z = +2.0); seed 0, 40 iterations to 40: 2 better" in two_phases
