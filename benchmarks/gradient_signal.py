@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--checkpoint: {e}")
     try:
         specs = sims.suites.tasks(args.suite)  # ours or a real LIBERO suite (its exported scenes)
-    except (ValueError, KeyError) as e:
+    except ValueError as e:
         ap.error(f"--suite: {e}")
     if any(not 0 <= t < len(specs) for t in args.tasks):
         ap.error(f"--tasks: {args.suite!r} has tasks 0..{len(specs) - 1}, got {args.tasks}")

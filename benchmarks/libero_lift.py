@@ -339,7 +339,7 @@ def phase_over_phase(before: dict[str, Any], now: dict[str, Any]) -> dict[str, A
     if len(shared) < 2:
         return None
     d, lo, hi = paired_difference_interval([b[k] for k in shared], [a[k] for k in shared])
-    better, worse = sum(b[k] > a[k] for k in shared), sum(b[k] < a[k] for k in shared)
+    better, worse = states_moved(before, now)
     return {"difference": d, "ci95": [lo, hi], "states": len(shared), "better": better, "worse": worse}
 
 
@@ -555,6 +555,7 @@ def sampled_lines(report: dict[str, Any]) -> list[str]:
     """The sampled policy (Flow-SDE's noise, what RL trains) against the greedy path, where a phase logged
     each env's first episode after a reset (:func:`sampled_rate`)."""
     pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    cell = lambda x: "-" if not x else f"{pct(x['rate'])} of {x['episodes']:.0f} ({pct(x['ended_rate'])})"  # noqa: E731
     rows = []
     for seed, phases in sorted(report.get("phases", {}).items()):
         for i, r in enumerate(phases):
@@ -562,7 +563,6 @@ def sampled_lines(report: dict[str, Any]) -> list[str]:
             if not (start or half):
                 continue
             greedy_start = report.get("sft") if i == 0 else phases[i - 1]["rl"]
-            cell = lambda x: "-" if not x else f"{pct(x['rate'])} of {x['episodes']:.0f} ({pct(x['ended_rate'])})"  # noqa: E731
             rows.append(
                 f"| {seed} | {r['iterations']} | {cell(start)} | {pct(greedy_start)} | {cell(half)} | {pct(r['rl'])} |"
             )
