@@ -45,6 +45,7 @@ import json
 import math
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,42 @@ PHASES: tuple[tuple[int, tuple[str, ...]], ...] = (
 #: (:func:`embodied.rllib.env_runner.env_tasks`), so the two sample on both cores (seed 0's first phase, run
 #: before, sampled on one runner with all 40 envs: its record's config says so)
 RL_OVERRIDES = ["rl.init_states=protocol", "rl.greedy_states=5", "rl.runtime.num_env_runners=2"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One RL recipe over the SFT start: its cells are ``OUT/{prefix}_s{S}`` (first phase) and
+    ``OUT/{prefix}_s{S}_it{N}``; ``overrides`` go to every phase after :data:`RL_OVERRIDES`. Only the
+    recipe with ``control`` runs the frozen-actor control beside its seed 0: with the actor frozen
+    (``algo.lr=0``) the greedy policy is the SFT one whatever the batch, so one control serves every recipe."""
+
+    name: str
+    prefix: str
+    overrides: tuple[str, ...]
+    phases: tuple[tuple[int, tuple[str, ...]], ...]
+    control: bool
+    about: str
+
+
+#: the recipes, by ``--recipe`` name. ``small``: 640 chunks per iteration in 64-chunk minibatches (20 steps).
+#: ``large``: 2560 chunks per iteration (64 chunks per env) in 640-chunk minibatches (8 steps), the same lr:
+#: per sample, each step's gradient noise weighs a tenth as much (the noise scale is about 12,000 chunks)
+#: and the actor moves about a third as far; the anchor updates on 24,576 chunks in 2048-chunk minibatches
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("small", "rl", (), PHASES, True, "640 chunks per update, 64-chunk minibatches"),
+        Recipe(
+            "large",
+            "rl_large",
+            ("rl.chunks_per_iter=64", "rl.algo.minibatch_size=640"),
+            ((40, ("rl.greedy_every=5",)), (80, ("rl.greedy_every=10",)), (120, ("rl.greedy_every=10",))),
+            False,
+            "2560 chunks per update, 640-chunk minibatches",
+        ),
+    )
+}
+DEFAULT_RECIPE = "small"
 #: LIBERO-PRO's perturbations scored in the reference env (language, objects, swapped positions)
 PRO_VARIANTS = ("lan", "object", "swap")
 #: the issue's bars: an SFT start below START, RL at TARGET or more, every RL seed above SEEDS_ABOVE, the
@@ -143,6 +180,11 @@ def restore(cell: Path, records: Path) -> bool:
     return True
 
 
+def seed_label(recipe: Recipe, seed: int) -> str:
+    """How the tables name a recipe's seed: ``"0"`` for the default recipe's seed 0, ``"0 large"`` for another's."""
+    return str(seed) if recipe.name == DEFAULT_RECIPE else f"{seed} {recipe.name}"
+
+
 def pipeline(out: Path, extra: list[str]) -> list[str]:
     return [str(Path(sys.executable).with_name("embodied-pipeline")), f"out={out}", *extra]
 
@@ -153,26 +195,30 @@ def sft_command(out: Path, demos: int, extra: list[str]) -> list[str]:
     )
 
 
-def phase_folder(out: Path, seed: int, phase: int) -> Path:
-    """``OUT/rl_s{seed}`` for the first phase, ``OUT/rl_s{seed}_it{N}`` for the later ones."""
-    return out / (f"rl_s{seed}" if phase == 0 else f"rl_s{seed}_it{PHASES[phase][0]}")
+def phase_folder(out: Path, seed: int, phase: int, recipe: Recipe = RECIPES[DEFAULT_RECIPE]) -> Path:
+    """``OUT/{prefix}_s{seed}`` for the first phase, ``OUT/{prefix}_s{seed}_it{N}`` for the later ones."""
+    name = f"{recipe.prefix}_s{seed}"
+    return out / (name if phase == 0 else f"{name}_it{recipe.phases[phase][0]}")
 
 
-def phase_command(out: Path, seed: int, phase: int, demos: int, extra: list[str]) -> list[str]:
-    """The pipeline command of RL seed ``seed``'s ``phase``: the first from the SFT cell, each later one
-    carrying the previous phase on (the control, seed 0's, copied along)."""
-    iterations, settings = PHASES[phase]
-    start = out / "sft" if phase == 0 else phase_folder(out, seed, phase - 1)
+def phase_command(
+    out: Path, seed: int, phase: int, demos: int, extra: list[str], recipe: Recipe = RECIPES[DEFAULT_RECIPE]
+) -> list[str]:
+    """The pipeline command of RL seed ``seed``'s ``phase`` of ``recipe``: the first from the SFT cell, each
+    later one carrying the previous phase on (the control, where the recipe runs it, copied along)."""
+    iterations, settings = recipe.phases[phase]
+    start = out / "sft" if phase == 0 else phase_folder(out, seed, phase - 1, recipe)
     return pipeline(
-        phase_folder(out, seed, phase),
+        phase_folder(out, seed, phase, recipe),
         [
             *SFT_OVERRIDES,
             f"episodes_per_task={demos}",
             *RL_OVERRIDES,
+            *recipe.overrides,
             f"rl.iterations={iterations}",
             *settings,
             f"rl.seed={seed}",
-            f"rl.control={'true' if seed == 0 else 'false'}",
+            f"rl.control={'true' if seed == 0 and recipe.control else 'false'}",
             f"init_from={start.resolve()}",
             *(["continue_rl=true"] if phase else []),
             *extra,
@@ -501,9 +547,14 @@ def start_lines(start: dict[str, Any], rl: dict[str, Any] | None = None) -> list
     return lines + [""]
 
 
+def chosen_seed0(report: dict[str, Any]) -> str:
+    """The label of the reported recipe's seed 0 in ``report["phases"]``."""
+    return seed_label(RECIPES[report.get("recipe", DEFAULT_RECIPE)], 0)
+
+
 def probe_lines(report: dict[str, Any]) -> list[str]:
     """Seed 0's greedy probe beside its sampled training success and the frozen control's probe."""
-    first = report.get("phases", {}).get(0) or []
+    first = report.get("phases", {}).get(chosen_seed0(report)) or []
     curve = first[-1].get("probe", []) if first else []  # a phase carries the earlier ones' metrics on
     if not curve:
         return []
@@ -659,7 +710,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
         f"SFT start: **{pct(report.get('sft'))}** on the official pairs, {pct(report.get('sft_heldout'))} on "
         "the held-out states.",
         "",
-        *start_lines(report.get("sft_start") or {}, (report.get("phases", {}).get(0) or [None])[-1]),
+        *start_lines(report.get("sft_start") or {}, (report.get("phases", {}).get(chosen_seed0(report)) or [None])[-1]),
         "RL phases finished so far:" if report.get("phases") else "No RL phase has finished yet.",
         "",
         *(
@@ -813,8 +864,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rl-iterations",
         type=int,
-        default=PHASES[-1][0],
-        help="run each seed's RL phases up to this many iterations (later ones finished already are still reported)",
+        default=None,
+        help="run each seed's RL phases up to this many iterations (default: all the recipe's phases; later ones "
+        "finished already are still reported)",
+    )
+    ap.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default=DEFAULT_RECIPE,
+        help="the RL recipe to run, score in the reference env and judge by the criteria (every recipe's "
+        "finished phases are reported)",
     )
     ap.add_argument("--reference-states", type=int, default=10, help="states per task in the reference env")
     ap.add_argument("--pro-states", type=int, default=5, help="states per task of each LIBERO-PRO variant")
@@ -839,31 +898,36 @@ def main(argv: list[str] | None = None) -> int:
             sft_start=sft_start(sft),
         )
         cells.append(out / "sft")
-    last: dict[int, tuple[dict[str, Any], Path]] = {}
-    seed0: list[tuple[dict[str, Any], Path]] = []  # seed 0's finished phases, in order
-    for seed in args.rl_seeds if sft is not None else []:
-        rows = []
-        for phase in range(len(PHASES)):
-            folder = phase_folder(out, seed, phase)
-            results = pipeline_cell(
-                folder,
-                RL_DONE + (CONTROL_DONE if seed == 0 else ()),
-                phase_command(out, seed, phase, args.demos, extra),
-                f"RL seed {seed}, phase {phase + 1}/{len(PHASES)} (to {PHASES[phase][0]} iterations)",
-                records,
-                runs("rl") and PHASES[phase][0] <= args.rl_iterations,
-            )
-            if results is None:
-                break
-            rows.append(
-                phase_row(results, folder, rows[-1]["iterations"] if rows else 0, last[seed][0] if rows else None)
-            )
-            last[seed] = (results, folder)
-            if seed == 0:
-                seed0.append((results, folder))
-            cells.append(folder)
-        if rows:
-            report["phases"][seed] = rows
+    recipe = RECIPES[args.recipe]
+    report["recipe"] = recipe.name
+    chosen: dict[int, dict[str, Any]] = {}  # the chosen recipe's last finished phase per seed
+    seed0: list[tuple[dict[str, Any], Path]] = []  # its seed 0's finished phases, in order
+    for each in RECIPES.values():  # every recipe's finished phases are reported; only the chosen one runs
+        until = args.rl_iterations if args.rl_iterations is not None else each.phases[-1][0]
+        for seed in args.rl_seeds if sft is not None else []:
+            rows: list[dict[str, Any]] = []
+            previous: dict[str, Any] | None = None
+            for phase, (iterations, _) in enumerate(each.phases):
+                folder = phase_folder(out, seed, phase, each)
+                results = pipeline_cell(
+                    folder,
+                    RL_DONE + (CONTROL_DONE if seed == 0 and each.control else ()),
+                    phase_command(out, seed, phase, args.demos, extra, each),
+                    f"RL ({each.name}) seed {seed}, phase {phase + 1}/{len(each.phases)} (to {iterations} iterations)",
+                    records,
+                    runs("rl") and each is recipe and iterations <= until,
+                )
+                if results is None:
+                    break
+                rows.append(phase_row(results, folder, rows[-1]["iterations"] if rows else 0, previous))
+                previous = results
+                if each is recipe and seed == 0:
+                    seed0.append((results, folder))
+                cells.append(folder)
+            if rows:
+                report["phases"][seed_label(each, seed)] = rows
+                if each is recipe:
+                    chosen[seed] = rows[-1]
     reference: dict[str, Any] = {}
     if seed0 and sft is not None:
         # the reference env scores seed 0's last finished phase (each phase's checkpoint has its own cells);
@@ -871,13 +935,13 @@ def main(argv: list[str] | None = None) -> int:
         scored = seed0[-1]
         if not runs("reference"):
             for results, folder in reversed(seed0):
-                tag = f"reference_rl_it{results['rl'].get('iterations')}"
+                tag = f"reference_{recipe.prefix}_it{results['rl'].get('iterations')}"
                 if eval_cell(out / tag, [], tag, records, False) is not None:
                     scored = (results, folder)
                     break
         rl_ckpt = (scored[1] / "rl" / "checkpoint" / "policy").resolve()
         sft_ckpt = (out / "sft" / "sft" / "ckpt").resolve()
-        rl_tag = f"rl_it{scored[0]['rl'].get('iterations')}"
+        rl_tag = f"{recipe.prefix}_it{scored[0]['rl'].get('iterations')}"
         for name, ckpt, base in (
             ("reference_sft", sft_ckpt, None),
             (f"reference_{rl_tag}", rl_ckpt, out / "reference_sft"),
@@ -923,9 +987,13 @@ def main(argv: list[str] | None = None) -> int:
         report["pro"] = pro
     report["reference"] = reference
     report["measured"] = measured_on(cells)
-    report["verdicts"] = verdicts(report.get("sft"), {s: r[-1] for s, r in report["phases"].items()}, reference)
+    report["verdicts"] = verdicts(report.get("sft"), chosen, reference)
     (out / "libero_lift.json").write_text(json.dumps(report, indent=2))
-    command = "python benchmarks/libero_lift.py --out " + str(out) + (" -- " + " ".join(extra) if extra else "")
+    command = (
+        f"python benchmarks/libero_lift.py --out {out}"
+        + (f" --recipe {recipe.name}" if recipe.name != DEFAULT_RECIPE else "")
+        + (" -- " + " ".join(extra) if extra else "")
+    )
     if args.docs:
         args.docs.write_text(markdown(report, command))
         print(f"[libero_lift] table written to {args.docs}")

@@ -11,10 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("libero_lift", ROOT / "benchmarks" / "libero_lift.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("benchmarks.libero_lift")
 
 
 def _paired(before: float, now: float, lo: float) -> dict:
@@ -59,6 +56,13 @@ def test_phases_chain_from_the_sft_start_and_only_seed_0_runs_the_control(tmp_pa
     assert "stages=[collect,sft,eval_sft]" in m.sft_command(tmp_path, 20, [])
     # two runners share the tasks' envs
     assert "rl.runtime.num_env_runners=2" in first and "rl.runtime.num_env_runners=2" in later
+    # another recipe: its own cells, its overrides after the common ones, no control of its own
+    large = m.RECIPES["large"]
+    big = m.phase_command(tmp_path, 0, 1, 20, [], large)
+    assert f"out={tmp_path / 'rl_large_s0_it80'}" in big and f"init_from={(tmp_path / 'rl_large_s0').resolve()}" in big
+    assert "rl.control=false" in big and "rl.chunks_per_iter=64" in big
+    assert big.index("rl.chunks_per_iter=64") > big.index("rl.runtime.num_env_runners=2")
+    assert m.seed_label(large, 1) == "1 large" and m.seed_label(m.RECIPES["small"], 1) == "1"
 
 
 def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
@@ -102,7 +106,7 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert held["below"] is False and held["RL"] is False and held["reference"] is False
     report = {
         "sft": 0.6,
-        "phases": {0: [good], 1: [seed1]},
+        "phases": {"0": [good], "1": [seed1]},
         "reference": reference,
         "pro": {},
         "verdicts": m.verdicts(0.6, {0: good, 1: seed1}, reference),
@@ -113,11 +117,11 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert "| 0 | 40 (3 in the phase) | 640 | 0.0200 | 0.100 | 0.40 | +0.020 ± 0.010 | 3,136 |" in table
     assert m.ours_on(_results(0.6, 0.92, None)["eval_rl"], 5) == 1.0
     two_phases = m.markdown(
-        {**report, "phases": {0: [good | {"runners": 1}, later | {"runners": 2}]}, "pro": {"lan": {"sft": None}}},
+        {**report, "phases": {"0": [good | {"runners": 1}, later | {"runners": 2}]}, "pro": {"lan": {"sft": None}}},
         "python benchmarks/libero_lift.py --out X",
     )
     assert "(phases ending at 40 iterations: 1, 40 iterations: 2 runner(s))" in two_phases
-    seeds_apart = m.markdown({**report, "phases": {0: [good | {"runners": 1}], 1: [seed1 | {"runners": 2}]}}, "X")
+    seeds_apart = m.markdown({**report, "phases": {"0": [good | {"runners": 1}], "1": [seed1 | {"runners": 2}]}}, "X")
     assert "At 40 iterations the seeds sampled on different env-runner counts (seed 0: 1, seed 1: 2)" in seeds_apart
     assert "LIBERO-PRO's variants: not scored yet." in two_phases
     assert "paired on the official pairs: seed 0 from 40 to 40 iterations: +0.200 [" in two_phases
