@@ -19,11 +19,13 @@ session). Extra arguments after ``--`` go to every pipeline cell as Hydra overri
    pi_RL's protocol), the greedy policy probed on them every few iterations (``rl.greedy_every``, so
    the sampled and the greedy success are logged side by side). Seed 0 runs the frozen-actor control
    beside it (``rl.control=true``: the same run with ``algo.lr=0``); ``--rl-seeds`` adds RL seeds over
-   the same SFT start.
+   the same SFT start. That is the ``small`` recipe; ``--recipe NAME`` runs another of :data:`RECIPES` (its
+   own cells, ``OUT/rl_large_s{S}`` for ``large``; the table reports every recipe's finished phases).
 3. ``OUT/reference_sft``, ``OUT/reference_rl_it{N}``: ``embodied-eval simulator=robosuite``, real
    LIBERO's own env (robosuite 1.4 in ``.venv-libero``) through the policy server, on
    ``--reference-states`` states of every task; seed 0's RL checkpoint after its last finished phase
-   (``N`` iterations: each phase's checkpoint gets its own cells) paired with the SFT one.
+   (``N`` iterations: each phase's checkpoint gets its own cells; ``reference_rl_large_it{N}`` for the
+   ``large`` recipe) paired with the SFT one.
 4. ``OUT/pro_{variant}_sft``, ``OUT/pro_{variant}_rl_it{N}``: LIBERO-PRO's perturbed variants of the
    suite (:data:`PRO_VARIANTS`) in the reference env on ``--pro-states`` states per task, RL paired
    with SFT.
@@ -686,6 +688,22 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def recipe_lines(report: dict[str, Any]) -> list[str]:
+    """Where more than one recipe has finished phases: what each is (a seed labelled ``"0 large"`` ran
+    ``--recipe large``) and which one the criteria judge."""
+    recipes = report.get("recipes") or {}
+    if len(recipes) < 2:
+        return []
+    named = "; ".join(f"`{name}`: {about}" for name, about in recipes.items())
+    judged = report.get("recipe", DEFAULT_RECIPE)
+    return [
+        f"RL recipes (`--recipe`; a seed's label names its recipe, none for `{DEFAULT_RECIPE}`): {named}. "
+        f"The criteria below judge `{judged}`; the frozen-actor control is `{DEFAULT_RECIPE}`'s (with the actor "
+        "frozen, the greedy policy is the SFT one whatever the batch).",
+        "",
+    ]
+
+
 def markdown(report: dict[str, Any], command: str) -> str:
     pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
     lines = [
@@ -722,6 +740,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
             if 0 < len(report.get("phases", {})) < 2
             else []
         ),
+        *recipe_lines(report),
         "| seed | iterations | env runners | env steps | RL | RL - SFT [95% CI] | control | RL - control [95% CI] "
         "| held-out RL (- SFT) | states better / worse | minutes |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -926,6 +945,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(folder)
             if rows:
                 report["phases"][seed_label(each, seed)] = rows
+                report.setdefault("recipes", {})[each.name] = each.about
                 if each is recipe:
                     chosen[seed] = rows[-1]
     reference: dict[str, Any] = {}

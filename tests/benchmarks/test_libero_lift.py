@@ -123,7 +123,9 @@ def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
     assert "(phases ending at 40 iterations: 1, 40 iterations: 2 runner(s))" in two_phases
     seeds_apart = m.markdown({**report, "phases": {"0": [good | {"runners": 1}], "1": [seed1 | {"runners": 2}]}}, "X")
     assert "At 40 iterations the seeds sampled on different env-runner counts (seed 0: 1, seed 1: 2)" in seeds_apart
-    assert "LIBERO-PRO's variants: not scored yet." in two_phases
+    assert "LIBERO-PRO's variants: not scored yet." in two_phases and "RL recipes" not in two_phases
+    both = m.markdown({**report, "recipes": {"small": "a", "large": "b"}, "recipe": "large"}, "X")
+    assert "`small`: a; `large`: b. The criteria below judge `large`" in both
     assert "paired on the official pairs: seed 0 from 40 to 40 iterations: +0.200 [" in two_phases
     assert "seed 0, SFT to 40: 4 better, 0 worse (z = +2.0); seed 0, 40 iterations to 40: 2 better" in two_phases
 
