@@ -373,6 +373,56 @@ def update_signal(run: Path, first: int, last: int, minibatch: int) -> dict[str,
     }
 
 
+#: the names of a flow VLA's critic weights in a checkpoint (the policy's value head, or a separate critic)
+CRITIC_MARKS = ("value_mlp.", "critic.")
+
+
+def update_agreement(start: dict[str, Any], ends: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """How far the actor's updates from one start point the same way: ``start`` and each of ``ends`` (label
+    -> the weights after an RL run) are checkpoint state dicts (name -> tensor). The actor is every floating
+    weight outside the critic (:data:`CRITIC_MARKS`) that some run moved. Returns ``{"relative": {label:
+    |d| / |w|}, "cosine": [[a, b, cos(d_a, d_b)], ...]}`` for the updates ``d = end - start`` (``w`` the
+    start's moved weights); None with fewer than two runs or nothing moved.
+
+    Were each update a shared direction ``s`` plus independent noise, ``cos(d_a, d_b) ~ |s|^2 / (|d_a| |d_b|)``:
+    the share of the updates' squared norm the runs agree on (the rest cancels over runs, and costs the
+    policy whatever a random step of that size costs)."""
+    import torch
+
+    if len(ends) < 2:
+        return None
+    names = [
+        k
+        for k, w in start.items()
+        if w.is_floating_point()
+        and not any(m in f".{k}" or k.startswith(m) for m in CRITIC_MARKS)
+        and any(not torch.equal(w, end[k]) for end in ends.values())
+    ]
+    if not names:
+        return None
+    base = torch.cat([start[k].flatten().double() for k in names])
+    deltas = {
+        label: torch.cat([(end[k].double() - start[k].double()).flatten() for k in names])
+        for label, end in ends.items()
+    }
+    labels = list(deltas)
+    return {
+        "relative": {label: float(d.norm() / base.norm()) if base.norm() > 0 else None for label, d in deltas.items()},
+        "cosine": [
+            [a, b, float(deltas[a] @ deltas[b] / (deltas[a].norm() * deltas[b].norm()))]
+            for i, a in enumerate(labels)
+            for b in labels[i + 1 :]
+        ],
+    }
+
+
+def checkpoint_weights(folder: Path) -> dict[str, Any]:
+    """A policy checkpoint folder's weights (``model.safetensors``)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
 def phase_over_phase(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any] | None:
     """Two greedy evaluations of the same states (``eval_rl`` of consecutive phases): ``{"difference",
     "ci95", "states", "better", "worse"}``, paired over the states both scored (each state's success over
@@ -667,6 +717,21 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
             f"{g['approx_kl']:.4f} | {g['clip_fraction']:.3f} | {g['explained_variance']:.2f} | "
             f"{g['grad_cos']:+.3f} ± {g['grad_cos_se']:.3f} | {scale} |"
         )
+    agree = report.get("agreement")
+    if agree:
+        its = agree.get("iterations", {})
+        runs = ", ".join(
+            f"seed {a} at {its.get(a, '?')} iterations: " + ("-" if r is None else f"{r:.1%}")
+            for a, r in agree["relative"].items()
+        )
+        pairs = "; ".join(f"seeds {a} and {b}: {c:+.3f}" for a, b, c in agree["cosine"])
+        lines += [
+            "",
+            "Where the first phases of several runs ended, from the same SFT start: the actor's update "
+            f"(its weights' change, the critic left out) against its weights' norm ({runs}), and the cosine "
+            f"between two runs' updates ({pairs}). Were each update a shared direction plus independent noise, "
+            "the cosine is the share of their squared norm the runs agree on (`update_agreement`).",
+        ]
     moved = []
     for seed, phases in sorted(report.get("phases", {}).items()):
         for i, r in enumerate(phases):
@@ -948,6 +1013,19 @@ def main(argv: list[str] | None = None) -> int:
                 report.setdefault("recipes", {})[each.name] = each.about
                 if each is recipe:
                     chosen[seed] = rows[-1]
+    firsts = {
+        seed_label(each, seed): phase_folder(out, seed, 0, each) / "rl" / "checkpoint" / "policy"
+        for each in RECIPES.values()
+        for seed in args.rl_seeds
+        if seed_label(each, seed) in report["phases"]
+    }
+    if sft is not None and len(firsts) > 1:
+        report["agreement"] = update_agreement(
+            checkpoint_weights(out / "sft" / "sft" / "ckpt"),
+            {label: checkpoint_weights(folder) for label, folder in firsts.items() if folder.is_dir()},
+        )
+        if report["agreement"]:
+            report["agreement"]["iterations"] = {label: report["phases"][label][0]["iterations"] for label in firsts}
     reference: dict[str, Any] = {}
     if seed0 and sft is not None:
         # the reference env scores seed 0's last finished phase (each phase's checkpoint has its own cells);

@@ -259,3 +259,30 @@ def test_the_table_names_the_rl_phase_its_reference_cells_scored(tmp_path):
     assert not (out / "rl_s0_it80").exists()
     # the finished cells are kept in the records; the later phase's cell is not this table's
     assert sorted(p.name for p in records.iterdir()) == ["reference_rl_it40", "reference_sft", "rl_s0", "sft"]
+
+
+def test_update_agreement_reads_the_share_of_two_actor_updates_that_points_the_same_way():
+    import torch
+
+    m = _module()
+    start = {
+        "expert.w": torch.zeros(4),
+        "prefix.frozen": torch.ones(3),
+        "value_mlp.mlp.0.weight": torch.zeros(2),
+        "steps": torch.tensor([7]),
+    }
+    # a shared step (1, 0, 0, 0) plus noise the runs do not share: (0, 1, 0, 0) and (0, 0, 1, 0)
+    a = {**start, "expert.w": torch.tensor([1.0, 1.0, 0.0, 0.0]), "value_mlp.mlp.0.weight": torch.ones(2)}
+    b = {**start, "expert.w": torch.tensor([1.0, 0.0, 1.0, 0.0]), "value_mlp.mlp.0.weight": -torch.ones(2)}
+    out = m.update_agreement(start, {"0": a, "1": b})
+    # the critic's opposite moves and the weights no run moved take no part
+    (pair,) = out["cosine"]
+    assert pair[:2] == ["0", "1"] and abs(pair[2] - 0.5) < 1e-12
+    assert out["relative"] == {"0": None, "1": None}  # moved from zero weights: no scale to read them on
+    scaled = m.update_agreement(
+        {**start, "expert.w": torch.full((4,), 2.0)}, {"0": {**a, "expert.w": torch.full((4,), 3.0)}, "1": b}
+    )
+    assert abs(scaled["relative"]["0"] - 0.5) < 1e-12
+    opposite = {**start, "expert.w": torch.tensor([-1.0, -1.0, 0.0, 0.0])}
+    assert abs(m.update_agreement(start, {"0": a, "1": opposite})["cosine"][0][2] + 1) < 1e-12
+    assert m.update_agreement(start, {"0": a}) is None and m.update_agreement(start, {"0": start, "1": start}) is None
