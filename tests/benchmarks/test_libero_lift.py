@@ -63,6 +63,8 @@ def test_phases_chain_from_the_sft_start_and_only_seed_0_runs_the_control(tmp_pa
     assert "rl.control=false" in big and "rl.chunks_per_iter=64" in big
     assert big.index("rl.chunks_per_iter=64") > big.index("rl.runtime.num_env_runners=2")
     assert m.seed_label(large, 1) == "1 large" and m.seed_label(m.RECIPES["small"], 1) == "1"
+    sde2 = m.phase_command(tmp_path, 1, 0, 20, [], m.RECIPES["sde2"])
+    assert "rl.algo.sde_steps=2" in sde2 and f"out={tmp_path / 'rl_sde2_s1'}" in sde2 and "rl.iterations=40" in sde2
 
 
 def test_verdicts_and_table_from_the_last_phase_of_each_seed(tmp_path):
