@@ -281,7 +281,8 @@ def libero_frame() -> None:
 
 def libero_lift() -> None:
     """benchmarks/libero_lift.py, seed 0: the sampled training success, the greedy probe of RL and of the frozen
-    control over RL iterations, and every finished phase's greedy success on all official pairs."""
+    control over RL iterations, and every finished phase's greedy success on all official pairs, beside the
+    other runs' from the same SFT start (seeds, recipes)."""
     lift = REC / "libero_lift"
     cells = sorted(lift.glob("rl_s0*"), key=lambda c: int(c.name.partition("_it")[2] or 0))
     rows = {int(r["iteration"]): r for c in cells for r in _csv(c / "rl" / "metrics.csv")}
@@ -316,14 +317,37 @@ def libero_lift() -> None:
         color="#1b3f73",
         label="greedy, 500 official pairs",
     )
+    # the other runs from the same SFT start (more seeds, other recipes): their greedy success on the 500 pairs
+    others: dict[str, list[tuple[int, float]]] = {}
+    for c in sorted(lift.glob("rl_*s[0-9]*")):
+        run = c.name.partition("_it")[0]
+        if run == "rl_s0" or not (c / "results.json").is_file():
+            continue
+        r = json.loads((c / "results.json").read_text())
+        if "eval_rl" in r:
+            others.setdefault(run, []).append((r["rl"]["iterations"], r["eval_rl"]["success_rate"]))
+    shades = ["#7a7a7a", "#2a9d5b", "#a23b72", "#c9a227", "#5b4fa3"]
+    for (run, pts), color in zip(sorted(others.items()), shades):
+        recipe, _, seed = run[len("rl_") :].rpartition("s")
+        name = f"seed {seed}" + (f", {recipe.rstrip('_')}" if recipe else "")
+        pts = [(0, sft)] + sorted(pts)
+        ax.plot(
+            [x for x, _ in pts],
+            [100 * y for _, y in pts],
+            "s--",
+            ms=4,
+            lw=1,
+            color=color,
+            label=f"greedy, 500 pairs: {name}",
+        )
     ax.axhline(90, color="grey", lw=0.8, ls="--")
     ax.text(1, 90.6, "90%: the target", color="grey")
     ax.axvline(40, color="#dddddd", lw=0.8)
     ax.text(41, 95, "from 40: two env runners\n(the probe's noise changes)", fontsize=7, color="grey")
     ax.set_xlabel("RL iteration (640 chunks each)")
     ax.set_ylabel("success (%)")
-    ax.set_ylim(40, 100)
-    ax.set_title("libero_spatial, one vision VLA for 10 tasks: Flow-SDE PPO from few-shot SFT (seed 0)")
+    ax.set_ylim(20, 100)
+    ax.set_title("libero_spatial, one vision VLA for 10 tasks: Flow-SDE PPO from few-shot SFT")
     ax.legend(loc="lower right", fontsize=7)
     _save(fig, "libero-lift")
 
