@@ -713,8 +713,11 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
         "which signal and noise weigh alike (`minibatch x (1/cos - 1)`; `benchmarks/libero_lift.py: update_signal`). "
         "An update far below it moves mostly along noise, and PPO's trust region (the KL and clipping below) is "
         "spent on that noise; there a bigger batch buys fewer, cleaner steps from the same samples but hardly more "
-        "progress per sample, so the lift is bounded by the env steps, not by the update's shape. The anchor "
-        f"updates on {ANCHOR_CHUNKS_PER_UPDATE:,} chunks.",
+        "progress per sample, so the lift is bounded by the env steps and by the estimator's noise per sample, not "
+        "by the update's shape. The estimator sets that noise: a chunk's Flow-SDE score is divided by its step's "
+        "injected variance, smallest at the last denoising steps, so where the stochastic step is drawn from "
+        f"(`algo.sde_steps`, the `sde2` recipe) moves the noise scale. The anchor updates on {ANCHOR_CHUNKS_PER_UPDATE:,} "
+        "chunks.",
         "",
         "| seed | iterations | chunks per update | approx KL | clip fraction | explained variance "
         "| gradient cosine (± s.e.) | noise scale (chunks) |",
