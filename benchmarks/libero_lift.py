@@ -744,7 +744,10 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
             "Where the first phases of several runs ended, from the same SFT start: the actor's update "
             f"(its weights' change, the critic left out) against its weights' norm ({runs}), and the cosine "
             f"between two runs' updates ({pairs}). Were each update a shared direction plus independent noise, "
-            "the cosine is the share of their squared norm the runs agree on (`update_agreement`).",
+            "the cosine is the share of their squared norm the runs agree on (`update_agreement`); Adam's noise is "
+            "not isotropic, so noise alone leaves cosines of a few hundredths either way, and only a cosine well "
+            f"above the spread of the pairs (here {min(c for *_, c in agree['cosine']):+.3f} to "
+            f"{max(c for *_, c in agree['cosine']):+.3f}) says the runs found one direction.",
         ]
     moved = []
     for seed, phases in sorted(report.get("phases", {}).items()):
