@@ -406,19 +406,19 @@ def update_agreement(start: dict[str, Any], ends: dict[str, dict[str, Any]]) -> 
         k
         for k, w in start.items()
         if w.is_floating_point()
-        and not any(m in f".{k}" or k.startswith(m) for m in CRITIC_MARKS)
+        and not any(f".{m}" in f".{k}" for m in CRITIC_MARKS)
         and any(not torch.equal(w, end[k]) for end in ends.values())
     ]
     if not names:
         return None
-    base = torch.cat([start[k].flatten().double() for k in names])
+    scale = float(torch.cat([start[k].flatten().double() for k in names]).norm())
     deltas = {
         label: torch.cat([(end[k].double() - start[k].double()).flatten() for k in names])
         for label, end in ends.items()
     }
     labels = list(deltas)
     return {
-        "relative": {label: float(d.norm() / base.norm()) if base.norm() > 0 else None for label, d in deltas.items()},
+        "relative": {label: float(d.norm()) / scale if scale > 0 else None for label, d in deltas.items()},
         "cosine": [
             [a, b, float(deltas[a] @ deltas[b] / (deltas[a].norm() * deltas[b].norm()))]
             for i, a in enumerate(labels)
@@ -1003,6 +1003,7 @@ def main(argv: list[str] | None = None) -> int:
     report["recipe"] = recipe.name
     chosen: dict[int, dict[str, Any]] = {}  # the chosen recipe's last finished phase per seed
     seed0: list[tuple[dict[str, Any], Path]] = []  # its seed 0's finished phases, in order
+    firsts: dict[str, Path] = {}  # every run's first-phase RL checkpoint, by its label
     for each in RECIPES.values():  # every recipe's finished phases are reported; only the chosen one runs
         until = args.rl_iterations if args.rl_iterations is not None else each.phases[-1][0]
         for seed in args.rl_seeds if sft is not None else []:
@@ -1027,19 +1028,16 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(folder)
             if rows:
                 report["phases"][seed_label(each, seed)] = rows
+                first = phase_folder(out, seed, 0, each) / "rl" / "checkpoint" / "policy"
+                if first.is_dir():
+                    firsts[seed_label(each, seed)] = first
                 report.setdefault("recipes", {})[each.name] = each.about
                 if each is recipe:
                     chosen[seed] = rows[-1]
-    firsts = {
-        seed_label(each, seed): phase_folder(out, seed, 0, each) / "rl" / "checkpoint" / "policy"
-        for each in RECIPES.values()
-        for seed in args.rl_seeds
-        if seed_label(each, seed) in report["phases"]
-    }
     if sft is not None and len(firsts) > 1:
         report["agreement"] = update_agreement(
             checkpoint_weights(out / "sft" / "sft" / "ckpt"),
-            {label: checkpoint_weights(folder) for label, folder in firsts.items() if folder.is_dir()},
+            {label: checkpoint_weights(folder) for label, folder in firsts.items()},
         )
         if report["agreement"]:
             report["agreement"]["iterations"] = {label: report["phases"][label][0]["iterations"] for label in firsts}
