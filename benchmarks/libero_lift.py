@@ -21,6 +21,8 @@ session). Extra arguments after ``--`` go to every pipeline cell as Hydra overri
    beside it (``rl.control=true``: the same run with ``algo.lr=0``); ``--rl-seeds`` adds RL seeds over
    the same SFT start. That is the ``small`` recipe; ``--recipe NAME`` runs another of :data:`RECIPES` (its
    own cells, ``OUT/rl_large_s{S}`` for ``large``; the table reports every recipe's finished phases).
+   ``--blends SPEC...`` scores policies between SFT and the first phases (:class:`Blend`, cells
+   ``OUT/blend_*``): the mean of several runs' updates, or one run's at a share of its step.
 3. ``OUT/reference_sft``, ``OUT/reference_rl_it{N}``: ``embodied-eval simulator=robosuite``, real
    LIBERO's own env (robosuite 1.4 in ``.venv-libero``) through the policy server, on
    ``--reference-states`` states of every task; seed 0's RL checkpoint after its last finished phase
@@ -434,6 +436,146 @@ def checkpoint_weights(folder: Path) -> dict[str, Any]:
     return load_file(str(folder / "model.safetensors"))
 
 
+@dataclass(frozen=True)
+class Blend:
+    """A policy between the SFT start and RL: SFT + ``alpha`` x the mean of first-phase runs' updates,
+    scored greedy on the official pairs in cell ``OUT/blend_{cell}``. The mean of several runs' updates keeps
+    what they share and shrinks their independent parts by the square root of their number (a preview of a
+    run with that many times the samples per update); one run's update at ``alpha`` 0.5 tells a first-order
+    effect (half the full step's change) from curvature (a quarter of it)."""
+
+    runs: tuple[str, ...]  # first-phase cell names, e.g. ``rl_sde2_s1``
+    alpha: float = 1.0
+
+    @property
+    def cell(self) -> str:
+        return "blend_" + "+".join(self.runs) + ("" if self.alpha == 1.0 else f"_x{self.alpha:g}")
+
+
+def parse_blend(spec: str, firsts: list[str]) -> Blend:
+    """``--blends`` spec: ``all`` (every first-phase run that finished, ``firsts``) or ``CELL[+CELL...]``,
+    either with ``@ALPHA`` (default 1)."""
+    runs, _, alpha = spec.partition("@")
+    try:
+        a = float(alpha) if alpha else 1.0
+    except ValueError:
+        raise SystemExit(f"--blends {spec}: {alpha!r} is not a number (CELL[+CELL...][@ALPHA], e.g. rl_s1@0.5)")
+    names = tuple(firsts) if runs == "all" else tuple(runs.split("+"))
+    unknown = [n for n in names if n not in firsts]
+    if unknown or not names:
+        raise SystemExit(
+            f"--blends {spec}: {unknown or 'no run'} has no finished first phase; choose among {firsts} or 'all'"
+        )
+    return Blend(names, a)
+
+
+def blend_weights(start: dict[str, Any], ends: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
+    """``start + alpha * mean_i(ends[i] - start)`` for every floating weight ``start`` holds, in float32 (the
+    checkpoints' own dtype); any other weight from ``ends[0]``. State dicts name -> tensor."""
+    out = {}
+    for k, v in ends[0].items():
+        if k in start and start[k].is_floating_point():
+            mean = sum(e[k].float() - start[k].float() for e in ends) / len(ends)
+            out[k] = (start[k].float() + alpha * mean).to(v.dtype).contiguous()
+        else:
+            out[k] = v
+    return out
+
+
+def write_blend(start: Path, ends: list[Path], alpha: float, dest: Path) -> Path:
+    """The checkpoint bundle of :func:`blend_weights` over checkpoint folders, in ``dest`` (config and
+    normalization stats from ``ends[0]``, the blend named in its ``extra``)."""
+    from safetensors.torch import save_file
+
+    from policies.files import sha256_file, write_atomic
+
+    weights = blend_weights(checkpoint_weights(start), [checkpoint_weights(e) for e in ends], alpha)
+    dest.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(dest / "model.safetensors"))
+    shutil.copy(ends[0] / "stats.json", dest / "stats.json")
+    meta = json.loads((ends[0] / "config.json").read_text())
+    meta["files"]["model.safetensors"] = sha256_file(dest / "model.safetensors")
+    meta["extra"] = {
+        **meta.get("extra", {}),
+        "blend": {"start": str(start), "ends": list(map(str, ends)), "alpha": alpha},
+    }
+    write_atomic(dest / "config.json", json.dumps(meta, indent=2).encode())
+    return dest
+
+
+def blend_of_cell(name: str) -> Blend | None:
+    """The :class:`Blend` a ``blend_*`` cell name stands for."""
+    if not name.startswith("blend_"):
+        return None
+    runs, sep, alpha = name[len("blend_") :].rpartition("_x")
+    try:
+        return Blend(tuple(runs.split("+")), float(alpha)) if sep else Blend(tuple(alpha.split("+")))
+    except ValueError:
+        return None
+
+
+def blend_rows(
+    out: Path,
+    records: Path,
+    sft: dict[str, Any],
+    first_cells: dict[str, str],
+    phases: dict[str, list[dict[str, Any]]],
+    specs: list[str],
+    run: bool,
+) -> list[dict[str, Any]]:
+    """Every blend named by ``specs`` (run now where ``run``) or already finished in ``out`` or ``records``:
+    ``{"cell", "runs" (labels), "alpha", "success", "difference", "ci95", "states", "full_step"}``, paired
+    with SFT over the official pairs; ``full_step`` is the mean of those runs' own first-phase RL - SFT."""
+    wanted = [parse_blend(s, list(first_cells)) for s in specs]
+    found = {b.cell: b for b in wanted}
+    for folder in sorted([*out.glob("blend_*"), *records.glob("blend_*")]):
+        b = blend_of_cell(folder.name)
+        if b is not None and all(r in first_cells for r in b.runs):
+            found.setdefault(b.cell, b)
+    rows = []
+    for cell, b in found.items():
+        folder = out / cell
+        if run and b in wanted and eval_results(folder) is None and not restore(folder, records):
+            if not (folder / "policy" / "config.json").is_file():
+                ends = [out / r / "rl" / "checkpoint" / "policy" for r in b.runs]
+                write_blend(out / "sft" / "sft" / "ckpt", ends, b.alpha, folder / "policy")
+        results = eval_cell(folder, blend_command(folder), f"blend {cell}", records, run and b in wanted)
+        if results is None:
+            continue
+        vs = phase_over_phase(sft["eval_sft"], results["suites"][SUITE])
+        own = [phases[first_cells[r]][0]["rl_minus_sft"] for r in b.runs if phases.get(first_cells[r])]
+        rows.append(
+            {
+                "cell": cell,
+                "runs": [first_cells[r] for r in b.runs],
+                "alpha": b.alpha,
+                "success": results["suites"][SUITE]["success_rate"],
+                **({"difference": vs["difference"], "ci95": vs["ci95"], "states": vs["states"]} if vs else {}),
+                "full_step": sum(own) / len(own) if own else None,
+            }
+        )
+    return rows
+
+
+def blend_command(cell: Path) -> list[str]:
+    """The greedy evaluation of a blend on the official pairs, as the pipeline scores SFT and RL."""
+    exe = Path(sys.executable).with_name("embodied-eval")
+    return [
+        str(exe),
+        f"out={cell}",
+        f"checkpoint={cell / 'policy'}",
+        f"suite={SUITE}",
+        f"tasks=[{','.join(map(str, TASKS))}]",
+        "episodes=50",
+        "num_envs=25",
+        "image_size=64",
+        "mode=greedy",
+        "seed=0",
+        "attempts=1",
+        "videos=none",
+    ]
+
+
 def phase_over_phase(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any] | None:
     """Two greedy evaluations of the same states (``eval_rl`` of consecutive phases): ``{"difference",
     "ci95", "states", "better", "worse"}``, paired over the states both scored (each state's success over
@@ -749,6 +891,7 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
             f"above the spread of the pairs (here {min(c for *_, c in agree['cosine']):+.3f} to "
             f"{max(c for *_, c in agree['cosine']):+.3f}) says the runs found one direction.",
         ]
+    lines += blend_lines(report.get("blends") or [])
     moved = []
     for seed, phases in sorted(report.get("phases", {}).items()):
         for i, r in enumerate(phases):
@@ -767,6 +910,30 @@ def signal_lines(report: dict[str, Any]) -> list[str]:
             "as many would end better as worse; the sign test's z (|z| > 2: a direction) says how far the net lift "
             "stands out of that churn: " + "; ".join(moved) + ".",
         ]
+    return lines
+
+
+def blend_lines(blends: list[dict[str, Any]]) -> list[str]:
+    """The blends (:class:`Blend`): SFT plus a share of the runs' updates, scored on the official pairs."""
+    if not blends:
+        return []
+    lines = [
+        "",
+        "Policies between SFT and RL (`--blends`; `benchmarks/libero_lift.py: Blend`): SFT plus a share of the "
+        "first phases' actor updates. The mean of several runs' updates keeps what they share and shrinks their "
+        "independent parts by the square root of their number, as a run with that many times the samples per "
+        "update would; one run's update at half its step changes the greedy success by half the full step's "
+        "change where the effect is first order, by a quarter where curvature (the cost of a random step) "
+        "dominates.",
+        "",
+        "| updates of | step | official pairs | - SFT [95% CI] | those runs at their full step (mean - SFT) |",
+        "|---|---|---|---|---|",
+    ]
+    for b in blends:
+        runs = "mean of seeds " + ", ".join(b["runs"]) if len(b["runs"]) > 1 else f"seed {b['runs'][0]}"
+        diff = f"{b['difference']:+.3f} {ci(b['ci95'])}" if "difference" in b else "-"
+        full = "-" if b.get("full_step") is None else f"{b['full_step']:+.3f}"
+        lines.append(f"| {runs} | {b['alpha']:g} | {b['success']:.1%} | {diff} | {full} |")
     return lines
 
 
@@ -976,6 +1143,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the RL recipe to run, score in the reference env and judge by the criteria (every recipe's "
         "finished phases are reported)",
     )
+    ap.add_argument(
+        "--blends",
+        nargs="+",
+        default=[],
+        metavar="SPEC",
+        help="score SFT + a share of first-phase RL updates (Blend): 'all' (the mean of every finished run's), "
+        "CELL[+CELL...] (those runs' mean), either with @ALPHA (e.g. rl_sde2_s1@0.5); finished blends are reported",
+    )
     ap.add_argument("--reference-states", type=int, default=10, help="states per task in the reference env")
     ap.add_argument("--pro-states", type=int, default=5, help="states per task of each LIBERO-PRO variant")
     ap.add_argument("--until", choices=("sft", "rl", "reference", "pro"), default="pro", help="the last part to run")
@@ -1004,6 +1179,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen: dict[int, dict[str, Any]] = {}  # the chosen recipe's last finished phase per seed
     seed0: list[tuple[dict[str, Any], Path]] = []  # its seed 0's finished phases, in order
     firsts: dict[str, Path] = {}  # every run's first-phase RL checkpoint, by its label
+    first_cells: dict[str, str] = {}  # the same runs' first-phase cell names -> their labels
     for each in RECIPES.values():  # every recipe's finished phases are reported; only the chosen one runs
         until = args.rl_iterations if args.rl_iterations is not None else each.phases[-1][0]
         for seed in args.rl_seeds if sft is not None else []:
@@ -1031,6 +1207,7 @@ def main(argv: list[str] | None = None) -> int:
                 first = phase_folder(out, seed, 0, each) / "rl" / "checkpoint" / "policy"
                 if first.is_dir():
                     firsts[seed_label(each, seed)] = first
+                    first_cells[phase_folder(out, seed, 0, each).name] = seed_label(each, seed)
                 report.setdefault("recipes", {})[each.name] = each.about
                 if each is recipe:
                     chosen[seed] = rows[-1]
@@ -1041,6 +1218,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if report["agreement"]:
             report["agreement"]["iterations"] = {label: report["phases"][label][0]["iterations"] for label in firsts}
+    if sft is not None:
+        report["blends"] = blend_rows(out, records, sft, first_cells, report["phases"], args.blends, runs("rl"))
     reference: dict[str, Any] = {}
     if seed0 and sft is not None:
         # the reference env scores seed 0's last finished phase (each phase's checkpoint has its own cells);

@@ -288,3 +288,83 @@ def test_update_agreement_reads_the_share_of_two_actor_updates_that_points_the_s
     opposite = {**start, "expert.w": torch.tensor([-1.0, -1.0, 0.0, 0.0])}
     assert abs(m.update_agreement(start, {"0": a, "1": opposite})["cosine"][0][2] + 1) < 1e-12
     assert m.update_agreement(start, {"0": a}) is None and m.update_agreement(start, {"0": start, "1": start}) is None
+
+
+def test_a_blend_is_the_start_plus_a_share_of_the_mean_update():
+    import torch
+
+    m = _module()
+    start = {"expert.w": torch.tensor([1.0, 1.0]), "steps": torch.tensor([3])}
+    a = {"expert.w": torch.tensor([3.0, 1.0]), "steps": torch.tensor([5]), "new.w": torch.ones(1)}
+    b = {"expert.w": torch.tensor([1.0, -3.0]), "steps": torch.tensor([9]), "new.w": torch.zeros(1)}
+    mean = m.blend_weights(start, [a, b], 1.0)
+    assert torch.equal(mean["expert.w"], torch.tensor([2.0, -1.0]))
+    # integer weights and those the start lacks come from the first run
+    assert torch.equal(mean["steps"], torch.tensor([5])) and torch.equal(mean["new.w"], torch.ones(1))
+    assert torch.equal(m.blend_weights(start, [a], 0.5)["expert.w"], torch.tensor([2.0, 1.0]))
+    assert torch.equal(m.blend_weights(start, [a], 0.0)["expert.w"], start["expert.w"])
+
+
+def test_blend_specs_name_their_cells_and_refuse_unknown_runs():
+    import pytest
+
+    m = _module()
+    firsts = ["rl_s0", "rl_s1", "rl_sde2_s1"]
+    every = m.parse_blend("all", firsts)
+    assert every.runs == tuple(firsts) and every.alpha == 1.0
+    assert every.cell == "blend_rl_s0+rl_s1+rl_sde2_s1"
+    half = m.parse_blend("rl_sde2_s1@0.5", firsts)
+    assert half.cell == "blend_rl_sde2_s1_x0.5"
+    for b in (every, half, m.parse_blend("rl_s0+rl_s1", firsts)):
+        assert m.blend_of_cell(b.cell) == b
+    assert m.blend_of_cell("rl_s0") is None
+    with pytest.raises(SystemExit, match="rl_s7"):
+        m.parse_blend("rl_s7", firsts)
+    with pytest.raises(SystemExit, match="not a number"):
+        m.parse_blend("rl_s0@half", firsts)
+
+
+def test_a_written_blend_is_a_bundle_whose_hash_matches_its_weights(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from policies.checkpoint import read_meta
+    from policies.files import sha256_file
+
+    m = _module()
+
+    def bundle(name: str, w: list[float]) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        save_file({"expert.w": torch.tensor(w)}, str(folder / "model.safetensors"))
+        (folder / "stats.json").write_text("{}")
+        meta = {"format_version": 1, "family": "flow", "config": {}, "files": {"model.safetensors": "x"}}
+        (folder / "config.json").write_text(json.dumps(meta))
+        return folder
+
+    start, end = bundle("sft", [0.0, 2.0]), bundle("rl", [4.0, 2.0])
+    dest = m.write_blend(start, [end], 0.25, tmp_path / "blend" / "policy")
+    meta = read_meta(dest)
+    assert meta["files"]["model.safetensors"] == sha256_file(dest / "model.safetensors")
+    assert meta["extra"]["blend"]["alpha"] == 0.25
+    assert torch.equal(load_file(str(dest / "model.safetensors"))["expert.w"], torch.tensor([1.0, 2.0]))
+
+
+def test_finished_blends_are_paired_with_sft_and_tabled(tmp_path):
+    m = _module()
+    out = tmp_path / "out"
+    cell = out / "blend_rl_s0+rl_s1"
+    cell.mkdir(parents=True)
+    task = {"task": 0, "name": "pick", "success_rate": 0.8, "state_successes": _states(0.8)}
+    (cell / "results.json").write_text(json.dumps({"suites": {m.SUITE: {"success_rate": 0.8, "tasks": [task]}}}))
+    sft = {"eval_sft": {"success_rate": 0.5, "tasks": [_task(0.5)]}}
+    phases = {"0": [{"rl_minus_sft": 0.1}], "1": [{"rl_minus_sft": -0.3}]}
+    firsts = {"rl_s0": "0", "rl_s1": "1"}
+    (row,) = m.blend_rows(out, tmp_path / "records", sft, firsts, phases, [], run=False)
+    assert row["runs"] == ["0", "1"] and row["alpha"] == 1.0 and row["states"] == 10
+    assert abs(row["difference"] - 0.3) < 1e-12 and abs(row["full_step"] + 0.1) < 1e-12
+    # the cell went to the records, and a blend of a run that has not finished is not reported
+    assert (tmp_path / "records" / cell.name / "results.json").is_file()
+    assert m.blend_rows(out, tmp_path / "records", sft, {"rl_s0": "0"}, phases, [], run=False) == []
+    table = "\n".join(m.blend_lines([row]))
+    assert "| mean of seeds 0, 1 | 1 | 80.0% | +0.300 [" in table and "| -0.100 |" in table
