@@ -438,13 +438,13 @@ def checkpoint_weights(folder: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Blend:
-    """A policy between the SFT start and RL: SFT + ``alpha`` x the mean of first-phase runs' updates,
+    """A policy between the SFT start and RL: SFT + ``alpha`` x the mean of RL phases' updates (from SFT),
     scored greedy on the official pairs in cell ``OUT/blend_{cell}``. The mean of several runs' updates keeps
     what they share and shrinks their independent parts by the square root of their number (a preview of a
     run with that many times the samples per update); one run's update at ``alpha`` 0.5 tells a first-order
     effect (half the full step's change) from curvature (a quarter of it)."""
 
-    runs: tuple[str, ...]  # first-phase cell names, e.g. ``rl_sde2_s1``
+    runs: tuple[str, ...]  # finished phase cells, e.g. ``rl_sde2_s1``, ``rl_s0_it80``
     alpha: float = 1.0
 
     @property
@@ -452,19 +452,20 @@ class Blend:
         return "blend_" + "+".join(self.runs) + ("" if self.alpha == 1.0 else f"_x{self.alpha:g}")
 
 
-def parse_blend(spec: str, firsts: list[str]) -> Blend:
-    """``--blends`` spec: ``all`` (every first-phase run that finished, ``firsts``) or ``CELL[+CELL...]``,
-    either with ``@ALPHA`` (default 1)."""
+def parse_blend(spec: str, cells: dict[str, tuple[str, int]]) -> Blend:
+    """``--blends`` spec: ``all`` (every run's first phase) or ``CELL[+CELL...]`` (finished phase cells, e.g.
+    ``rl_s0_it80``), either with ``@ALPHA`` (default 1). ``cells``: the finished phase cells -> (the run's
+    label, the phase's index)."""
     runs, _, alpha = spec.partition("@")
     try:
         a = float(alpha) if alpha else 1.0
     except ValueError:
         raise SystemExit(f"--blends {spec}: {alpha!r} is not a number (CELL[+CELL...][@ALPHA], e.g. rl_s1@0.5)")
-    names = tuple(firsts) if runs == "all" else tuple(runs.split("+"))
-    unknown = [n for n in names if n not in firsts]
+    names = tuple(c for c, (_, i) in cells.items() if i == 0) if runs == "all" else tuple(runs.split("+"))
+    unknown = [n for n in names if n not in cells]
     if unknown or not names:
         raise SystemExit(
-            f"--blends {spec}: {unknown or 'no run'} has no finished first phase; choose among {firsts} or 'all'"
+            f"--blends {spec}: {unknown or 'no run'} is no finished phase; choose among {list(cells)} or 'all'"
         )
     return Blend(names, a)
 
@@ -518,19 +519,19 @@ def blend_rows(
     out: Path,
     records: Path,
     sft: dict[str, Any],
-    first_cells: dict[str, str],
+    cells: dict[str, tuple[str, int]],
     phases: dict[str, list[dict[str, Any]]],
     specs: list[str],
     run: bool,
 ) -> list[dict[str, Any]]:
     """Every blend named by ``specs`` (run now where ``run``) or already finished in ``out`` or ``records``:
     ``{"cell", "runs" (labels), "alpha", "success", "difference", "ci95", "states", "full_step"}``, paired
-    with SFT over the official pairs; ``full_step`` is the mean of those runs' own first-phase RL - SFT."""
-    wanted = [parse_blend(s, list(first_cells)) for s in specs]
+    with SFT over the official pairs; ``full_step`` is the mean of those phases' own RL - SFT."""
+    wanted = [parse_blend(s, cells) for s in specs]
     found = {b.cell: b for b in wanted}
     for folder in sorted([*out.glob("blend_*"), *records.glob("blend_*")]):
         b = blend_of_cell(folder.name)
-        if b is not None and all(r in first_cells for r in b.runs):
+        if b is not None and all(r in cells for r in b.runs):
             found.setdefault(b.cell, b)
     rows = []
     for cell, b in found.items():
@@ -543,11 +544,12 @@ def blend_rows(
         if results is None:
             continue
         vs = phase_over_phase(sft["eval_sft"], results["suites"][SUITE])
-        own = [phases[first_cells[r]][0]["rl_minus_sft"] for r in b.runs if phases.get(first_cells[r])]
+        rows_of = [phases[cells[r][0]][cells[r][1]] for r in b.runs]
+        own = [row["rl_minus_sft"] for row in rows_of]
         rows.append(
             {
                 "cell": cell,
-                "runs": [first_cells[r] for r in b.runs],
+                "runs": [f"{cells[r][0]} at {row['iterations']}" for r, row in zip(b.runs, rows_of)],
                 "alpha": b.alpha,
                 "success": results["suites"][SUITE]["success_rate"],
                 **({"difference": vs["difference"], "ci95": vs["ci95"], "states": vs["states"]} if vs else {}),
@@ -919,8 +921,8 @@ def blend_lines(blends: list[dict[str, Any]]) -> list[str]:
         return []
     lines = [
         "",
-        "Policies between SFT and RL (`--blends`; `benchmarks/libero_lift.py: Blend`): SFT plus a share of the "
-        "first phases' actor updates. The mean of several runs' updates keeps what they share and shrinks their "
+        "Policies between SFT and RL (`--blends`; `benchmarks/libero_lift.py: Blend`): SFT plus a share of RL "
+        "phases' updates (each from SFT to the phase's end). The mean of several runs' updates keeps what they share and shrinks their "
         "independent parts by the square root of their number, as a run with that many times the samples per "
         "update would; one run's update at half its step changes the greedy success by half the full step's "
         "change where the effect is first order, by a quarter where curvature (the cost of a random step) "
@@ -1148,8 +1150,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=[],
         metavar="SPEC",
-        help="score SFT + a share of first-phase RL updates (Blend): 'all' (the mean of every finished run's), "
-        "CELL[+CELL...] (those runs' mean), either with @ALPHA (e.g. rl_sde2_s1@0.5); finished blends are reported",
+        help="score SFT + a share of RL updates (Blend): 'all' (the mean of every run's first phase), "
+        "CELL[+CELL...] (those phases' mean, e.g. rl_s0_it80+rl_s1_it80), either with @ALPHA (e.g. rl_sde2_s1@0.5); "
+        "finished blends are reported",
     )
     ap.add_argument("--reference-states", type=int, default=10, help="states per task in the reference env")
     ap.add_argument("--pro-states", type=int, default=5, help="states per task of each LIBERO-PRO variant")
@@ -1179,7 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen: dict[int, dict[str, Any]] = {}  # the chosen recipe's last finished phase per seed
     seed0: list[tuple[dict[str, Any], Path]] = []  # its seed 0's finished phases, in order
     firsts: dict[str, Path] = {}  # every run's first-phase RL checkpoint, by its label
-    first_cells: dict[str, str] = {}  # the same runs' first-phase cell names -> their labels
+    phase_cells: dict[str, tuple[str, int]] = {}  # every finished phase's cell name -> (its run's label, index)
     for each in RECIPES.values():  # every recipe's finished phases are reported; only the chosen one runs
         until = args.rl_iterations if args.rl_iterations is not None else each.phases[-1][0]
         for seed in args.rl_seeds if sft is not None else []:
@@ -1198,6 +1201,7 @@ def main(argv: list[str] | None = None) -> int:
                 if results is None:
                     break
                 rows.append(phase_row(results, folder, rows[-1]["iterations"] if rows else 0, previous))
+                phase_cells[folder.name] = (seed_label(each, seed), phase)
                 previous = results
                 if each is recipe and seed == 0:
                     seed0.append((results, folder))
@@ -1207,7 +1211,6 @@ def main(argv: list[str] | None = None) -> int:
                 first = phase_folder(out, seed, 0, each) / "rl" / "checkpoint" / "policy"
                 if first.is_dir():
                     firsts[seed_label(each, seed)] = first
-                    first_cells[phase_folder(out, seed, 0, each).name] = seed_label(each, seed)
                 report.setdefault("recipes", {})[each.name] = each.about
                 if each is recipe:
                     chosen[seed] = rows[-1]
@@ -1219,7 +1222,7 @@ def main(argv: list[str] | None = None) -> int:
         if report["agreement"]:
             report["agreement"]["iterations"] = {label: report["phases"][label][0]["iterations"] for label in firsts}
     if sft is not None:
-        report["blends"] = blend_rows(out, records, sft, first_cells, report["phases"], args.blends, runs("rl"))
+        report["blends"] = blend_rows(out, records, sft, phase_cells, report["phases"], args.blends, runs("rl"))
     reference: dict[str, Any] = {}
     if seed0 and sft is not None:
         # the reference env scores seed 0's last finished phase (each phase's checkpoint has its own cells);

@@ -309,19 +309,19 @@ def test_blend_specs_name_their_cells_and_refuse_unknown_runs():
     import pytest
 
     m = _module()
-    firsts = ["rl_s0", "rl_s1", "rl_sde2_s1"]
-    every = m.parse_blend("all", firsts)
-    assert every.runs == tuple(firsts) and every.alpha == 1.0
+    cells = {"rl_s0": ("0", 0), "rl_s0_it80": ("0", 1), "rl_s1": ("1", 0), "rl_sde2_s1": ("1 sde2", 0)}
+    every = m.parse_blend("all", cells)  # every run's first phase
+    assert every.runs == ("rl_s0", "rl_s1", "rl_sde2_s1") and every.alpha == 1.0
     assert every.cell == "blend_rl_s0+rl_s1+rl_sde2_s1"
-    half = m.parse_blend("rl_sde2_s1@0.5", firsts)
+    half = m.parse_blend("rl_sde2_s1@0.5", cells)
     assert half.cell == "blend_rl_sde2_s1_x0.5"
-    for b in (every, half, m.parse_blend("rl_s0+rl_s1", firsts)):
+    for b in (every, half, m.parse_blend("rl_s0_it80+rl_s1", cells)):
         assert m.blend_of_cell(b.cell) == b
     assert m.blend_of_cell("rl_s0") is None
     with pytest.raises(SystemExit, match="rl_s7"):
-        m.parse_blend("rl_s7", firsts)
+        m.parse_blend("rl_s7", cells)
     with pytest.raises(SystemExit, match="not a number"):
-        m.parse_blend("rl_s0@half", firsts)
+        m.parse_blend("rl_s0@half", cells)
 
 
 def test_a_written_blend_is_a_bundle_whose_hash_matches_its_weights(tmp_path):
@@ -353,18 +353,21 @@ def test_a_written_blend_is_a_bundle_whose_hash_matches_its_weights(tmp_path):
 def test_finished_blends_are_paired_with_sft_and_tabled(tmp_path):
     m = _module()
     out = tmp_path / "out"
-    cell = out / "blend_rl_s0+rl_s1"
+    cell = out / "blend_rl_s0_it80+rl_s1"
     cell.mkdir(parents=True)
     task = {"task": 0, "name": "pick", "success_rate": 0.8, "state_successes": _states(0.8)}
     (cell / "results.json").write_text(json.dumps({"suites": {m.SUITE: {"success_rate": 0.8, "tasks": [task]}}}))
     sft = {"eval_sft": {"success_rate": 0.5, "tasks": [_task(0.5)]}}
-    phases = {"0": [{"rl_minus_sft": 0.1}], "1": [{"rl_minus_sft": -0.3}]}
-    firsts = {"rl_s0": "0", "rl_s1": "1"}
-    (row,) = m.blend_rows(out, tmp_path / "records", sft, firsts, phases, [], run=False)
-    assert row["runs"] == ["0", "1"] and row["alpha"] == 1.0 and row["states"] == 10
+    phases = {
+        "0": [{"rl_minus_sft": 0.1, "iterations": 40}, {"rl_minus_sft": 0.2, "iterations": 80}],
+        "1": [{"rl_minus_sft": -0.4, "iterations": 40}],
+    }
+    cells = {"rl_s0": ("0", 0), "rl_s0_it80": ("0", 1), "rl_s1": ("1", 0)}
+    (row,) = m.blend_rows(out, tmp_path / "records", sft, cells, phases, [], run=False)
+    assert row["runs"] == ["0 at 80", "1 at 40"] and row["alpha"] == 1.0 and row["states"] == 10
     assert abs(row["difference"] - 0.3) < 1e-12 and abs(row["full_step"] + 0.1) < 1e-12
     # the cell went to the records, and a blend of a run that has not finished is not reported
     assert (tmp_path / "records" / cell.name / "results.json").is_file()
-    assert m.blend_rows(out, tmp_path / "records", sft, {"rl_s0": "0"}, phases, [], run=False) == []
+    assert m.blend_rows(out, tmp_path / "records", sft, {"rl_s0": ("0", 0)}, phases, [], run=False) == []
     table = "\n".join(m.blend_lines([row]))
-    assert "| mean of seeds 0, 1 | 1 | 80.0% | +0.300 [" in table and "| -0.100 |" in table
+    assert "| mean of seeds 0 at 80, 1 at 40 | 1 | 80.0% | +0.300 [" in table and "| -0.100 |" in table
