@@ -241,22 +241,28 @@ def phase_command(
     )
 
 
+def eval_command(out: Path, checkpoint: Path, suite: str, episodes: int, *settings: str) -> list[str]:
+    """An ``embodied-eval`` run of ``checkpoint`` on every task of ``suite`` at 64 px, without videos."""
+    exe = Path(sys.executable).with_name("embodied-eval")
+    tasks = f"tasks=[{','.join(map(str, TASKS))}]"
+    return [
+        str(exe),
+        f"out={out}",
+        f"checkpoint={checkpoint}",
+        f"suite={suite}",
+        tasks,
+        f"episodes={episodes}",
+        "image_size=64",
+        "videos=none",
+        *settings,
+    ]
+
+
 def reference_command(
     out: Path, name: str, checkpoint: Path, suite: str, states: int, compare: Path | None = None
 ) -> list[str]:
-    exe = Path(sys.executable).with_name("embodied-eval")
-    return [
-        str(exe),
-        f"out={out / name}",
-        f"checkpoint={checkpoint}",
-        f"suite={suite}",
-        "simulator=robosuite",
-        f"tasks=[{','.join(map(str, TASKS))}]",
-        f"episodes={states}",
-        "image_size=64",
-        "videos=none",
-        *([f"compare={compare}"] if compare is not None else []),
-    ]
+    compared = [f"compare={compare}"] if compare is not None else []
+    return eval_command(out / name, checkpoint, suite, states, "simulator=robosuite", *compared)
 
 
 def eval_results(folder: Path) -> dict[str, Any] | None:
@@ -536,7 +542,8 @@ def blend_rows(
     rows = []
     for cell, b in found.items():
         folder = out / cell
-        if run and b in wanted and eval_results(folder) is None and not restore(folder, records):
+        restore(folder, records)
+        if run and b in wanted and eval_results(folder) is None:
             if not (folder / "policy" / "config.json").is_file():
                 ends = [out / r / "rl" / "checkpoint" / "policy" for r in b.runs]
                 write_blend(out / "sft" / "sft" / "ckpt", ends, b.alpha, folder / "policy")
@@ -561,21 +568,7 @@ def blend_rows(
 
 def blend_command(cell: Path) -> list[str]:
     """The greedy evaluation of a blend on the official pairs, as the pipeline scores SFT and RL."""
-    exe = Path(sys.executable).with_name("embodied-eval")
-    return [
-        str(exe),
-        f"out={cell}",
-        f"checkpoint={cell / 'policy'}",
-        f"suite={SUITE}",
-        f"tasks=[{','.join(map(str, TASKS))}]",
-        "episodes=50",
-        "num_envs=25",
-        "image_size=64",
-        "mode=greedy",
-        "seed=0",
-        "attempts=1",
-        "videos=none",
-    ]
+    return eval_command(cell, cell / "policy", SUITE, 50, "num_envs=25", "mode=greedy", "seed=0", "attempts=1")
 
 
 def phase_over_phase(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any] | None:
