@@ -1,4 +1,4 @@
-"""Collect demonstrations: scripted experts in parallel envs -> a v3.0 dataset.
+"""Collect demonstrations: scripted experts (or a policy's own rollouts) in parallel envs -> a v3.0 dataset.
 
 Episodes run in waves of N parallel envs: each env of a wave is reset to one (task, initial
 state) of the work list and runs until its episode ends. Demonstrations use each task's training
@@ -6,6 +6,12 @@ states (:func:`sims.suites.training_init_id`): for our suites ``TRAIN_INIT_OFFSE
 evaluation states (0..49), so a policy is never evaluated on the layouts it was trained on; for real
 LIBERO, whose demonstrations come from its 50 official states, states 25..49 (the protocol scores all
 50; the held-out evaluation the states 50..99 that LIBERO's placement initializer sampled).
+
+With ``actor`` a policy acts instead of the experts (:class:`PolicyActor`: its chunks executed open loop,
+as evaluation runs them), and ``init_pool="protocol"`` starts episodes from the protocol's own states
+(0..49, the LIBERO RL works' training states): a policy's successful rollouts on the states RL trains on,
+as data for self-imitation (success-filtered behaviour cloning, the reward-weighted regression of a 0/1
+reward).
 """
 
 from __future__ import annotations
@@ -20,6 +26,68 @@ import torch
 from tqdm import tqdm
 
 from embodied.data.lerobot_format import DatasetWriter, Episode
+
+#: where episodes start: ``training`` (the suite's training states) | ``protocol`` (the protocol's 0..49)
+INIT_POOLS = ("training", "protocol")
+
+
+class PolicyActor:
+    """A policy as :func:`collect_suite`'s actor: one action per env and step, from chunks ``[N, H, A]``
+    the policy samples every ``H`` steps (every env of a wave starts together, so their chunks align) in
+    ``mode`` (greedy: the ODE from random initial noise, as evaluation scores; explore: the exploring
+    sampler). Each wave's noise is seeded from ``(seed, wave)``, so a collection reproduces."""
+
+    def __init__(self, policy: Any, mode: str = "greedy", seed: int = 0):
+        from embodied.eval.harness import PolicyAgent
+
+        self.agent = PolicyAgent(policy, mode)
+        self.cameras = tuple(self.agent.cameras)
+        self.state_obs = self.agent.state_obs
+        self.seed = seed
+        self.env: Any = None
+        self._wave = -1
+        self._step = 0
+        self._chunk: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        """A new wave: its own noise, a fresh chunk at the next step."""
+        from embodied.eval.harness import wave_seed
+
+        self._wave += 1
+        self.agent.begin_wave(wave_seed(self.seed, "collect", self._wave))
+        self._step = 0
+
+    @property
+    def chunk_size(self) -> int:
+        return int(self.agent.chunk_size)
+
+    def reads_next(self) -> bool:
+        """Whether the next step's observation is read (it starts a chunk): only those views are rendered."""
+        return self._step % self.agent.chunk_size == 0
+
+    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The actions ``[N, A]`` of this step."""
+        h = self.agent.chunk_size
+        if self._step % h == 0:
+            self._chunk = self.agent.act(obs, self.env)
+        assert self._chunk is not None
+        action = self._chunk[:, self._step % h]
+        self._step += 1
+        return action
+
+
+def pool_init_id(suite: str, pool: str, k: int) -> int:
+    """The init id of the ``k``-th state of ``pool`` (see :data:`INIT_POOLS`)."""
+    import sims
+
+    return sims.suites.training_init_id(suite, k) if pool == "training" else k
+
+
+def pool_size(suite: str, pool: str) -> int | None:
+    """How many states ``pool`` holds per task (None: as many as asked for)."""
+    import sims
+
+    return sims.suites.num_training_states(suite) if pool == "training" else sims.suites.NUM_INIT_STATES
 
 
 @dataclass
@@ -59,6 +127,8 @@ def collect_suite(
     expert_gain: float = 1.0,
     action_noise: float = 0.0,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
+    actor: PolicyActor | None = None,
+    init_pool: str = "training",
 ) -> CollectResult:
     """Run the suite's experts and write ``out`` (a v3.0 dataset). See the module docstring.
 
@@ -68,6 +138,9 @@ def collect_suite(
             ``max_attempts_per_task`` (default 2x + 2; at most the suite's training states).
         task_ids: subset of the suite's task indices (default: all).
         on_episode: called with each finished episode's summary (for videos, logging).
+        actor: a policy acting instead of the suite's experts (its executed actions are recorded; its
+            cameras and state are the env's); None: the experts.
+        init_pool: the initial states episodes start from, cycled in order (:data:`INIT_POOLS`).
         expert_gain: share of the remaining error the experts command per step (1: deadbeat; below
             1: smoother demonstrations, see :mod:`sims.mujoco.suites.experts`); recorded in ``info.json``.
         action_noise: std of Gaussian noise added to the arm dimensions (all but the last, the
@@ -86,12 +159,21 @@ def collect_suite(
     if episodes_per_task < 1:
         raise ValueError(f"episodes_per_task must be >= 1, got {episodes_per_task}")
     check_action_noise(action_noise)
+    if init_pool not in INIT_POOLS:
+        raise ValueError(f"init_pool={init_pool!r}: choose {' or '.join(INIT_POOLS)}")
+    if actor is None and init_pool == "protocol":
+        raise ValueError(
+            "init_pool=protocol starts episodes from the states evaluation scores: for a policy's rollouts "
+            "only (demonstrations keep to the training states)"
+        )
+    if actor is not None and action_noise > 0:
+        raise ValueError("action_noise is DART's noise on an expert's actions: leave it 0 with a policy actor")
     max_attempts = max_attempts_per_task or 2 * episodes_per_task + 2
-    available = sims.suites.num_training_states(suite)
+    available = pool_size(suite, init_pool)
     if available is not None:
         # a suite with few training states (real LIBERO: 25) gives several demonstrations per state only
         # with DART noise: the experts and the physics are deterministic, so repeats would be copies
-        if episodes_per_task > available and action_noise == 0:
+        if episodes_per_task > available and action_noise == 0 and actor is None:
             raise ValueError(
                 f"episodes_per_task={episodes_per_task}: {suite} has {available} training states per "
                 "task (the rest of its 50 are held out), one noiseless demonstration each; set "
@@ -107,11 +189,19 @@ def collect_suite(
         cameras=tuple(cameras),
         image_size=image_size,
         num_threads=num_threads,
+        **({} if actor is None else {"state_obs": actor.state_obs}),
     )
     try:
-        expert = sims.suites.expert(suite, num_envs=n, gain=expert_gain, env=env)
-        if hasattr(expert, "check_tasks"):
-            expert.check_tasks(ids)
+        if actor is None:
+            expert: Any = sims.suites.expert(suite, num_envs=n, gain=expert_gain, env=env)
+            if hasattr(expert, "check_tasks"):
+                expert.check_tasks(ids)
+        else:
+            missing = [c for c in actor.cameras if c not in cameras]
+            if missing:
+                raise ValueError(f"the policy reads cameras {list(actor.cameras)}: record {missing} too")
+            actor.env = env
+            expert = actor
     except Exception:
         env.close()
         raise
@@ -129,7 +219,12 @@ def collect_suite(
             "task_names": [s.name for s in specs],
             "control_hz": env.control_hz,
             "action_mode": env.action_mode,
-            "init_ids_from": sims.suites.training_init_id(suite, 0),
+            "init_ids_from": pool_init_id(suite, init_pool, 0),
+            "init_pool": init_pool,
+            "actor": "experts" if actor is None else f"policy ({actor.agent.mode})",
+            # a policy reads its views once per chunk: only those frames are rendered, the others hold the
+            # last one, and SFT starts samples at those frames alone (embodied.data.training)
+            "decision_every": 1 if actor is None else actor.chunk_size,
             "expert_gain": expert_gain,
             "action_noise": action_noise,
         },
@@ -148,18 +243,20 @@ def collect_suite(
     try:
         with tqdm(total=total, desc=f"collect {suite}", unit="ep") as bar:
             while pending():
-                # one wave: fill the envs round-robin over tasks that still need episodes
+                # one wave: fill the envs round-robin over tasks that still need episodes; a policy's
+                # task by task (a wave of every task's scene holds them all in memory at once)
                 wave: list[tuple[int, int]] = []
                 queue = pending()
                 need = {t: episodes_per_task - stats[t]["kept"] for t in queue}
                 while len(wave) < n and any(need.values()):
                     for t in queue:
-                        if need[t] > 0 and len(wave) < n and stats[t]["attempts"] < max_attempts:
-                            k = next_init[t] if available is None else next_init[t] % available
-                            wave.append((t, sims.suites.training_init_id(suite, k)))
-                            next_init[t] += 1
-                            stats[t]["attempts"] += 1
-                            need[t] -= 1
+                        for _ in range(1 if actor is None else max(need[t], 1)):
+                            if need[t] > 0 and len(wave) < n and stats[t]["attempts"] < max_attempts:
+                                k = next_init[t] if available is None else next_init[t] % available
+                                wave.append((t, pool_init_id(suite, init_pool, k)))
+                                next_init[t] += 1
+                                stats[t]["attempts"] += 1
+                                need[t] -= 1
                     if all(stats[t]["attempts"] >= max_attempts for t in queue):
                         break
                 count = len(wave)
@@ -180,7 +277,9 @@ def collect_suite(
                         noise = torch.randn(actions.shape, generator=noise_gen) * action_noise
                         noise[:, -1] = 0.0  # the gripper stays the expert's
                         executed = (actions + noise.to(actions.dtype)).clamp(*bounds)
-                    nxt, reward, term, trunc, info = env.step(executed, active=torch.as_tensor(active))
+                    nxt, reward, term, trunc, info = env.step(
+                        executed, active=torch.as_tensor(active), render=actor is None or actor.reads_next()
+                    )
                     done = info["done"].numpy()
                     for i in np.flatnonzero(active):
                         b = buffers[i]

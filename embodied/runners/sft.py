@@ -57,12 +57,21 @@ class SFTConfig:
     """Schema of ``embodied-sft``."""
 
     data: str = MISSING  # demonstration dataset (LeRobot v3.0 layout, e.g. from embodied-collect)
+    # more datasets of the same layout trained on together with data, every step alike (e.g. a policy's
+    # own successful rollouts: embodied-collect checkpoint=...)
+    extra_data: list[str] = field(default_factory=list)
+    # train on the episodes that succeeded alone (self-imitation: a policy's rollouts, kept with their
+    # failures by embodied-collect keep_failures=true, filtered by their outcome)
+    only_successes: bool = False
     out: str = MISSING  # run folder
     policy: Any = MISSING  # config group policy/: flow | autoregressive | diffusion | pi0 | pi05 | smolvla
     # start from this policy instead of a fresh one of the policy group: a bundle, or a LeRobot checkpoint
     # folder (pi0, pi0.5, SmolVLA; in .venv-lerobot). Its state/action statistics are replaced by the
     # dataset's, as LeRobot's fine-tuning does.
     init: Optional[str] = None
+    # the state/action normalisation: data (the datasets', as above) | init (keep init's bundle's: continuing
+    # a policy on data like its own, without moving what its network sees)
+    stats_from: str = "data"
     # with a LeRobot checkpoint as init: our camera names for its image features, in their order (e.g.
     # [agentview,wrist] for LeRobot's LIBERO checkpoints, whose features are image and wrist_image)
     init_cameras: Optional[list[str]] = None
@@ -247,6 +256,12 @@ def _check(cfg: SFTConfig) -> None:
     if cfg.threads is not None and cfg.threads < 1:
         raise ValueError(f"threads must be >= 1 (or null for one per core), got {cfg.threads}")
     distributed.check(cfg.nproc, cfg.device)
+    if cfg.stats_from not in ("data", "init"):
+        raise ValueError(f"stats_from={cfg.stats_from!r}: choose data or init")
+    if cfg.stats_from == "init" and cfg.init is None:
+        raise ValueError("stats_from=init keeps the statistics of init's bundle: set init=... too")
+    if cfg.episodes is not None and cfg.extra_data:
+        raise ValueError("episodes= selects from data alone: leave extra_data empty, or episodes unset")
     if cfg.precision not in PRECISIONS:
         raise ValueError(f"precision={cfg.precision!r}: {PRECISIONS.unknown(cfg.precision)}")
 
@@ -289,15 +304,16 @@ def _train(cfg: SFTConfig, rank: Rank) -> dict[str, Any]:
     np.random.seed(cfg.seed)
     policy, family, overrides = _start_policy(cfg, out, rank)
     demos = load_demonstrations(
-        cfg.data,
+        [cfg.data, *cfg.extra_data] if cfg.extra_data else cfg.data,
         chunk_size=policy.config.chunk_size,
         image_size=policy.config.image_size,
         cameras=policy.config.cameras,
         episodes=cfg.episodes,
         state_obs=policy.config.state_obs,
+        only_successes=cfg.only_successes,
     )
     policy = _sized_to_data(cfg, policy, family, overrides, int(demos.state.shape[1]), rank)
-    if not cfg.resume:
+    if not cfg.resume and not (cfg.init is not None and cfg.stats_from == "init"):
         policy.processor.set_stats(policy.processor.stats_from_arrays(demos.state.numpy(), demos.actions.numpy()))
     compiled = _numerics(cfg, policy, rank)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -309,6 +325,7 @@ def _train(cfg: SFTConfig, rank: Rank) -> dict[str, Any]:
     summary = {
         "family": policy.family,
         "data": str(cfg.data),
+        "extra_data": [str(d) for d in cfg.extra_data],
         "episodes": int(demos.episode.unique().numel()),
         "samples": len(demos),
         "steps": step,

@@ -215,3 +215,61 @@ def test_collect_with_action_noise_records_the_experts_clean_actions(tmp_path):
         collect_suite(
             "goal", tmp_path / "bad", episodes_per_task=1, task_ids=[2], num_envs=1, cameras=(), action_noise=-0.1
         )
+
+
+def test_collect_a_policys_rollouts_from_the_protocol_states(tmp_path):
+    """A policy as the actor: its executed chunks are recorded (replaying them retraces the episode),
+    episodes start from the protocol's states in turn, a seed reproduces the collection, and the
+    settings that make no sense with a policy (experts on the protocol's states, DART noise) are refused."""
+    import policies
+    from embodied.data.collect import PolicyActor, collect_suite
+    from embodied.data.lerobot_format import Dataset
+    from embodied.data.training import load_demonstrations
+
+    tiny = dict(d_model=32, image_size=32, vision_channels=[8, 16], chunk_size=3, prefix_layers=1, expert_layers=1)
+    policy = policies.make("flow", **tiny)
+    runs = []
+    for name in ("a", "b"):
+        result = collect_suite(
+            "goal",
+            tmp_path / name,
+            episodes_per_task=2,
+            task_ids=[2],
+            num_envs=2,
+            image_size=32,
+            keep_failures=True,
+            max_attempts_per_task=2,
+            actor=PolicyActor(policy, "greedy", seed=3),
+            init_pool="protocol",
+        )
+        ds = Dataset(result.root)
+        assert ds.num_episodes == 2 and ds.info["embodied"]["init_pool"] == "protocol"
+        assert ds.info["embodied"]["actor"] == "policy (greedy)"
+        runs.append([ds.episode(e, images=False) for e in range(2)])
+    assert [ep["meta"]["init_id"] for ep in runs[0]] == [0, 1]
+    # the views are rendered where the policy reads them (every 3rd step); SFT starts samples there alone
+    assert ds.info["embodied"]["decision_every"] == 3
+    frames = ds.episode(0)["rgb"]
+    assert all((frames[t] == frames[t - t % 3]).all() for t in range(len(frames)))
+    assert not all((frames[t] == frames[0]).all() for t in range(len(frames)))
+    demos = load_demonstrations(str(tmp_path / "b"), chunk_size=3, image_size=32)
+    lengths = [len(ep["action"]) for ep in runs[1]]
+    assert len(demos) == sum(-(-n // 3) for n in lengths) and len(demos.state) == sum(lengths)
+    assert demos.starts[: -(-lengths[0] // 3)].tolist() == list(range(0, lengths[0], 3))
+    # both collections together, and only their successful episodes (an untrained policy has none)
+    both = load_demonstrations([str(tmp_path / "a"), str(tmp_path / "b")], chunk_size=3, image_size=32)
+    assert len(both) == 2 * len(demos) and both.episode.unique().tolist() == [0, 1, 2, 3]
+    assert all(not ep["success"] for ep in Dataset(tmp_path / "a").episodes)
+    with pytest.raises(ValueError, match="succeeded"):
+        load_demonstrations(str(tmp_path / "a"), chunk_size=3, image_size=32, only_successes=True)
+    for first, again in zip(*runs):
+        np.testing.assert_array_equal(first["action"], again["action"])
+    # (a flailing untrained arm's contacts are chaotic: float rounding shows after ~130 steps)
+    replay, recorded = _replay_states(runs[0][1])[:100], runs[0][1]["observation.state"][:100]
+    np.testing.assert_allclose(replay, recorded, atol=1e-4)
+    with pytest.raises(ValueError, match="rollouts"):
+        collect_suite("goal", tmp_path / "c", episodes_per_task=1, task_ids=[2], init_pool="protocol")
+    with pytest.raises(ValueError, match="DART"):
+        collect_suite(
+            "goal", tmp_path / "d", episodes_per_task=1, task_ids=[2], actor=PolicyActor(policy), action_noise=0.1
+        )

@@ -116,3 +116,34 @@ def test_sft_errors_are_clear(tmp_path):
         compose("sft", f"data={tmp_path}", f"out={tmp_path / 'y'}", "policy.bogus=1")
     with pytest.raises(ValueError, match="augment_shift"):
         train(compose("sft", f"data={tmp_path}", f"out={tmp_path / 'z'}", "augment_shift=-1", *TINY))
+
+
+def test_sft_continues_a_policy_on_more_data_keeping_its_statistics(demos, tmp_path):
+    """init + extra_data + stats_from=init: every dataset's steps are trained on, and the normalisation is the
+    bundle's (a continued policy's network sees what it saw), not the data's."""
+    from conftest import compose
+
+    from embodied.runners.sft import train
+
+    first = tmp_path / "first"
+    assert _sft(f"data={demos}", f"out={first}", "steps=2", *TINY).returncode == 0
+    bundle = policies.load(first / "ckpt")
+    bundle.processor.stats["action_mean"] = [0.25] * len(bundle.processor.stats["action_mean"])
+    policies.save(bundle, tmp_path / "init")
+    out = tmp_path / "more"
+    proc = _sft(
+        f"data={demos}",
+        f"extra_data=[{demos}]",
+        f"init={tmp_path / 'init'}",
+        "stats_from=init",
+        f"out={out}",
+        "steps=2",
+        "batch_size=8",
+        "log_every=2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    once, twice = (json.loads((d / "sft.json").read_text()) for d in (first, out))
+    assert twice["samples"] == 2 * once["samples"] and twice["episodes"] == 2 * once["episodes"]
+    assert policies.load(out / "ckpt").processor.stats["action_mean"] == [0.25] * 7
+    with pytest.raises(ValueError, match="init=... too"):
+        train(compose("sft", f"data={demos}", f"out={tmp_path / 'z'}", "stats_from=init", *TINY))
