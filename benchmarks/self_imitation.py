@@ -146,7 +146,10 @@ def run_round(out: Path, start: Path, r: int, arms: list[Arm], args: argparse.Na
         if not (cell / "sft" / "sft.json").is_file():
             if not run_cell(cell, sft_command(cell / "sft", policy, rollouts, arm, args), f"{arm.name} sft {r}"):
                 return False
-        for heldout, name, baseline in ((False, "eval", "eval_sft"), (True, "eval_heldout", "eval_sft_heldout")):
+    # every arm on the protocol's states before any on the held-out ones: the comparison comes first
+    for heldout, name, baseline in ((False, "eval", "eval_sft"), (True, "eval_heldout", "eval_sft_heldout")):
+        for arm in arms:
+            cell = here / arm.name
             if eval_results(cell / name) is None:
                 cmd = score_command(cell / name, cell / "sft" / "ckpt", heldout, start / baseline)
                 if not run_cell(cell, cmd, f"{arm.name} {name} {r}"):
@@ -154,15 +157,44 @@ def run_round(out: Path, start: Path, r: int, arms: list[Arm], args: argparse.Na
     return True
 
 
-def rollout_summary(here: Path) -> dict[str, Any] | None:
-    """The round's rollouts: episodes, successes, success rate, frames; None until every task's is done."""
-    parts = [collected(here / "rollouts" / f"task{t}") for t in TASKS]
-    if any(p is None for p in parts):
+def rollout_outcomes(folder: Path) -> dict[tuple[int, int], bool]:
+    """``{(task, init id): success}`` of one task's rollouts (the dataset's episode records)."""
+    path = folder / "meta" / "embodied" / "episodes.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return {(int(e["suite_task_index"]), int(e["init_id"])): bool(e["success"]) for e in rows}
+
+
+def rollout_summary(here: Path, start_eval: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The round's rollouts: episodes, successes and success rate (None until every task's is done); with
+    ``start_eval`` (round 0, whose rollouts are the start's policy on the evaluated states with other
+    initial noise) also how far they differ from that evaluation state by state: what re-drawing the
+    noise alone changes (``churn``: the paired difference, states better and worse)."""
+    from embodied.eval.stats import paired_difference_interval
+
+    folders = [here / "rollouts" / f"task{t}" for t in TASKS]
+    if any(collected(f) is None for f in folders):
         return None
-    tasks = [t for p in parts for t in p["tasks"]]  # type: ignore[index]
-    episodes = sum(t["attempts"] for t in tasks)
-    successes = sum(round(t["success_rate"] * t["attempts"]) for t in tasks)
-    return {"episodes": episodes, "successes": successes, "success_rate": successes / max(episodes, 1)}
+    outcomes = {k: v for f in folders for k, v in rollout_outcomes(f).items()}
+    successes = sum(outcomes.values())
+    summary: dict[str, Any] = {
+        "episodes": len(outcomes),
+        "successes": successes,
+        "success_rate": successes / max(len(outcomes), 1),
+    }
+    if start_eval is not None:
+        before = {(t["task"], s[0]): s[1] / s[2] for t in start_eval.get("tasks", []) for s in t["state_successes"]}
+        shared = sorted(before.keys() & outcomes.keys())
+        if len(shared) >= 2:
+            now = [float(outcomes[k]) for k in shared]
+            d, lo, hi = paired_difference_interval(now, [before[k] for k in shared])
+            summary["churn"] = {
+                "difference": d,
+                "ci95": [lo, hi],
+                "states": len(shared),
+                "better": sum(n > before[k] for n, k in zip(now, shared)),
+                "worse": sum(n < before[k] for n, k in zip(now, shared)),
+            }
+    return summary
 
 
 def arm_row(out: Path, start: Path, r: int, arm: Arm) -> dict[str, Any] | None:
@@ -194,12 +226,12 @@ def arm_row(out: Path, start: Path, r: int, arm: Arm) -> dict[str, Any] | None:
 def report(out: Path, start: Path, rounds: int, arms: list[Arm]) -> dict[str, Any]:
     """Every finished round and arm, and the start's own scores."""
     rows, rollouts = [], {}
+    base, held = eval_results(start / "eval_sft"), eval_results(start / "eval_sft_heldout")
     for r in range(rounds):
-        summary = rollout_summary(out / f"round{r}")
+        summary = rollout_summary(out / f"round{r}", base if r == 0 else None)
         if summary is not None:
             rollouts[r] = summary
         rows += [row for arm in arms if (row := arm_row(out, start, r, arm)) is not None]
-    base, held = eval_results(start / "eval_sft"), eval_results(start / "eval_sft_heldout")
     cells = [out / f"round{r['round']}" / r["arm"] / "eval" for r in rows]
     return {
         "start": str(start),
@@ -231,11 +263,22 @@ def markdown(rep: dict[str, Any], command: str) -> str:
         f"Start: `{rep['start']}` at {_pct(rep['start_success'])} on the 500 protocol states, "
         f"{_pct(rep['start_heldout'])} on the 500 held-out states.",
         "",
-        "| round | rollouts (greedy, other noise) | successes kept |",
-        "|---|---|---|",
+        "| round | rollouts (greedy, other noise) | successes kept | - start's evaluation [95% CI] "
+        "| states better / worse |",
+        "|---|---|---|---|---|",
     ]
     for r, s in sorted(rep["rollouts"].items(), key=lambda kv: int(kv[0])):
-        lines.append(f"| {r} | {_pct(s['success_rate'])} of {s['episodes']} | {s['successes']} |")
+        churn = s.get("churn")
+        moved = f"{churn['better']} / {churn['worse']}" if churn else "-"
+        lines.append(
+            f"| {r} | {_pct(s['success_rate'])} of {s['episodes']} | {s['successes']} | {_diff(churn)} | {moved} |"
+        )
+    lines += [
+        "",
+        "Round 0's rollouts are the start's policy on the states its evaluation scores, with other initial "
+        "noise: their difference from that evaluation is what re-drawing the noise alone changes, the "
+        "churn any change of the weights also re-draws.",
+    ]
     lines += [
         "",
         "| round | arm | episodes | samples | SFT steps | protocol | - start [95% CI] | states better / worse "

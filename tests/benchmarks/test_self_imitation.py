@@ -54,8 +54,13 @@ def test_report_pairs_each_arm_with_the_start(tmp_path):
     for t in m.TASKS:
         folder = out / "round0" / "rollouts" / f"task{t}"
         folder.mkdir(parents=True)
-        summary = {"actor": {}, "tasks": [{"attempts": 50, "success_rate": 0.5 + 0.02 * (t == 0)}]}
-        (folder / "summary.json").write_text(json.dumps(summary))
+        (folder / "summary.json").write_text(json.dumps({"tasks": []}))
+        (folder / "meta" / "embodied").mkdir(parents=True)
+        ok = [i < 5 for i in range(50)]
+        if t == 0:  # against the start's evaluation (states 0..4 of 0..9 succeeded): state 4 lost, 5 won
+            ok = [i in (0, 1, 2, 3, 5, 10) for i in range(50)]
+        rows = [{"suite_task_index": t, "init_id": i, "success": s} for i, s in enumerate(ok)]
+        (folder / "meta" / "embodied" / "episodes.jsonl").write_text("\n".join(map(json.dumps, rows)))
     for arm, rate in (("success", 0.7), ("all", 0.5)):
         cell = out / "round0" / arm
         (cell / "sft").mkdir(parents=True)
@@ -65,10 +70,12 @@ def test_report_pairs_each_arm_with_the_start(tmp_path):
         (cell / "eval").mkdir()
         (cell / "eval" / "results.json").write_text(json.dumps(_eval(rate, rate - 0.5)))
     rep = m.report(out, start, 1, list(m.ARMS.values()))
-    assert rep["rollouts"][0] == {"episodes": 500, "successes": 251, "success_rate": 251 / 500}
+    rollouts = rep["rollouts"][0]
+    assert (rollouts["episodes"], rollouts["successes"]) == (500, 51)
+    assert rollouts["churn"]["states"] == 10 and (rollouts["churn"]["better"], rollouts["churn"]["worse"]) == (1, 1)
     success, control = rep["rows"]
     assert (success["arm"], success["success"], success["better"], success["worse"]) == ("success", 0.7, 2, 0)
     assert control["paired"]["difference"] == 0.0 and control["heldout"] is None
     page = m.markdown(rep, "python benchmarks/self_imitation.py ...")
     assert "| 0 | success | 250 | 5000 | 500 | 70.0% | +0.200 [+0.160, +0.240] | 2 / 0 | - | - |" in page
-    assert "50.2% of 500" in page
+    assert "| 0 | 10.2% of 500 | 51 | +0.000 [-0.292, +0.292] | 1 / 1 |" in page
