@@ -123,6 +123,11 @@ def score_command(dest: Path, policy: Path, heldout: bool, compare: Path) -> lis
     )
 
 
+def suite_block(results: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An ``embodied-eval`` result's block of the suite (its ``tasks`` with each state's outcomes)."""
+    return None if results is None else results["suites"][SUITE]
+
+
 def collected(folder: Path) -> dict[str, Any] | None:
     path = folder / "summary.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -166,7 +171,7 @@ def rollout_outcomes(folder: Path) -> dict[tuple[int, int], bool]:
 
 def rollout_summary(here: Path, start_eval: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The round's rollouts: episodes, successes and success rate (None until every task's is done); with
-    ``start_eval`` (round 0, whose rollouts are the start's policy on the evaluated states with other
+    ``start_eval`` (an evaluation's suite block; round 0, whose rollouts are the start's policy on the evaluated states with other
     initial noise) also how far they differ from that evaluation state by state: what re-drawing the
     noise alone changes (``churn``: the paired difference, states better and worse)."""
     from embodied.eval.stats import paired_difference_interval
@@ -206,7 +211,7 @@ def arm_row(out: Path, start: Path, r: int, arm: Arm) -> dict[str, Any] | None:
     sft = json.loads((cell / "sft" / "sft.json").read_text())
     held = eval_results(cell / "eval_heldout")
     base = eval_results(start / "eval_sft")
-    better, worse = states_moved(base, res) if base else (0, 0)
+    better, worse = states_moved(suite_block(base), suite_block(res)) if base else (0, 0)
     return {
         "round": r,
         "arm": arm.name,
@@ -228,7 +233,7 @@ def report(out: Path, start: Path, rounds: int, arms: list[Arm]) -> dict[str, An
     rows, rollouts = [], {}
     base, held = eval_results(start / "eval_sft"), eval_results(start / "eval_sft_heldout")
     for r in range(rounds):
-        summary = rollout_summary(out / f"round{r}", base if r == 0 else None)
+        summary = rollout_summary(out / f"round{r}", suite_block(base) if r == 0 else None)
         if summary is not None:
             rollouts[r] = summary
         rows += [row for arm in arms if (row := arm_row(out, start, r, arm)) is not None]

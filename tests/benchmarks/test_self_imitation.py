@@ -14,7 +14,8 @@ def _module():
 
 def _eval(rate: float, diff: float | None = None) -> dict:
     states = [[i, int(i < rate * 10), 1] for i in range(10)]
-    res = {"suites": {"libero_spatial": {"success_rate": rate}}, "tasks": [{"task": 0, "state_successes": states}]}
+    tasks = [{"task": 0, "state_successes": states}]
+    res = {"suites": {"libero_spatial": {"success_rate": rate, "tasks": tasks}}}
     if diff is not None:
         res["comparison"] = {"libero_spatial": {"paired": {"difference": diff, "ci95": [diff - 0.04, diff + 0.04]}}}
     return res
