@@ -228,15 +228,32 @@ def arm_row(out: Path, start: Path, r: int, arm: Arm) -> dict[str, Any] | None:
     }
 
 
+def filter_effect(here: Path) -> dict[str, Any] | None:
+    """``success`` against ``all`` in one round, paired per protocol state: what the reward's filter adds
+    over training on the same rollouts without it (None until both are scored)."""
+    from embodied.eval.stats import paired_difference_interval
+
+    blocks = [suite_block(eval_results(here / arm / "eval")) for arm in ("success", "all")]
+    if blocks[0] is None or blocks[1] is None:
+        return None
+    rates = [{(t["task"], s[0]): s[1] / s[2] for t in b["tasks"] for s in t["state_successes"]} for b in blocks]
+    shared = sorted(rates[0].keys() & rates[1].keys())
+    d, lo, hi = paired_difference_interval([rates[0][k] for k in shared], [rates[1][k] for k in shared])
+    better, worse = states_moved(blocks[1], blocks[0])
+    return {"difference": d, "ci95": [lo, hi], "states": len(shared), "better": better, "worse": worse}
+
+
 def report(out: Path, start: Path, rounds: int, arms: list[Arm]) -> dict[str, Any]:
     """Every finished round and arm, and the start's own scores."""
-    rows, rollouts = [], {}
+    rows, rollouts, filters = [], {}, {}
     base, held = eval_results(start / "eval_sft"), eval_results(start / "eval_sft_heldout")
     for r in range(rounds):
         summary = rollout_summary(out / f"round{r}", suite_block(base) if r == 0 else None)
         if summary is not None:
             rollouts[r] = summary
         rows += [row for arm in arms if (row := arm_row(out, start, r, arm)) is not None]
+        if (effect := filter_effect(out / f"round{r}")) is not None:
+            filters[r] = effect
     cells = [out / f"round{r['round']}" / r["arm"] / "eval" for r in rows]
     return {
         "start": str(start),
@@ -244,6 +261,7 @@ def report(out: Path, start: Path, rounds: int, arms: list[Arm]) -> dict[str, An
         "start_heldout": suite_rate(held, SUITE),
         "rollouts": rollouts,
         "rows": rows,
+        "filter": filters,
         "measured": measured_on(cells),
     }
 
@@ -266,7 +284,8 @@ def markdown(rep: dict[str, Any], command: str) -> str:
         "random initial noise), one episode per state, from one run on one machine (2 cores, no GPU).",
         "",
         f"Start: `{rep['start']}` at {_pct(rep['start_success'])} on the 500 protocol states, "
-        f"{_pct(rep['start_heldout'])} on the 500 held-out states.",
+        f"{_pct(rep['start_heldout'])} on the 500 held-out states: the SFT start of "
+        "[libero-lift.md](libero-lift.md), where Flow-SDE PPO from it is measured.",
         "",
         "| round | rollouts (greedy, other noise) | successes kept | - start's evaluation [95% CI] "
         "| states better / worse |",
@@ -296,11 +315,17 @@ def markdown(rep: dict[str, Any], command: str) -> str:
             f"| {_diff(w['paired'])} | {w['better']} / {w['worse']} | {_pct(w['heldout'])} "
             f"| {_diff(w['heldout_paired'])} |"
         )
+    for r, f in sorted(rep.get("filter", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(
+            f"\nRound {r}, `success` against `all` (the reward's filter), paired over {f['states']} states: "
+            f"{_diff(f)}, {f['better']} states better, {f['worse']} worse."
+        )
     lines += [
         "",
         "Arms: " + "; ".join(f"`{a.name}`: {a.about}" for a in ARMS.values()) + ". Samples are the steps "
         "where the policy read its views (one per chunk); the intervals pair each state's outcome with "
-        "the start's (`embodied-eval compare=`).",
+        "the start's (`embodied-eval compare=`). Records: `benchmarks/records/self_imitation/` (each "
+        "evaluation, the rollouts' outcomes, the `success` policy's bundle, re-evaluable with `embodied-eval`).",
         "",
     ]
     return "\n".join(lines)
@@ -344,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 ok = False
                 break
     rep = report(out, start, args.rounds, arms)
+    rep["start"] = str(args.start)  # as given: the page shows the command's own paths
     out.mkdir(parents=True, exist_ok=True)
     (out / "self_imitation.json").write_text(json.dumps(rep, indent=1))
     command = (

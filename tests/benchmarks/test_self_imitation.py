@@ -79,4 +79,6 @@ def test_report_pairs_each_arm_with_the_start(tmp_path):
     assert control["paired"]["difference"] == 0.0 and control["heldout"] is None
     page = m.markdown(rep, "python benchmarks/self_imitation.py ...")
     assert "| 0 | success | 250 | 5000 | 500 | 70.0% | +0.200 [+0.160, +0.240] | 2 / 0 | - | - |" in page
+    assert rep["filter"][0]["difference"] == 0.2 and (rep["filter"][0]["better"], rep["filter"][0]["worse"]) == (2, 0)
+    assert "Round 0, `success` against `all` (the reward's filter), paired over 10 states: +0.200" in page
     assert "| 0 | 10.2% of 500 | 51 | +0.000 [-0.292, +0.292] | 1 / 1 |" in page
