@@ -42,7 +42,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the sibling benchmarks' helpers
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.libero_lift import SUITE, TASKS, ci, eval_command, eval_results, paired, suite_rate  # noqa: E402
+from benchmarks.libero_lift import (  # noqa: E402
+    SUITE,
+    TASKS,
+    ci,
+    eval_command,
+    eval_results,
+    paired,
+    phase_over_phase,
+    suite_rate,
+)
 from benchmarks.rl_lift import measured_on, run_cell, states_moved  # noqa: E402
 
 #: the held-out states' first init id and count per task (real LIBERO: the 50 its initializer sampled)
@@ -174,8 +183,6 @@ def rollout_summary(here: Path, start_eval: dict[str, Any] | None = None) -> dic
     ``start_eval`` (an evaluation's suite block; round 0, whose rollouts are the start's policy on the evaluated states with other
     initial noise) also how far they differ from that evaluation state by state: what re-drawing the
     noise alone changes (``churn``: the paired difference, states better and worse)."""
-    from embodied.eval.stats import paired_difference_interval
-
     folders = [here / "rollouts" / f"task{t}" for t in TASKS]
     if any(collected(f) is None for f in folders):
         return None
@@ -187,18 +194,13 @@ def rollout_summary(here: Path, start_eval: dict[str, Any] | None = None) -> dic
         "success_rate": successes / max(len(outcomes), 1),
     }
     if start_eval is not None:
-        before = {(t["task"], s[0]): s[1] / s[2] for t in start_eval.get("tasks", []) for s in t["state_successes"]}
-        shared = sorted(before.keys() & outcomes.keys())
-        if len(shared) >= 2:
-            now = [float(outcomes[k]) for k in shared]
-            d, lo, hi = paired_difference_interval(now, [before[k] for k in shared])
-            summary["churn"] = {
-                "difference": d,
-                "ci95": [lo, hi],
-                "states": len(shared),
-                "better": sum(n > before[k] for n, k in zip(now, shared)),
-                "worse": sum(n < before[k] for n, k in zip(now, shared)),
-            }
+        # the rollouts as an evaluation's block: each state's outcome, one attempt
+        tasks: dict[int, list[list[int]]] = {}
+        for (t, i), ok in sorted(outcomes.items()):
+            tasks.setdefault(t, []).append([i, int(ok), 1])
+        block = {"tasks": [{"task": t, "state_successes": states} for t, states in tasks.items()]}
+        if (churn := phase_over_phase(start_eval, block)) is not None:
+            summary["churn"] = churn
     return summary
 
 
@@ -231,16 +233,8 @@ def arm_row(out: Path, start: Path, r: int, arm: Arm) -> dict[str, Any] | None:
 def filter_effect(here: Path) -> dict[str, Any] | None:
     """``success`` against ``all`` in one round, paired per protocol state: what the reward's filter adds
     over training on the same rollouts without it (None until both are scored)."""
-    from embodied.eval.stats import paired_difference_interval
-
-    blocks = [suite_block(eval_results(here / arm / "eval")) for arm in ("success", "all")]
-    if blocks[0] is None or blocks[1] is None:
-        return None
-    rates = [{(t["task"], s[0]): s[1] / s[2] for t in b["tasks"] for s in t["state_successes"]} for b in blocks]
-    shared = sorted(rates[0].keys() & rates[1].keys())
-    d, lo, hi = paired_difference_interval([rates[0][k] for k in shared], [rates[1][k] for k in shared])
-    better, worse = states_moved(blocks[1], blocks[0])
-    return {"difference": d, "ci95": [lo, hi], "states": len(shared), "better": better, "worse": worse}
+    blocks = [suite_block(eval_results(here / arm / "eval")) for arm in ("all", "success")]
+    return None if None in blocks else phase_over_phase(*blocks)
 
 
 def report(out: Path, start: Path, rounds: int, arms: list[Arm]) -> dict[str, Any]:

@@ -32,8 +32,8 @@ INIT_POOLS = ("training", "protocol")
 
 
 class PolicyActor:
-    """A policy as :func:`collect_suite`'s actor: one action per env and step, from chunks ``[N, H, A]``
-    the policy samples every ``H`` steps (every env of a wave starts together, so their chunks align) in
+    """A policy as :func:`collect_suite`'s actor: one action per env and step from its chunks, executed as
+    evaluation executes them (the harness's :class:`~embodied.latency.ChunkExecutor`, synchronous), in
     ``mode`` (greedy: the ODE from random initial noise, as evaluation scores; explore: the exploring
     sampler). Each wave's noise is seeded from ``(seed, wave)``, so a collection reproduces."""
 
@@ -43,11 +43,19 @@ class PolicyActor:
         self.agent = PolicyAgent(policy, mode)
         self.cameras = tuple(self.agent.cameras)
         self.state_obs = self.agent.state_obs
+        self.chunk_size = int(self.agent.chunk_size)
         self.seed = seed
         self.env: Any = None
+        self.executor: Any = None
         self._wave = -1
-        self._step = 0
-        self._chunk: torch.Tensor | None = None
+
+    def bind(self, env: Any) -> None:
+        """Act in ``env`` (its envs in lockstep)."""
+        from embodied.latency import ChunkExecutor, LatencyConfig
+
+        self.env = env
+        a = int(env.action_spec.shape[0])
+        self.executor = ChunkExecutor(LatencyConfig(), env.num_envs, self.chunk_size, a, env.control_hz)
 
     def reset(self) -> None:
         """A new wave: its own noise, a fresh chunk at the next step."""
@@ -55,25 +63,15 @@ class PolicyActor:
 
         self._wave += 1
         self.agent.begin_wave(wave_seed(self.seed, "collect", self._wave))
-        self._step = 0
-
-    @property
-    def chunk_size(self) -> int:
-        return int(self.agent.chunk_size)
+        self.executor.reset()
 
     def reads_next(self) -> bool:
         """Whether the next step's observation is read (it starts a chunk): only those views are rendered."""
-        return self._step % self.agent.chunk_size == 0
+        return bool(self.executor.reads_observation())
 
     def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """The actions ``[N, A]`` of this step."""
-        h = self.agent.chunk_size
-        if self._step % h == 0:
-            self._chunk = self.agent.act(obs, self.env)
-        assert self._chunk is not None
-        action = self._chunk[:, self._step % h]
-        self._step += 1
-        return action
+        return self.executor.next_action(obs, self.env, self.agent)[0]
 
 
 def pool_init_id(suite: str, pool: str, k: int) -> int:
@@ -200,7 +198,7 @@ def collect_suite(
             missing = [c for c in actor.cameras if c not in cameras]
             if missing:
                 raise ValueError(f"the policy reads cameras {list(actor.cameras)}: record {missing} too")
-            actor.env = env
+            actor.bind(env)
             expert = actor
     except Exception:
         env.close()
